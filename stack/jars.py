@@ -1,0 +1,95 @@
+"""Resolves the Kafka broker jars and the Spark Kafka connector jars from Maven Central.
+
+Jars land in a cache outside git (`$SRM_CACHE_DIR`, default `~/.cache/srm-monitor`) and are re-used
+when present: a second run asks Maven nothing. Each set lives in a folder named after what decides
+its content (the pom's hash, the installed pyspark version), so a version bump resolves afresh.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from stack.prerequisites import require
+
+LOG = logging.getLogger(__name__)
+
+POMS = Path(__file__).parent / "poms"
+# Pinned: Debian's Maven 3.8 otherwise falls back to dependency-plugin 2.8, which lacks the options below.
+COPY_GOAL = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
+DONE_MARKER = ".resolved"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SRM_CACHE_DIR", Path.home() / ".cache" / "srm-monitor"))
+
+
+def kafka_jars() -> Path:
+    """Folder holding Apache Kafka (broker, tools, connect-mirror) and its log4j2 binding."""
+    pom = POMS / "kafka" / "pom.xml"
+    digest = hashlib.sha1(pom.read_bytes()).hexdigest()[:12]
+    return _resolve(pom, cache_dir() / "jars" / f"kafka-{digest}", {})
+
+
+def spark_connector_jars() -> Path:
+    """Folder holding spark-sql-kafka-0-10 for the installed pyspark, minus what pyspark ships."""
+    spark_version = metadata.version("pyspark")
+    pom = POMS / "spark" / "pom.xml"
+    target = cache_dir() / "jars" / f"spark-kafka-{spark_version}"
+    extra = {
+        "spark.version": spark_version,
+        # pyspark/jars already has these; two copies on one classpath break logging and compression.
+        "excludeGroupIds": "org.slf4j,org.lz4,org.xerial.snappy,com.github.luben,org.apache.hadoop,"
+        "org.scala-lang,org.scala-lang.modules",
+        "excludeArtifactIds": "spark-tags_2.13",
+    }
+    return _resolve(pom, target, extra)
+
+
+def spark_jar_list() -> list[str]:
+    return sorted(str(p) for p in spark_connector_jars().glob("*.jar"))
+
+
+def _resolve(pom: Path, target: Path, properties: dict[str, str]) -> Path:
+    if (target / DONE_MARKER).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Tests, the demo and benches may resolve at once; one Maven run per folder is enough.
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / DONE_MARKER).exists():
+            _run_maven(pom, target, properties)
+    return target
+
+
+def _run_maven(pom: Path, target: Path, properties: dict[str, str]) -> None:
+    mvn = require("mvn")
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    args = [mvn, "-B", "-q", "-f", str(pom), COPY_GOAL, "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}"]
+    args += [f"-D{k}={v}" for k, v in properties.items()]
+    LOG.info("resolving %s from Maven Central into %s", pom.parent.name, target)
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"Maven could not resolve {pom}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}")
+    (staging / DONE_MARKER).write_text("\n".join(sorted(p.name for p in staging.glob("*.jar"))) + "\n")
+    if target.exists():
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+    staging.rename(target)
+
+
+def main() -> None:
+    """`python -m stack.jars`: resolve both jar sets (used by `make jars`)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name, folder in (("kafka", kafka_jars()), ("spark-kafka", spark_connector_jars())):
+        print(f"{name} jars: {folder} ({len(list(folder.glob('*.jar')))} jars)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Single-node Apache Kafka KRaft clusters run from the Maven Central jars, one per cluster alias.
+
+Each node is `kafka.Kafka` (broker + controller) on free loopback ports, with a small heap, its log in
+a file and its data in a temporary folder. Several clusters start in parallel because JVM start-up,
+not CPU, dominates; they are stopped with SIGTERM (clean shutdown) and killed if that hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stack.jars import kafka_jars
+from stack.prerequisites import require
+
+LOG = logging.getLogger(__name__)
+
+HEAP_OPTS = ["-Xms128m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+START_TIMEOUT_S = 90.0
+LOG4J2 = Path(__file__).parent / "log4j2.properties"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with code {process.returncode} before port {port} opened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"port {port} did not open within {timeout_s:.0f} s")
+
+
+@dataclass
+class KafkaCluster:
+    """One KRaft node acting as a whole cluster named `alias`."""
+
+    alias: str
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+    started_in_s: float = 0.0
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "server.log"
+
+    def start(self) -> KafkaCluster:
+        began = time.monotonic()
+        java = require("java")
+        classpath = f"{kafka_jars()}/*"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        props = self._write_server_properties()
+        self._format_storage(java, classpath, props)
+        command = [java, *HEAP_OPTS, f"-Dlog4j2.configurationFile={LOG4J2}",
+                   f"-Dkafka.logs.dir={self.workdir}", "-cp", classpath, "kafka.Kafka", str(props)]
+        LOG.info("starting Apache Kafka broker %s on %s (jars %s)", self.alias, self.bootstrap_servers,
+                 kafka_jars())
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        try:
+            wait_for_port(self.port, START_TIMEOUT_S, self.process)
+            self._wait_until_serving(began + START_TIMEOUT_S)
+        except Exception as exc:
+            self.stop()
+            raise RuntimeError(f"Kafka cluster {self.alias} failed to start: {exc}; "
+                               f"last log lines:\n{self._log_tail()}") from exc
+        self.started_in_s = time.monotonic() - began
+        LOG.info("Apache Kafka broker %s up in %.1f s", self.alias, self.started_in_s)
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def _write_server_properties(self) -> Path:
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "listeners": listeners,
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.workdir / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            # Fewer threads: several brokers share two cores with Spark and the test process.
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "background.threads": "2",
+            "log.cleaner.threads": "1",
+        }
+        path = self.workdir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        return path
+
+    def _format_storage(self, java: str, classpath: str, props: Path) -> None:
+        cluster_id = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+        done = subprocess.run([java, *HEAP_OPTS, "-cp", classpath, "kafka.tools.StorageTool", "format",
+                               "--standalone", "-t", cluster_id, "-c", str(props)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"formatting storage of {self.alias} failed: {done.stdout}{done.stderr}")
+
+    def _wait_until_serving(self, deadline: float) -> None:
+        # The port opens before the broker has registered with its controller; clients connecting in
+        # between get "no brokers" metadata, so wait for the broker's own "started" line.
+        while time.monotonic() < deadline:
+            if b"Kafka Server started" in self.log_file.read_bytes():
+                return
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with code {self.process.returncode}")
+            time.sleep(0.1)
+        raise TimeoutError("broker did not report 'Kafka Server started' in time")
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class KafkaClusters:
+    """Independent clusters keyed by alias, started in parallel and stopped together."""
+
+    def __init__(self, aliases: list[str], root: Path | None = None) -> None:
+        self.root = root or Path(tempfile.mkdtemp(prefix="srm-kafka-"))
+        self.clusters = {alias: KafkaCluster(alias, self.root / alias) for alias in aliases}
+
+    def start(self) -> KafkaClusters:
+        kafka_jars()  # resolve once before the parallel starts race for it
+        with ThreadPoolExecutor(max_workers=len(self.clusters)) as pool:
+            futures = [pool.submit(c.start) for c in self.clusters.values()]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            self.stop()
+            raise errors[0]  # type: ignore[misc]
+        return self
+
+    def stop(self) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, len(self.clusters))) as pool:
+            list(pool.map(lambda c: c.stop(), self.clusters.values()))
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def bootstrap(self, alias: str) -> str:
+        return self.clusters[alias].bootstrap_servers
+
+    def __getitem__(self, alias: str) -> KafkaCluster:
+        return self.clusters[alias]

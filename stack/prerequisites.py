@@ -1,0 +1,24 @@
+"""Checks for the external programs the local stack runs, with install hints instead of tracebacks."""
+
+from __future__ import annotations
+
+import shutil
+
+INSTALL_HINTS = {
+    "java": "install a Java 17+ runtime, e.g. `apt-get install -y openjdk-17-jre-headless`",
+    "mvn": "install Apache Maven, e.g. `apt-get install -y maven`",
+    "redis-server": "install Redis, e.g. `apt-get install -y redis-server`",
+}
+
+
+class MissingPrerequisite(RuntimeError):
+    """A program the local stack needs is not on PATH."""
+
+
+def require(program: str) -> str:
+    """Return the absolute path of `program`, or raise naming it and how to install it."""
+    path = shutil.which(program)
+    if path is None:
+        hint = INSTALL_HINTS.get(program, "install it and put it on PATH")
+        raise MissingPrerequisite(f"`{program}` was not found on PATH: {hint}")
+    return path

@@ -1,0 +1,63 @@
+"""Child processes of the local stack (driver, aggregator, service) with logs in files.
+
+Each runs in its own session so a stop reaches its children too, and is never left behind: stop()
+sends SIGTERM, then SIGKILL if the process does not exit in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+LOG = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ManagedProcess:
+    def __init__(self, name: str, args: list[str], log_file: Path, env: dict[str, str] | None = None) -> None:
+        self.name, self.args, self.log_file = name, args, log_file
+        self.env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    @classmethod
+    def python_module(cls, name: str, module: str, args: list[str], log_dir: Path,
+                      env: dict[str, str] | None = None) -> ManagedProcess:
+        return cls(name, [sys.executable, "-m", module, *args], log_dir / f"{name}.log", env)
+
+    def start(self) -> ManagedProcess:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                            cwd=REPO_ROOT, start_new_session=True)
+        LOG.info("started %s (pid %d), log %s", self.name, self.process.pid, self.log_file)
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 of the whole process group: a crash, for recovery tests."""
+        if self.running:
+            os.killpg(self.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            self.process.wait()  # type: ignore[union-attr]
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if not self.running:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)  # type: ignore[union-attr]
+        try:
+            self.process.wait(timeout_s)  # type: ignore[union-attr]
+        except subprocess.TimeoutExpired:
+            LOG.warning("%s did not stop in %.0f s; killing it", self.name, timeout_s)
+            self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
