@@ -1,0 +1,1 @@
+"""Spark Structured Streaming aggregator: raw metrics topics -> per-target rollups in Redis."""
