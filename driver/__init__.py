@@ -1,0 +1,1 @@
+"""Replication driver: MirrorMaker 2 compatible replication between Kafka clusters, plus raw metrics."""

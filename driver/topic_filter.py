@@ -1,0 +1,163 @@
+"""Which topics and consumer groups a replication copies: MM2 regex filters plus srm-control lists."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Iterable, Set
+from typing import TYPE_CHECKING, Final
+
+from driver.policy import ReplicationPolicy, is_cycle
+
+if TYPE_CHECKING:
+    from driver.config import SrmConfig
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_TOPICS: Final[tuple[str, ...]] = (".*",)
+DEFAULT_TOPICS_EXCLUDE: Final[tuple[str, ...]] = (r".*[\-\.]internal", r".*\.replica", "__.*")
+DEFAULT_GROUPS: Final[tuple[str, ...]] = (".*",)
+DEFAULT_GROUPS_EXCLUDE: Final[tuple[str, ...]] = ("console-consumer-.*", "connect-.*", "__.*")
+
+
+class PatternList:
+    """A list of regexes matched against whole names; MM2 compatible (an empty list matches nothing).
+
+    Matching any one pattern fully is what MM2's ``"|".join`` of the list does, without the surprises
+    of joining patterns that carry their own flags.
+    """
+
+    def __init__(self, patterns: Iterable[str], setting: str) -> None:
+        self.patterns = tuple(patterns)
+        self._compiled = tuple(_compile(pattern, setting) for pattern in self.patterns)
+
+    def __repr__(self) -> str:
+        return f"PatternList({list(self.patterns)!r})"
+
+    def matches(self, name: str) -> bool:
+        return any(pattern.fullmatch(name) for pattern in self._compiled)
+
+
+def _compile(pattern: str, setting: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{setting}: invalid regular expression {pattern!r}: {exc}") from exc
+
+
+class TopicFilter:
+    """MM2 ``DefaultTopicFilter``: ``topics`` minus ``topics.exclude``; exclude wins."""
+
+    def __init__(
+        self, include: Iterable[str] = DEFAULT_TOPICS, exclude: Iterable[str] = DEFAULT_TOPICS_EXCLUDE
+    ) -> None:
+        self.include = PatternList(include, "topics")
+        self.exclude = PatternList(exclude, "topics.exclude")
+
+    def __repr__(self) -> str:
+        return (
+            f"TopicFilter(include={list(self.include.patterns)!r}, exclude={list(self.exclude.patterns)!r})"
+        )
+
+    def should_replicate_topic(self, topic: str) -> bool:
+        return self.include.matches(topic) and not self.exclude.matches(topic)
+
+
+class GroupFilter:
+    """MM2 ``DefaultGroupFilter``: ``groups`` minus ``groups.exclude``; exclude wins."""
+
+    def __init__(
+        self, include: Iterable[str] = DEFAULT_GROUPS, exclude: Iterable[str] = DEFAULT_GROUPS_EXCLUDE
+    ) -> None:
+        self.include = PatternList(include, "groups")
+        self.exclude = PatternList(exclude, "groups.exclude")
+
+    def __repr__(self) -> str:
+        return (
+            f"GroupFilter(include={list(self.include.patterns)!r}, exclude={list(self.exclude.patterns)!r})"
+        )
+
+    def should_replicate_group(self, group: str) -> bool:
+        return self.include.matches(group) and not self.exclude.matches(group)
+
+
+def topic_filter_for(config: SrmConfig, source: str, target: str) -> TopicFilter:
+    """The topic filter of replication ``source -> target``; a bad regex is a ConfigError at its line."""
+    include = _setting_patterns(config, "topics", source, target, DEFAULT_TOPICS)
+    exclude = _setting_patterns(config, "topics.exclude", source, target, DEFAULT_TOPICS_EXCLUDE)
+    return TopicFilter(include, exclude)
+
+
+def group_filter_for(config: SrmConfig, source: str, target: str) -> GroupFilter:
+    """The group filter of replication ``source -> target``; a bad regex is a ConfigError at its line."""
+    include = _setting_patterns(config, "groups", source, target, DEFAULT_GROUPS)
+    exclude = _setting_patterns(config, "groups.exclude", source, target, DEFAULT_GROUPS_EXCLUDE)
+    return GroupFilter(include, exclude)
+
+
+def _setting_patterns(
+    config: SrmConfig, key: str, source: str, target: str, default: tuple[str, ...]
+) -> tuple[str, ...]:
+    patterns = tuple(config.get_list(key, source, target, default=list(default)))
+    try:
+        PatternList(patterns, key)
+    except ValueError as exc:
+        raise config.config_error(key, str(exc), source, target) from exc
+    return patterns
+
+
+def should_replicate_topic(
+    topic: str,
+    topic_filter: TopicFilter,
+    policy: ReplicationPolicy,
+    target_alias: str,
+    heartbeats_replication: bool = True,
+    allow: Set[str] = frozenset(),
+    deny: Set[str] = frozenset(),
+) -> bool:
+    """MM2 topic eligibility combined with the live srm-control allow and deny lists.
+
+    MM2 compatible core: (filter accepts it OR it is a heartbeats topic and heartbeats replication is
+    on) AND it is not internal AND replicating it would not be a cycle.
+
+    Our srm-control semantics (SRM-style allow/deny lists; each entry is a topic name or a regex that
+    must match the whole name):
+    - the allow list adds topics on top of the configured filter, even ones ``topics.exclude`` rejects;
+    - the deny list wins over the filter, the allow list and heartbeats: an operator who names a topic
+      on the deny list means it;
+    - neither list can make an internal topic or a cycle eligible, those would corrupt the replication.
+    """
+    if policy.is_internal_topic(topic) or is_cycle(policy, topic, target_alias):
+        return False
+    if _listed(topic, deny):
+        return False
+    if _listed(topic, allow) or topic_filter.should_replicate_topic(topic):
+        return True
+    return heartbeats_replication and policy.is_heartbeats_topic(topic)
+
+
+def should_replicate_group(
+    group: str, group_filter: GroupFilter, allow: Set[str] = frozenset(), deny: Set[str] = frozenset()
+) -> bool:
+    """Group eligibility: the MM2 group filter plus srm-control lists, with the topic rules above."""
+    if _listed(group, deny):
+        return False
+    return _listed(group, allow) or group_filter.should_replicate_group(group)
+
+
+def _listed(name: str, entries: Set[str]) -> bool:
+    if name in entries:
+        return True
+    return any(_control_entry(entry).fullmatch(name) for entry in entries)
+
+
+@functools.lru_cache(maxsize=1024)
+def _control_entry(entry: str) -> re.Pattern[str]:
+    """An srm-control list entry as a regex; one that is not a valid regex only matches itself."""
+    try:
+        return re.compile(entry)
+    except re.error:
+        # The lists come from a topic at run time: a typo there must not stop the replication.
+        LOG.warning("srm-control entry %r is not a valid regular expression; matching it literally", entry)
+        return re.compile(re.escape(entry))

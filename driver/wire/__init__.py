@@ -1,0 +1,1 @@
+"""Byte formats of the records the driver reads and writes."""
