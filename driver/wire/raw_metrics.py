@@ -1,0 +1,232 @@
+"""The raw-metrics record: what the driver publishes to `srm-metrics.<source>.internal` on the target.
+
+This module alone owns the format (DESIGN.md §4): encode and decode here, the JSON Schema beside it
+(`raw_metrics.schema.json`), and the Spark DDL the aggregator parses with. One JSON object per record,
+`"v": 1`; the Kafka key is the subject's identity so a compacted or partitioned topic keeps a subject
+in order.
+
+Three kinds of subject share one flat shape (unused fields absent):
+- `partition`: one remote topic-partition of a replication (MM2 MirrorSourceConnector metrics + lag);
+- `group`: one consumer group's topic-partition checkpoint (MM2 MirrorCheckpointConnector metrics);
+- `replication`: the replication as a whole (status, workers, tasks, heartbeats).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("raw_metrics.schema.json")
+
+
+class RawMetricsError(ValueError):
+    """A raw-metrics record that does not parse; the message says what is wrong."""
+
+
+class MetricKind(Enum):
+    """How a metric rolls up over time: this decides the `value` the API reports for a range."""
+
+    COUNTER = "counter"  # delta per period: value over a range is the sum
+    GAUGE = "gauge"  # a level: value over a range is the last
+    LATENCY = "latency"  # per-record summary: value over a range is the record-weighted average
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    kind: MetricKind
+    subject: str  # which record kind carries it
+
+
+METRICS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec("record_count", MetricKind.COUNTER, "partition"),
+        MetricSpec("byte_count", MetricKind.COUNTER, "partition"),
+        MetricSpec("replication_latency_ms", MetricKind.LATENCY, "partition"),
+        MetricSpec("record_age_ms", MetricKind.LATENCY, "partition"),
+        MetricSpec("records_lag", MetricKind.GAUGE, "partition"),
+        MetricSpec("source_end_offset", MetricKind.GAUGE, "partition"),
+        MetricSpec("upstream_offset", MetricKind.GAUGE, "partition"),
+        MetricSpec("target_offset", MetricKind.GAUGE, "partition"),
+        MetricSpec("checkpoint_latency_ms", MetricKind.LATENCY, "group"),
+        MetricSpec("group_upstream_offset", MetricKind.GAUGE, "group"),
+        MetricSpec("group_downstream_offset", MetricKind.GAUGE, "group"),
+        MetricSpec("group_lag", MetricKind.GAUGE, "group"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """min/max/avg/last of a per-record latency over one metrics period (count = records measured)."""
+
+    min: float
+    max: float
+    avg: float
+    last: float
+    count: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> LatencySummary | None:
+        if not samples:
+            return None
+        return cls(min(samples), max(samples), sum(samples) / len(samples), samples[-1], len(samples))
+
+
+@dataclass(frozen=True)
+class PartitionMetrics:
+    ts: int
+    period_ms: int
+    source: str
+    target: str
+    topic: str  # remote (downstream) topic
+    upstream_topic: str
+    partition: int
+    record_count: int
+    byte_count: int
+    replication_latency_ms: LatencySummary | None = None
+    record_age_ms: LatencySummary | None = None
+    records_lag: int | None = None
+    source_end_offset: int | None = None
+    upstream_offset: int | None = None
+    target_offset: int | None = None
+    kind: str = field(default="partition", init=False)
+
+    def key(self) -> str:
+        return f"partition|{self.source}|{self.target}|{self.topic}|{self.partition}"
+
+
+@dataclass(frozen=True)
+class GroupMetrics:
+    ts: int
+    period_ms: int
+    source: str
+    target: str
+    group: str
+    topic: str  # remote (downstream) topic
+    upstream_topic: str
+    partition: int
+    checkpoint_latency_ms: LatencySummary | None = None
+    group_upstream_offset: int | None = None
+    group_downstream_offset: int | None = None
+    group_lag: int | None = None
+    kind: str = field(default="group", init=False)
+
+    def key(self) -> str:
+        return f"group|{self.source}|{self.target}|{self.group}|{self.topic}|{self.partition}"
+
+
+class ReplicationStatus(Enum):
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    FAILED = "FAILED"
+    UNASSIGNED = "UNASSIGNED"
+
+
+@dataclass(frozen=True)
+class ReplicationMetrics:
+    ts: int
+    period_ms: int
+    source: str
+    target: str
+    status: str
+    error: str | None = None
+    workers: int = 0
+    tasks: int = 0
+    last_heartbeat_ts: int | None = None
+    topics_replicated: int = 0
+    enabled: bool = True
+    kind: str = field(default="replication", init=False)
+
+    def key(self) -> str:
+        return f"replication|{self.source}|{self.target}"
+
+
+RawMetrics = PartitionMetrics | GroupMetrics | ReplicationMetrics
+_BY_KIND: dict[str, type] = {
+    "partition": PartitionMetrics,
+    "group": GroupMetrics,
+    "replication": ReplicationMetrics,
+}
+_SUMMARY_FIELDS = ("replication_latency_ms", "record_age_ms", "checkpoint_latency_ms")
+
+
+def encode(record: RawMetrics) -> tuple[bytes, bytes]:
+    """Kafka key and value bytes for one record."""
+    body: dict[str, Any] = {"v": VERSION}
+    body.update({k: v for k, v in asdict(record).items() if v is not None})
+    return record.key().encode(), json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode(value: bytes | str) -> RawMetrics:
+    """Parse one record value; raises RawMetricsError naming what is wrong."""
+    try:
+        body = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RawMetricsError(f"not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RawMetricsError("not a JSON object")
+    if body.get("v") != VERSION:
+        raise RawMetricsError(f"unsupported version {body.get('v')!r} (expected {VERSION})")
+    kind = body.pop("kind", None)
+    cls = _BY_KIND.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise RawMetricsError(f"unknown kind {kind!r}")
+    body.pop("v")
+    for name in _SUMMARY_FIELDS:
+        if isinstance(body.get(name), dict):
+            try:
+                body[name] = LatencySummary(**body[name])
+            except TypeError as exc:
+                raise RawMetricsError(f"{name}: {exc}") from None
+    try:
+        return cls(**body)
+    except TypeError as exc:
+        raise RawMetricsError(f"{kind} record: {exc}") from None
+
+
+def json_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+_SUMMARY_DDL = "STRUCT<min: DOUBLE, max: DOUBLE, avg: DOUBLE, last: DOUBLE, count: BIGINT>"
+
+# The union of all kinds' fields, for Spark's from_json: absent fields parse as null.
+SPARK_SCHEMA_DDL = ", ".join(
+    [
+        "v INT",
+        "kind STRING",
+        "ts BIGINT",
+        "period_ms BIGINT",
+        "source STRING",
+        "target STRING",
+        "topic STRING",
+        "upstream_topic STRING",
+        "partition INT",
+        "`group` STRING",
+        "record_count BIGINT",
+        "byte_count BIGINT",
+        f"replication_latency_ms {_SUMMARY_DDL}",
+        f"record_age_ms {_SUMMARY_DDL}",
+        "records_lag BIGINT",
+        "source_end_offset BIGINT",
+        "upstream_offset BIGINT",
+        "target_offset BIGINT",
+        f"checkpoint_latency_ms {_SUMMARY_DDL}",
+        "group_upstream_offset BIGINT",
+        "group_downstream_offset BIGINT",
+        "group_lag BIGINT",
+        "status STRING",
+        "error STRING",
+        "workers INT",
+        "tasks INT",
+        "last_heartbeat_ts BIGINT",
+        "topics_replicated INT",
+        "enabled BOOLEAN",
+    ]
+)
