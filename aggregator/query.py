@@ -1,0 +1,63 @@
+"""Wires one target cluster's raw-metrics topics -> rollups -> Redis as one streaming query."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from aggregator.redis_sink import RedisRollupSink
+from aggregator.rollups import parse, rollups, samples
+from driver.policy import metrics_topic_pattern
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RollupQuerySpec:
+    target: str
+    bootstrap_servers: str
+    redis_url: str
+    checkpoint_dir: str
+    kafka_options: dict[str, str] = field(default_factory=dict)  # client props (security) for the source
+    trigger_interval: str = "2 seconds"
+    watermark_delay: str = "30 seconds"
+    max_offsets_per_trigger: int | None = None
+
+    @property
+    def query_name(self) -> str:
+        return f"rollup_{self.target}"
+
+
+def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQuery:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", spec.bootstrap_servers)
+        .option("subscribePattern", metrics_topic_pattern())
+        # Only consulted for a new checkpoint: metrics written before the first start are not lost.
+        .option("startingOffsets", "earliest")
+        # Raw metrics topics are short-lived monitoring data; retention must not kill the query.
+        .option("failOnDataLoss", "false")
+        .option("groupIdPrefix", f"srm-aggregator-{spec.target}")
+    )
+    for key, value in spec.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    if spec.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
+    windows = rollups(samples(parse(reader.load())), spec.watermark_delay)
+    # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
+    query = (
+        windows.writeStream.queryName(spec.query_name)
+        .outputMode("update")
+        .option("checkpointLocation", f"{spec.checkpoint_dir}/{spec.target}")
+        .trigger(processingTime=spec.trigger_interval)
+        .foreachBatch(RedisRollupSink(spec.redis_url, spec.query_name))
+        .start()
+    )
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    LOG.info("rollup query for target %s started (checkpoint %s/%s)", spec.target, spec.checkpoint_dir,
+             spec.target)
+    return query

@@ -1,0 +1,215 @@
+"""The Redis key layout of the rollups: the aggregator writes through it, the service reads through it.
+
+Pure Python (no redis import), so both sides and the unit tests share one definition of every key
+name, member encoding, window size and retention (DESIGN.md §5).
+
+- A series is one metric of one subject (a remote topic-partition, a whole remote topic, or a consumer
+  group's topic-partition) of one replication into one target, at one window size. It is a sorted set:
+  score = window start (epoch ms), member = `<start>:<count>:<sum>:<min>:<max>:<last>`. Windows are
+  written with absolute values, so a replayed Spark batch rewrites the same members.
+- Keys carry a hash tag `{target|source|topic}` so that Redis Cluster keeps a topic's series on one
+  slot (one pipeline, one MULTI).
+- Index sets per target let the service discover sources, topics, partitions and groups without KEYS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+PREFIX = "srm"
+WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
+ALL_TOPICS = "*"  # topic of a replication-level series
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    size_ms: int
+    retention_ms: int
+
+
+WINDOWS: dict[str, Window] = {
+    w.name: w
+    for w in (
+        Window("10s", 10_000, 6 * 3_600_000),
+        Window("1m", 60_000, 7 * 86_400_000),
+        Window("1h", 3_600_000, 90 * 86_400_000),
+    )
+}
+FINEST_WINDOW = WINDOWS["10s"]
+# Keys outlive their last write by a few windows so a quiet series is still readable, then vanish.
+TTL_SLACK_MS = 3_600_000
+# `auto` granularity: the finest window giving at most this many points over the range.
+AUTO_MAX_POINTS = 720
+
+
+@dataclass(frozen=True)
+class SeriesId:
+    target: str
+    source: str
+    topic: str  # remote (downstream) topic, or ALL_TOPICS
+    partition: int  # or WHOLE_TOPIC
+    metric: str
+    group: str | None = None  # set for checkpoint (consumer-group) series
+
+
+@dataclass(frozen=True)
+class WindowAggregate:
+    start_ms: int
+    count: float
+    sum: float
+    min: float
+    max: float
+    last: float
+
+    @property
+    def avg(self) -> float:
+        return self.sum / self.count if self.count else 0.0
+
+
+def _part(text: str) -> str:
+    # Group ids may hold any character; escaping keeps ':', '|', '{' and '}' as separators only.
+    return quote(text, safe="._-*")
+
+
+def _tag(target: str, source: str, topic: str) -> str:
+    return "{" + "|".join(_part(x) for x in (target, source, topic)) + "}"
+
+
+def series_key(series: SeriesId, window: str) -> str:
+    if window not in WINDOWS:
+        raise ValueError(f"unknown window {window!r}; expected one of {', '.join(WINDOWS)}")
+    group = "" if series.group is None else _part(series.group)
+    return (f"{PREFIX}:ts:{_tag(series.target, series.source, series.topic)}:{series.partition}:"
+            f"{group}:{_part(series.metric)}:{window}")
+
+
+def parse_series_key(key: str) -> tuple[SeriesId, str]:
+    try:
+        prefix, kind, rest = key.split(":", 2)
+        tag_end = rest.index("}")
+        target, source, topic = (unquote(x) for x in rest[1:tag_end].split("|"))
+        partition, group, metric, window = rest[tag_end + 2:].split(":")
+        if (prefix, kind) != (PREFIX, "ts") or window not in WINDOWS:
+            raise ValueError(key)
+        series = SeriesId(target, source, topic, int(partition), unquote(metric),
+                          unquote(group) if group else None)
+    except ValueError:
+        raise ValueError(f"not a series key: {key!r}") from None
+    return series, window
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and math.isfinite(x) else repr(float(x))
+
+
+def encode_member(agg: WindowAggregate) -> str:
+    return ":".join([str(agg.start_ms)] + [_number(v) for v in (agg.count, agg.sum, agg.min, agg.max,
+                                                                 agg.last)])
+
+
+def decode_member(member: str | bytes) -> WindowAggregate:
+    text = member.decode() if isinstance(member, bytes) else member
+    try:
+        start, count, total, low, high, last = text.split(":")
+        return WindowAggregate(int(start), float(count), float(total), float(low), float(high), float(last))
+    except ValueError:
+        raise ValueError(f"not a window member: {text!r}") from None
+
+
+def window_start(ts_ms: int, window: str) -> int:
+    size = WINDOWS[window].size_ms
+    return ts_ms - ts_ms % size
+
+
+def key_ttl_ms(window: str) -> int:
+    return WINDOWS[window].retention_ms + TTL_SLACK_MS
+
+
+def auto_window(from_ms: int, to_ms: int) -> str:
+    span = max(0, to_ms - from_ms)
+    for window in WINDOWS.values():
+        if span / window.size_ms <= AUTO_MAX_POINTS:
+            return window.name
+    return "1h"
+
+
+# --- discovery indexes (sets and hashes per target, refreshed with the data's TTL) -------------------
+
+def targets_key() -> str:
+    return f"{PREFIX}:idx:targets"
+
+
+def sources_key(target: str) -> str:
+    return f"{PREFIX}:idx:{{{_part(target)}}}:sources"
+
+
+def topics_key(target: str, source: str) -> str:
+    """Hash: remote topic -> upstream topic, for addressing by either name."""
+    return f"{PREFIX}:idx:{_tag(target, source, ALL_TOPICS)}:topics"
+
+
+def partitions_key(target: str, source: str, topic: str) -> str:
+    return f"{PREFIX}:idx:{_tag(target, source, topic)}:partitions"
+
+
+def groups_key(target: str, source: str) -> str:
+    return f"{PREFIX}:idx:{_tag(target, source, ALL_TOPICS)}:groups"
+
+
+def batch_key(query_name: str) -> str:
+    """Last Spark batch id committed by a query, written in the same MULTI as the batch."""
+    return f"{PREFIX}:batch:{_part(query_name)}"
+
+
+INDEX_TTL_MS = WINDOWS["1h"].retention_ms + TTL_SLACK_MS
+
+
+def upsert_args(series: SeriesId, agg: WindowAggregate) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of UPSERT_WINDOW_LUA for one finest-window aggregate of a series."""
+    keys = [series_key(series, name) for name in WINDOWS]
+    argv = [str(agg.start_ms), encode_member(agg)]
+    for window in WINDOWS.values():
+        argv += [str(window.size_ms), str(window.retention_ms), str(key_ttl_ms(window.name))]
+    return keys, argv
+
+
+# Writes one finest window with absolute values, then recomputes each coarser window that contains it
+# from the next finer one. Everything derives from what is stored, so replaying a batch rewrites the
+# same members. Retention is trimmed relative to the window written, not the clock, for the same
+# reason. Members are `<start>:<count>:<sum>:<min>:<max>:<last>` as in encode_member.
+UPSERT_WINDOW_LUA = """
+local function put(key, start, member, retention, ttl)
+  redis.call('ZREMRANGEBYSCORE', key, start, start)
+  redis.call('ZADD', key, start, member)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (start - retention))
+  redis.call('PEXPIRE', key, ttl)
+end
+local function num(x)
+  if x == math.floor(x) and math.abs(x) < 1e15 then return string.format('%d', x) end
+  return string.format('%.17g', x)
+end
+local start = tonumber(ARGV[1])
+put(KEYS[1], start, ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
+for i = 2, #KEYS do
+  local base = 3 * i
+  local size, retention, ttl = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  local w = start - (start % size)
+  local n, total, lo, hi, last = 0, 0, nil, nil, 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i - 1], w, w + size - 1)) do
+    local _, c, s, mn, mx, l = string.match(m, '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):([^:]+)$')
+    n = n + tonumber(c)
+    total = total + tonumber(s)
+    if lo == nil or tonumber(mn) < lo then lo = tonumber(mn) end
+    if hi == nil or tonumber(mx) > hi then hi = tonumber(mx) end
+    last = tonumber(l)
+  end
+  if lo ~= nil then
+    local member = table.concat({num(w), num(n), num(total), num(lo), num(hi), num(last)}, ':')
+    put(KEYS[i], w, member, retention, ttl)
+  end
+end
+return 1
+"""
