@@ -1,0 +1,1 @@
+"""REST resources, one package per resource (flask-smorest blueprints)."""

@@ -1,0 +1,71 @@
+"""Schemas shared by the resources: the time-range arguments and the metric answer."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
+
+from aggregator.redis_layout import WINDOWS
+
+DEFAULT_RANGE_MS = 2 * 3_600_000  # SRM convention: metrics default to the last two hours
+
+
+class Timestamp(fields.Field):
+    """Epoch milliseconds or an ISO-8601 date-time (UTC when it names no zone)."""
+
+    def _deserialize(self, value, attr, data, **kwargs) -> int:  # noqa: ANN001
+        text = str(value).strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValidationError("expected epoch milliseconds or an ISO-8601 date-time") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return int(parsed.timestamp() * 1000)
+
+
+class TimeRangeArgs(Schema):
+    from_ms = Timestamp(data_key="from", metadata={
+        "description": "Range start: epoch ms or ISO-8601 (default: `to` minus 2 hours)",
+        "example": "2026-11-22T10:00:00Z"})
+    to_ms = Timestamp(data_key="to", metadata={
+        "description": "Range end: epoch ms or ISO-8601 (default: now)"})
+    granularity = fields.String(load_default="auto", validate=validate.OneOf([*WINDOWS, "auto"]),
+                                metadata={"description": "Window size of the series points"})
+
+    @post_load
+    def fill_defaults(self, data: dict, **_: object) -> dict:
+        data.setdefault("to_ms", int(time.time() * 1000))
+        data.setdefault("from_ms", data["to_ms"] - DEFAULT_RANGE_MS)
+        return data
+
+    @validates_schema
+    def ordered(self, data: dict, **_: object) -> None:
+        if "from_ms" in data and "to_ms" in data and data["from_ms"] > data["to_ms"]:
+            raise ValidationError("`from` must not be after `to`", field_name="from")
+
+
+class PointSchema(Schema):
+    ts = fields.Integer(metadata={"description": "window start, epoch ms"})
+    value = fields.Float()
+    min = fields.Float()
+    max = fields.Float()
+    avg = fields.Float()
+    sum = fields.Float()
+    count = fields.Float(metadata={"description": "samples (reports or records) in the window"})
+
+
+class MetricSeriesSchema(Schema):
+    metric = fields.String()
+    granularity = fields.String()
+    value = fields.Float(allow_none=True, metadata={"description": "the metric over the whole range"})
+    min = fields.Float(allow_none=True)
+    max = fields.Float(allow_none=True)
+    avg = fields.Float(allow_none=True)
+    sum = fields.Float(allow_none=True)
+    count = fields.Float()
+    series = fields.List(fields.Nested(PointSchema))

@@ -1,0 +1,1 @@
+"""Topic metrics: one metric of one replicated topic over a time range."""
