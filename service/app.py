@@ -27,7 +27,7 @@ def create_app(settings: dict[str, Any] | None = None) -> Flask:
     app = Flask("srm-service")
     app.config.from_object(DefaultSettings)
     app.config.update(settings or {})
-    extensions.init_app(app)
+    api = extensions.init_app(app)
     for blueprint in BLUEPRINTS:
-        extensions.api.register_blueprint(blueprint)
+        api.register_blueprint(blueprint)
     return app

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from flask.views import MethodView
-from flask_smorest import Blueprint, abort
+from flask_smorest import abort
 
 from service.api.common import TimeRangeArgs
 from service.api.topics.schemas import TopicMetricSchema
-from service.extensions import metrics_reader
+from service.extensions import Blueprint, metrics_reader
 from service.metrics_reader import NotFound
 
 blp = Blueprint("topic-metrics", __name__, url_prefix="/v2/topic-metrics",

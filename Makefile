@@ -1,0 +1,34 @@
+# Two commands for a newcomer: `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: venv jars demo test lint openapi clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found " + sys.version.split()[0] + ")")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+venv: $(VENV)/.installed
+
+jars: venv  ## Kafka broker + Spark connector jars from Maven Central, cached outside git
+	$(PY) -m stack.jars
+
+demo: jars  ## two local clusters, Redis, driver, aggregator, service and sample traffic; Ctrl-C stops all
+	$(PY) -m stack.demo
+
+test: jars  ## the suite; pass pytest arguments with ARGS="..."
+	$(PY) -m pytest $(ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .demo .srm-checkpoints .pytest_cache .ruff_cache *.egg-info
+
+openapi: venv  ## regenerate swagger/openapi.json from the code
+	$(PY) -m service.openapi_export

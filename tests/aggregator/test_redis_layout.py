@@ -1,0 +1,80 @@
+"""Key layout: encode/decode round trips, hash tags, windows and the auto granularity."""
+
+from __future__ import annotations
+
+import pytest
+
+from aggregator import redis_layout as layout
+from aggregator.redis_layout import SeriesId, WindowAggregate
+
+
+@pytest.mark.parametrize("series", [
+    SeriesId("west", "east", "east.orders", 3, "record_count"),
+    SeriesId("west", "east", "east.orders", layout.WHOLE_TOPIC, "replication_latency_ms"),
+    SeriesId("west", "east", "east.t", 0, "group_lag", group="odd:group|{name}%"),
+])
+@pytest.mark.parametrize("window", list(layout.WINDOWS))
+def test_series_key_round_trip(series, window):
+    key = layout.series_key(series, window)
+    assert layout.parse_series_key(key) == (series, window)
+
+
+def test_series_of_one_topic_share_a_hash_tag():
+    a = layout.series_key(SeriesId("west", "east", "east.t", 0, "record_count"), "10s")
+    b = layout.series_key(SeriesId("west", "east", "east.t", 5, "byte_count", group="g"), "1h")
+    tag = lambda key: key[key.index("{"): key.index("}") + 1]  # noqa: E731
+    assert tag(a) == tag(b) == "{west|east|east.t}"
+
+
+def test_group_ids_cannot_break_the_key_structure():
+    key = layout.series_key(SeriesId("w", "e", "e.t", 0, "group_lag", group="a}b:c|d"), "10s")
+    assert key.count("}") == 1 and key.count("|") == 2
+
+
+def test_unknown_window_and_bad_keys_are_rejected():
+    with pytest.raises(ValueError, match="unknown window '5m'"):
+        layout.series_key(SeriesId("w", "e", "t", 0, "m"), "5m")
+    with pytest.raises(ValueError, match="not a series key"):
+        layout.parse_series_key("srm:ts:nonsense")
+
+
+def test_member_round_trip_keeps_integers_exact():
+    agg = WindowAggregate(1_700_000_010_000, 3, 1234567890123, 1, 1234567890000, 7.5)
+    member = layout.encode_member(agg)
+    assert member == "1700000010000:3:1234567890123:1:1234567890000:7.5"
+    assert layout.decode_member(member) == agg
+    assert layout.decode_member(member.encode()).avg == pytest.approx(1234567890123 / 3)
+
+
+def test_bad_member_is_rejected():
+    with pytest.raises(ValueError, match="not a window member"):
+        layout.decode_member("1:2:3")
+
+
+def test_window_start_aligns_to_window_size():
+    ts = 1_700_000_123_456
+    assert layout.window_start(ts, "10s") == 1_700_000_120_000
+    assert layout.window_start(ts, "1m") == 1_700_000_100_000
+    assert layout.window_start(ts, "1h") == 1_699_999_200_000
+
+
+@pytest.mark.parametrize("span_ms, expected", [
+    (0, "10s"), (2 * 3_600_000, "10s"), (3 * 3_600_000, "1m"), (12 * 3_600_000, "1m"),
+    (3 * 86_400_000, "1h"), (365 * 86_400_000, "1h"),
+])
+def test_auto_window_keeps_points_bounded(span_ms, expected):
+    assert layout.auto_window(0, span_ms) == expected
+
+
+def test_coarser_windows_are_exact_multiples_of_the_finest():
+    sizes = [w.size_ms for w in layout.WINDOWS.values()]
+    assert sizes[0] == layout.FINEST_WINDOW.size_ms
+    assert all(big % small == 0 for small, big in zip(sizes, sizes[1:], strict=False))
+    assert all(w.retention_ms < layout.key_ttl_ms(w.name) for w in layout.WINDOWS.values())
+
+
+def test_upsert_args_carry_every_window():
+    keys, argv = layout.upsert_args(SeriesId("w", "e", "e.t", 0, "record_count"),
+                                    WindowAggregate(10_000, 1, 5, 5, 5, 5))
+    assert [layout.parse_series_key(k)[1] for k in keys] == list(layout.WINDOWS)
+    assert argv[:2] == ["10000", "10000:1:5:5:5:5"] and len(argv) == 2 + 3 * len(layout.WINDOWS)
