@@ -37,6 +37,12 @@ def kafka_jars() -> Path:
     return _resolve(pom, cache_dir() / "jars" / f"kafka-{digest}", {})
 
 
+def kafka_version() -> str:
+    """Version of the resolved Apache Kafka broker, read off its jar name (kafka_2.13-<version>.jar)."""
+    jar = next(kafka_jars().glob("kafka_2.13-*.jar"))
+    return jar.stem.split("-", 1)[1]
+
+
 def spark_connector_jars() -> Path:
     """Folder holding spark-sql-kafka-0-10 for the installed pyspark, minus what pyspark ships."""
     spark_version = metadata.version("pyspark")

@@ -8,10 +8,12 @@ part fails the test with a message naming it; nothing is skipped.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from stack.jars import kafka_jars, kafka_version
 from stack.kafka_cluster import KafkaClusters
 from stack.redis_server import RedisServer
 
@@ -33,6 +35,16 @@ def docker_engine_available() -> bool:
         return False
 
 
+def announce(config: pytest.Config, message: str) -> None:
+    """A line in the test log itself (not captured): CI logs show what really started."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(f"[stack] {message}")
+
+
 @pytest.fixture(scope="session")
 def docker_engine() -> bool:
     available = docker_engine_available()
@@ -42,7 +54,7 @@ def docker_engine() -> bool:
 
 
 @pytest.fixture(scope="session")
-def kafka_clusters(docker_engine: bool) -> Iterator[dict[str, str]]:
+def kafka_clusters(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[dict[str, str]]:
     """Alias -> bootstrap servers of independent single-node KRaft clusters."""
     if docker_engine:
         from testcontainers.community.kafka import KafkaContainer
@@ -52,7 +64,13 @@ def kafka_clusters(docker_engine: bool) -> Iterator[dict[str, str]]:
         for container in containers.values():
             container.stop()
         return
+    began = time.monotonic()
     clusters = KafkaClusters(CLUSTER_ALIASES).start()
+    for alias, cluster in clusters.clusters.items():
+        announce(pytestconfig, f"Apache Kafka {kafka_version()} broker {alias} started from "
+                               f"{kafka_jars()} on {cluster.bootstrap_servers} "
+                               f"in {cluster.started_in_s:.1f} s")
+    announce(pytestconfig, f"{len(clusters.clusters)} clusters up in {time.monotonic() - began:.1f} s")
     try:
         yield {alias: clusters.bootstrap(alias) for alias in CLUSTER_ALIASES}
     finally:
@@ -60,7 +78,7 @@ def kafka_clusters(docker_engine: bool) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(docker_engine: bool) -> Iterator[str]:
+def redis_url(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[str]:
     if docker_engine:
         from testcontainers.community.redis import RedisContainer
 
@@ -70,6 +88,7 @@ def redis_url(docker_engine: bool) -> Iterator[str]:
         container.stop()
         return
     server = RedisServer().start()
+    announce(pytestconfig, f"redis-server started on {server.url}")
     try:
         yield server.url
     finally:
@@ -77,10 +96,13 @@ def redis_url(docker_engine: bool) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(pytestconfig: pytest.Config):
     from aggregator.session import build_session
 
+    began = time.monotonic()
     session = build_session("local[2]", "srm-tests")
+    announce(pytestconfig, f"SparkSession {session.version} (local[2]) started in "
+                           f"{time.monotonic() - began:.1f} s")
     yield session
     for query in session.streams.active:
         query.stop()

@@ -1,0 +1,14 @@
+# One image for srm-driver, srm-aggregator and srm-service (the command picks the part).
+FROM python:3.11.10-slim-bookworm
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/srm
+COPY pyproject.toml README.md ./
+COPY driver driver
+COPY aggregator aggregator
+COPY service service
+COPY stack stack
+RUN pip install --no-cache-dir . \
+ && SRM_CACHE_DIR=/opt/srm/cache python -m stack.jars
+ENV SRM_CACHE_DIR=/opt/srm/cache
