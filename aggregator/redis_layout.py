@@ -14,13 +14,14 @@ name, member encoding, window size and retention (DESIGN.md §5).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 PREFIX = "srm"
 WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
-ALL_TOPICS = "*"  # topic of a replication-level series
+ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; partition WHOLE_TOPIC)
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,45 @@ def batch_key(query_name: str) -> str:
 
 
 INDEX_TTL_MS = WINDOWS["1h"].retention_ms + TTL_SLACK_MS
+
+
+# --- latest values (for status, lag in seconds and dashboards) ------------------------------------
+# Hashes overwritten with the newest report; each field is a JSON object carrying its own `ts`, so a
+# writer can refuse to replace a newer value with an older one (replays, late records).
+LATEST_TTL_MS = 7 * 86_400_000
+
+
+def replication_status_key(target: str, source: str) -> str:
+    """Hash with one field, `replication`: the driver's last replication report (status, error,
+    report ts, period, workers, tasks, last heartbeat ts, topics replicated, enabled) plus what the
+    aggregator derives (recent per-period record counts, oldest first)."""
+    return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:replication"
+
+
+def partition_latest_key(target: str, source: str, topic: str) -> str:
+    """Hash: field `<partition>` -> {ts, records_lag, lag_seconds, source_end_offset, upstream_offset,
+    target_offset} of one remote topic's partitions."""
+    return f"{PREFIX}:latest:{_tag(target, source, topic)}:partitions"
+
+
+def group_latest_key(target: str, source: str, group: str) -> str:
+    """Hash: field `<remote topic>|<partition>` -> {ts, group_lag, lag_seconds, upstream_offset,
+    downstream_offset} of one checkpointed consumer group."""
+    return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:group:{_part(group)}"
+
+
+def encode_latest(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def decode_latest(raw: str | bytes) -> dict:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"not a latest-value record: {raw!r}") from None
+    if not isinstance(value, dict) or "ts" not in value:
+        raise ValueError(f"not a latest-value record: {raw!r}")
+    return value
 
 
 def upsert_args(series: SeriesId, agg: WindowAggregate) -> tuple[list[str], list[str]]:

@@ -78,3 +78,13 @@ def test_upsert_args_carry_every_window():
                                     WindowAggregate(10_000, 1, 5, 5, 5, 5))
     assert [layout.parse_series_key(k)[1] for k in keys] == list(layout.WINDOWS)
     assert argv[:2] == ["10000", "10000:1:5:5:5:5"] and len(argv) == 2 + 3 * len(layout.WINDOWS)
+
+
+def test_latest_keys_and_values():
+    assert layout.replication_status_key("w", "e").endswith(":replication")
+    assert "{w|e|e.t}" in layout.partition_latest_key("w", "e", "e.t")
+    assert "a%7Cb" in layout.group_latest_key("w", "e", "a|b")
+    value = {"ts": 5, "records_lag": 3, "lag_seconds": None}
+    assert layout.decode_latest(layout.encode_latest(value)) == value
+    with pytest.raises(ValueError, match="not a latest-value record"):
+        layout.decode_latest(b'{"no": "ts"}')
