@@ -12,3 +12,5 @@ COPY stack stack
 RUN pip install --no-cache-dir . \
  && SRM_CACHE_DIR=/opt/srm/cache python -m stack.jars
 ENV SRM_CACHE_DIR=/opt/srm/cache
+# srm-service (a site's service or the gateway) listens here; Grafana reaches it under /grafana.
+EXPOSE 6670

@@ -1,8 +1,14 @@
 """`srm-aggregator --config srm.properties`: one rollup query per service target cluster.
 
-Runs under `python -m aggregator`, the console script, or `spark-submit aggregator/__main__.py` (the
-master then comes from spark-submit). A query that fails is restarted alone from its checkpoint, so
-one broken cluster does not stop the rollups of the others.
+Runs under `python -m aggregator`, the console script, or
+`spark-submit --jars <spark-sql-kafka jars> aggregator/__main__.py --config …` (the master then comes
+from spark-submit unless --master is given). A query that fails is restarted alone from its
+checkpoint, so one broken cluster does not stop the rollups of the others.
+
+Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.master`,
+`aggregator.trigger.interval.ms`, `aggregator.watermark.delay.seconds`,
+`aggregator.max.offsets.per.trigger`, `aggregator.metrics.topics.pattern` (Java regex of the raw
+metrics topics to read; default all), `redis.url`.
 """
 
 from __future__ import annotations
@@ -11,20 +17,28 @@ import argparse
 import logging
 import signal
 import sys
+import tempfile
 import threading
-import time
+from pathlib import Path
 
-from aggregator.query import RollupQuerySpec, start_rollup_query
+from aggregator.query import RollupQuerySpec
+from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
 from driver.config import ConfigError, SrmConfig, load_config
 
 LOG = logging.getLogger("aggregator")
-
-RESTART_BACKOFF_S = 5.0
 
 
 def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
     checkpoint_dir = config.get("aggregator.checkpoint.dir", default=".srm-checkpoints") or ""
     redis_url = config.get("redis.url", default="redis://127.0.0.1:6379/0") or ""
+    trigger_ms = config.get_int("aggregator.trigger.interval.ms", default=2000)
+    watermark_s = config.get_int("aggregator.watermark.delay.seconds", default=30)
+    max_offsets = config.get_int("aggregator.max.offsets.per.trigger", default=0)
+    for key, value in (("aggregator.trigger.interval.ms", trigger_ms),
+                       ("aggregator.watermark.delay.seconds", watermark_s),
+                       ("aggregator.max.offsets.per.trigger", max_offsets)):
+        if value is None or value < 0:
+            raise config.config_error(key, f"must be a non-negative integer, got {value}")
     specs = []
     for target in config.service_target_clusters:
         client = config.kafka_client_config(target, role="consumer")
@@ -32,45 +46,68 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
         specs.append(RollupQuerySpec(
             target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
             checkpoint_dir=checkpoint_dir, kafka_options=client,
-            trigger_interval=f"{config.get_int('aggregator.trigger.interval.ms', default=2000)} milliseconds",
-            watermark_delay=f"{config.get_int('aggregator.watermark.delay.seconds', default=30)} seconds",
+            trigger_interval=f"{trigger_ms} milliseconds", watermark_delay=f"{watermark_s} seconds",
+            max_offsets_per_trigger=max_offsets or None,
+            topics_pattern=config.get("aggregator.metrics.topics.pattern"),
         ))
     return specs
 
 
-def run(config: SrmConfig, master: str | None) -> None:
+def spark_master(config: SrmConfig, cli_master: str | None) -> str | None:
+    from aggregator.session import launched_by_spark_submit
+
+    if cli_master:
+        return cli_master
+    configured = config.get("aggregator.spark.master")
+    if configured:
+        return configured
+    return None if launched_by_spark_submit() else "local[2]"
+
+
+def run(specs: list[RollupQuerySpec], master: str | None) -> None:
     from aggregator.session import build_session
 
-    spark = build_session(master or config.get("aggregator.spark.master", default="local[2]") or "local[2]")
-    specs = {spec.query_name: spec for spec in query_specs(config)}
-    queries = {name: start_rollup_query(spark, spec) for name, spec in specs.items()}
+    with tempfile.TemporaryDirectory(prefix="srm-aggregator-") as scratch:
+        targets = [spec.target for spec in specs]
+        pools = write_fair_scheduler_file(targets, Path(scratch) / "fairscheduler.xml")
+        # Spark reads the allocation file once, when the session starts.
+        spark = build_session(master, extra={ALLOCATION_FILE_CONF: str(pools)})
+    supervise(spark, specs)
+
+
+def supervise(spark, specs: list[RollupQuerySpec]) -> None:
+    from aggregator.supervisor import QuerySupervisor
+
+    supervisor = QuerySupervisor(spark, specs).start_all()
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     while not stopping.is_set():
-        for name, query in list(queries.items()):
-            if not query.isActive:
-                LOG.error("query %s stopped: %s; restarting from its checkpoint", name, query.exception())
-                time.sleep(RESTART_BACKOFF_S)
-                queries[name] = start_rollup_query(spark, specs[name])
+        supervisor.check()
         stopping.wait(1.0)
-    for query in queries.values():
-        query.stop()
+    supervisor.stop_all()
     spark.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="srm-aggregator", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="SRM properties file")
-    parser.add_argument("--master", help="Spark master (default: aggregator.spark.master or local[2])")
+    parser.add_argument("--master", help="Spark master (default: aggregator.spark.master, the "
+                                         "spark-submit master, or local[2])")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        specs = query_specs(config)
+        master = spark_master(config, args.master)
     except ConfigError as exc:
         print(f"srm-aggregator: {exc}", file=sys.stderr)
         return 2
-    run(config, args.master)
+    if not specs:
+        print(f"srm-aggregator: {args.config}: no target clusters (set service.target.clusters)",
+              file=sys.stderr)
+        return 2
+    run(specs, master)
     return 0
 
 

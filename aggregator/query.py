@@ -25,6 +25,8 @@ class RollupQuerySpec:
     trigger_interval: str = "2 seconds"
     watermark_delay: str = "30 seconds"
     max_offsets_per_trigger: int | None = None
+    # Java regex of the raw-metrics topics to read; None: every `srm-metrics.<source>.internal`.
+    topics_pattern: str | None = None
 
     @property
     def query_name(self) -> str:
@@ -35,7 +37,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", spec.bootstrap_servers)
-        .option("subscribePattern", metrics_topic_pattern())
+        .option("subscribePattern", spec.topics_pattern or metrics_topic_pattern())
         # Only consulted for a new checkpoint: metrics written before the first start are not lost.
         .option("startingOffsets", "earliest")
         # Raw metrics topics are short-lived monitoring data; retention must not kill the query.
@@ -46,7 +48,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         reader = reader.option(f"kafka.{key}", value)
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
-    windows = rollups(samples(parse(reader.load())), spec.watermark_delay)
+    windows = rollups(samples(parse(reader.load(), spec.target), spec.target), spec.watermark_delay)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     query = (

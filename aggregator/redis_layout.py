@@ -17,11 +17,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 PREFIX = "srm"
 WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
 ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; partition WHOLE_TOPIC)
+# Counters rolled up per replication too (topic ALL_TOPICS, partition WHOLE_TOPIC). A cluster's total
+# is the sum of these over the sources in sources_key(target): readers add them up, nothing stores it.
+REPLICATION_LEVEL_METRICS = ("record_count", "byte_count")
+# Raw records that do not parse, per raw-metrics topic partition: a series under the source named by
+# the topic (topic ALL_TOPICS, partition = the Kafka partition), count = records, min/max/last = their
+# Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key().
+INVALID_RECORDS_METRIC = "invalid_records"
+# Internal to the aggregator: the rollup rows that carry a subject's newest record (never stored as a
+# series).
+LATEST_METRIC = "_latest"
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class WindowAggregate:
         return self.sum / self.count if self.count else 0.0
 
 
+@lru_cache(maxsize=65_536)  # the sink encodes the same few names for every window of a batch
 def _part(text: str) -> str:
     # Group ids may hold any character; escaping keeps ':', '|', '{' and '}' as separators only.
     return quote(text, safe="._-*")
@@ -161,7 +173,10 @@ def groups_key(target: str, source: str) -> str:
 
 
 def batch_key(query_name: str) -> str:
-    """Last Spark batch id committed by a query, written in the same MULTI as the batch."""
+    """Last Spark batch id committed by a query, written in the same MULTI as the batch.
+
+    The streaming sink passes `<query name>:<Spark query id>`: batch ids restart at 0 with a new
+    checkpoint, and the query id (kept in the checkpoint) changes with it."""
     return f"{PREFIX}:batch:{_part(query_name)}"
 
 
@@ -174,23 +189,55 @@ INDEX_TTL_MS = WINDOWS["1h"].retention_ms + TTL_SLACK_MS
 LATEST_TTL_MS = 7 * 86_400_000
 
 
+# How many metrics periods `recent_record_counts` covers.
+RECENT_PERIODS = 10
+
+
 def replication_status_key(target: str, source: str) -> str:
     """Hash with one field, `replication`: the driver's last replication report (status, error,
     report ts, period, workers, tasks, last heartbeat ts, topics replicated, enabled) plus what the
-    aggregator derives (recent per-period record counts, oldest first)."""
+    aggregator derives (recent per-period record counts, oldest first).
+
+    JSON fields: `ts` (report, epoch ms), `period_ms`, `status`, `error` (str or null), `workers`,
+    `tasks`, `last_heartbeat_ts` (epoch ms or null), `topics_replicated`, `enabled` (bool) and
+    `recent_record_counts` (list of ints, RECENT_PERIODS at most, the last one the period ending at
+    `ts`). A period is (ts - (k+1)*period_ms, ts - k*period_ms]; it gets the replication-level
+    record_count 10 s windows whose start lies in it, so with periods shorter than 10 s a window's
+    records land in one period and its neighbour shows 0."""
     return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:replication"
 
 
 def partition_latest_key(target: str, source: str, topic: str) -> str:
     """Hash: field `<partition>` -> {ts, records_lag, lag_seconds, source_end_offset, upstream_offset,
-    target_offset} of one remote topic's partitions."""
+    target_offset} of one remote topic's partitions.
+
+    `lag_seconds` (float or null) is kafka-lag-exporter's interpolation at the report's `ts`: when the
+    source end offset passed the next offset to replicate (source_end_offset - records_lag). The
+    offset history is the partition's source_end_offset 10 s windows (point = window `last` at the
+    window's middle; the report itself is the newest point): null with fewer than two points, 0 when
+    caught up."""
     return f"{PREFIX}:latest:{_tag(target, source, topic)}:partitions"
 
 
 def group_latest_key(target: str, source: str, group: str) -> str:
     """Hash: field `<remote topic>|<partition>` -> {ts, group_lag, lag_seconds, upstream_offset,
-    downstream_offset} of one checkpointed consumer group."""
+    downstream_offset} of one checkpointed consumer group.
+
+    The group consumes the upstream topic, so `lag_seconds` asks the upstream end-offset history (the
+    remote topic-partition's source_end_offset windows, as for partitions) when it passed the group's
+    committed upstream offset. The downstream history would add the replication's own delay to the
+    group's, and a translated downstream offset only moves at checkpoints."""
     return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:group:{_part(group)}"
+
+
+def group_latest_field(topic: str, partition: int) -> str:
+    return f"{topic}|{partition}"
+
+
+def invalid_records_key(target: str, source: str) -> str:
+    """Running total of raw records that did not parse, read from `srm-metrics.<source>.internal` in
+    `target` (an integer string; same hash tag as the source's replication-level series)."""
+    return f"{PREFIX}:invalid:{_tag(target, source, ALL_TOPICS)}:total"
 
 
 def encode_latest(value: dict) -> str:
@@ -214,6 +261,41 @@ def upsert_args(series: SeriesId, agg: WindowAggregate) -> tuple[list[str], list
     for window in WINDOWS.values():
         argv += [str(window.size_ms), str(window.retention_ms), str(key_ttl_ms(window.name))]
     return keys, argv
+
+
+def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of UPSERT_LATEST_LUA; `value` must carry an integer `ts`."""
+    return [key], [field, encode_latest(value), str(int(value["ts"])), str(LATEST_TTL_MS)]
+
+
+# Replaces a latest-value field only when the stored one is not newer: a replayed or late record
+# cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through.
+UPSERT_LATEST_LUA = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then
+  local ok, stored = pcall(cjson.decode, current)
+  if ok and type(stored) == 'table' and tonumber(stored.ts) and tonumber(stored.ts) > tonumber(ARGV[3]) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+# Adds to a running total the change of one finest window's count (KEYS[1] = the window's series key,
+# KEYS[2] = the total). Run before the window's upsert in the same MULTI: a replayed window changes the
+# total by 0, a window that grew adds only what is new.
+COUNT_DELTA_LUA = """
+local old = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])) do
+  old = tonumber(string.match(m, '^[^:]+:([^:]+):'))
+end
+local delta = tonumber(ARGV[2]) - old
+if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return delta
+"""
 
 
 # Writes one finest window with absolute values, then recomputes each coarser window that contains it

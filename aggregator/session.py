@@ -10,15 +10,23 @@ from pyspark.sql import SparkSession
 from stack.jars import spark_jar_list
 
 
-def build_session(master: str = "local[2]", app_name: str = "srm-aggregator",
+def launched_by_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands the Python driver its gateway through these.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(master: str | None = "local[2]", app_name: str = "srm-aggregator",
                   extra: dict[str, str] | None = None) -> SparkSession:
+    """`master=None` keeps the master spark-submit was given."""
     # Spark's launcher reads these from the environment; set before the JVM starts.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.master(master).appName(app_name)
         # Local paths: no Ivy resolution at start-up, works with no network.
-        .config("spark.jars", ",".join(spark_jar_list()))
+        builder.config("spark.jars", ",".join(spark_jar_list()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -1,4 +1,10 @@
-"""`srm-driver --config srm.properties`: runs every replication whose target this driver serves."""
+"""`srm-driver --config srm.properties`: runs every replication whose target this driver serves.
+
+Per replication (SRM convention, ``SrmConfig.replications()``): enabled -> data, checkpoints and
+heartbeats; disabled -> heartbeats only; disabled with ``emit.heartbeats.enabled = false`` -> nothing.
+Every target cluster with an enabled replication gets one ``ControlLists`` reader, shared by the
+replications into it, so srm-control edits apply without a restart.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,75 @@ import logging
 import signal
 import sys
 import threading
+import time
+from dataclasses import dataclass, field
 
-from driver.config import ConfigError, load_config
+from driver.checkpoint_task import CheckpointWorker
+from driver.config import ConfigError, SrmConfig, load_config
+from driver.control import ControlLists
+from driver.heartbeat_task import HeartbeatTask
 from driver.replication import ReplicationWorker
 
 LOG = logging.getLogger("driver")
+
+CONTROL_LOAD_TIMEOUT_S = 30.0
+JOIN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class DriverTasks:
+    """Everything one driver process runs, in start order (stopped in the reverse order)."""
+
+    control: dict[str, ControlLists] = field(default_factory=dict)
+    heartbeats: list[HeartbeatTask] = field(default_factory=list)
+    workers: list[threading.Thread] = field(default_factory=list)
+
+    def start(self, stopping: threading.Event) -> None:
+        for lists in self.control.values():
+            lists.start()
+        for task in self.heartbeats:
+            task.start()
+        # Replicating before the lists are read could copy a topic an operator has denied.
+        deadline = time.monotonic() + CONTROL_LOAD_TIMEOUT_S
+        for alias, lists in self.control.items():
+            while not lists.wait_until_loaded(0.5) and not stopping.is_set():
+                if time.monotonic() > deadline:
+                    LOG.warning("srm-control lists of %s not read within %.0f s; starting without them, "
+                                "they apply once read", alias, CONTROL_LOAD_TIMEOUT_S)
+                    break
+        if stopping.is_set():
+            return
+        for worker in self.workers:
+            worker.start()
+
+    def stop(self) -> None:
+        """Joins the threads (``stopping`` is already set); workers first, they read the lists."""
+        for thread in [*reversed(self.workers), *reversed(self.heartbeats)]:
+            if thread.is_alive():
+                thread.join(JOIN_TIMEOUT_S)
+                if thread.is_alive():
+                    LOG.warning("%s did not stop within %.0f s", thread.name, JOIN_TIMEOUT_S)
+        for lists in reversed(self.control.values()):
+            lists.stop()
+
+
+def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
+    """The tasks of every replication into this driver's targets; ConfigError for bad settings."""
+    tasks = DriverTasks()
+    replications = config.replications()
+    for target in dict.fromkeys(r.target for r in replications if r.enabled):
+        tasks.control[target] = ControlLists(config, target)
+    for replication in replications:
+        if replication.emit_heartbeats:
+            tasks.heartbeats.append(HeartbeatTask(config, replication, stopping))
+        if replication.enabled:
+            control = tasks.control[replication.target]
+            tasks.workers.append(ReplicationWorker(config, replication, stopping, control=control))
+            tasks.workers.append(CheckpointWorker(config, replication, stopping, control=control))
+    LOG.info("driver for %s: %d replication(s) enabled, %d emitting heartbeats only",
+             ", ".join(config.driver_target_clusters) or "no target", len(tasks.workers),
+             sum(1 for r in replications if r.emit_heartbeats and not r.enabled))
+    return tasks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,22 +89,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="SRM properties file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stopping = threading.Event()
     try:
         config = load_config(args.config)
+        tasks = build_tasks(config, stopping)
     except ConfigError as exc:
         print(f"srm-driver: {exc}", file=sys.stderr)
         return 2
-    stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    workers = [ReplicationWorker(config, r, stopping) for r in config.replications() if r.enabled]
-    if not workers:
-        LOG.warning("no enabled replication targets %s", ", ".join(config.driver_target_clusters))
-    for worker in workers:
-        worker.start()
-    stopping.wait()
-    for worker in workers:
-        worker.join(60)
+    if not tasks.heartbeats and not tasks.workers:
+        LOG.warning("nothing to run: no replication into %s is enabled or emits heartbeats",
+                    ", ".join(config.driver_target_clusters))
+    tasks.start(stopping)
+    while not stopping.wait(1.0):
+        pass
+    LOG.info("stopping")
+    tasks.stop()
+    LOG.info("stopped")
     return 0
 
 

@@ -1,155 +1,294 @@
 """One replication `source -> target`: copies the eligible topics and reports raw metrics.
 
 Records are copied as bytes (key, value, headers, timestamp, same partition) to the remote topic the
-ReplicationPolicy names. Source offsets are committed only up to records the target acknowledged, so
-a restart resumes without loss (at-least-once).
+ReplicationPolicy names. Where each source partition stands lives in `mm2-offsets.<source>.internal`
+on the target, in MM2's Connect offset format (`driver.progress_store`), so a restart, a takeover by
+another driver process or MM2 itself resumes from the last replicated record.
+
+Worker coordination: MM2 dedicated mode coordinates its workers in a Connect group on the target and
+assigns partitions to tasks itself; we let Kafka do it. Every driver process serving a replication
+joins the consumer group `srm-driver.<source>-<target>` on the SOURCE cluster (the consumer must
+live there) with cooperative-sticky assignment, so the source partitions are shared among the live
+processes and a dead one's partitions move to the others, who resume from the progress topic. The
+group only coordinates: progress is never committed to it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
 
-from confluent_kafka import OFFSET_INVALID, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
 
 from driver import kafka_clients
 from driver.config import Replication, SrmConfig
-from driver.kafka_clients import TopicSpec
-from driver.metrics_reporter import PartitionStats, ReplicationStats
-from driver.policy import metrics_topic
-from driver.topic_filter import should_replicate_topic, topic_filter_for
+from driver.kafka_clients import ClusterUnavailable, TopicSpec
+from driver.metrics_reporter import ReplicationStats
+from driver.offset_sync_emitter import OffsetSyncEmitter
+from driver.policy import metrics_topic, progress_topic
+from driver.progress_store import (
+    PROGRESS_TOPIC_CONFIGS,
+    PROGRESS_TOPIC_PARTITIONS,
+    ProgressReader,
+    resume_offset,
+)
+from driver.target_writer import TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow, TransactionalWriter
+from driver.topic_sync import TopicSync
 from driver.wire import raw_metrics
 
 LOG = logging.getLogger(__name__)
 
-POLL_BATCH = 500
-COMMIT_INTERVAL_S = 1.0
-METRICS_TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
+POLL_BATCH: Final = 2000
+POLL_TIMEOUT_S: Final = 0.1
+RESTART_BACKOFF_S: Final = 10.0
+PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
+METRICS_TOPIC_CONFIGS: Final = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
+# librdkafka's consumer notices new partitions of subscribed topics on its metadata refresh.
+MAX_METADATA_REFRESH_MS: Final = 300_000
 
 
-@dataclass(frozen=True)
-class _Polled:
-    """What a delivery report needs to know about the source record it acknowledges."""
+class ControlLists(Protocol):
+    """The live srm-control allow/deny lists (driver.control.ControlLists satisfies it)."""
 
-    stats: PartitionStats
-    topic: str
-    partition: int
-    offset: int
-    record_ts: int
-    polled_ms: float
-    size: int
+    def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
+
+    def group_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
+
+    def version(self) -> int: ...
+
+
+def group_id(source: str, target: str) -> str:
+    return f"srm-driver.{source}-{target}"
 
 
 class ReplicationWorker(threading.Thread):
-    def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event) -> None:
+    def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
+                 control: ControlLists | None = None) -> None:
         super().__init__(name=f"replication-{replication.source}->{replication.target}", daemon=True)
-        self.config, self.replication, self.stopping = config, replication, stopping
+        self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
         self.policy = config.replication_policy(source, target)
-        self.topic_filter = topic_filter_for(config, source, target)
         self.refresh_s = config.get_float("refresh.topics.interval.seconds", source, target, default=600.0)
         self.metrics_period_s = config.get_float("metrics.period", source, target, default=30.0)
+        self.exactly_once = bool(config.get_bool("exactly.once", source, target, default=False))
+        self.emit_offset_syncs = bool(config.get_bool("emit.offset-syncs.enabled", source, target, True))
         self.stats = ReplicationStats(source, target)
-        self._committable: dict[tuple[str, int], int] = {}
         self._topics: dict[str, int] = {}
+        self.refreshes = 0  # completed topic refreshes, for observers waiting on one
+        self._control_version: int | None = None
+
+    @property
+    def topics(self) -> dict[str, int]:
+        """Source topic -> partition count of what this replication copies now."""
+        return dict(self._topics)
 
     def run(self) -> None:
         source, target = self.replication.source, self.replication.target
-        try:
-            self._run(source, target)
-        except Exception as exc:  # reported as FAILED in the metrics, then the thread ends
-            LOG.exception("replication %s->%s failed", source, target)
-            self.stats.status, self.stats.error = "FAILED", f"{type(exc).__name__}: {exc}"
-            self._publish_metrics()
+        while not self.stopping.is_set():
+            try:
+                self._run(source, target)
+                return
+            except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
+                LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
+                              RESTART_BACKOFF_S)
+                self.stats.status, self.stats.error = "FAILED", f"{type(exc).__name__}: {exc}"
+                self._publish_failure()
+                self.stopping.wait(RESTART_BACKOFF_S)
 
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
         self.target_admin = kafka_clients.admin(self.config, target)
         self.producer = kafka_clients.producer(self.config, target, source=source, target=target)
+        self.topic_sync = TopicSync(self.config, source, target, self.source_admin, self.target_admin,
+                                    self.policy)
         kafka_clients.ensure_topics(self.target_admin, target, [
-            TopicSpec(metrics_topic(source), 1, METRICS_TOPIC_CONFIGS)])
-        self.consumer = kafka_clients.consumer(
-            self.config, source, f"srm-driver.{source}-{target}", source=source, target=target,
-            overrides={"partition.assignment.strategy": "cooperative-sticky"})
-        next_refresh = next_commit = 0.0
-        next_report = time.monotonic() + self.metrics_period_s
+            TopicSpec(metrics_topic(source), 1, METRICS_TOPIC_CONFIGS),
+            TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
+        self.progress = ProgressReader(self._progress_consumer(), self.target_admin, progress_topic(source),
+                                       source)
+        emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
+                                                     self.policy.offset_syncs_topic(target))
+                   if self.emit_offset_syncs else None)
+        self.writer = self._writer(emitter)
+        self.consumer = self._source_consumer()
         try:
-            while not self.stopping.is_set():
-                now = time.monotonic()
-                if now >= next_refresh:
-                    self._refresh_topics()
-                    next_refresh = now + self.refresh_s
-                if self._topics:
-                    self._copy(self.consumer.consume(POLL_BATCH, timeout=0.2))
-                else:  # nothing to replicate yet: wait for the next refresh without spinning
-                    self.stopping.wait(min(1.0, max(0.0, next_refresh - now)))
-                self.producer.poll(0)
-                if now >= next_commit:
-                    self._commit()
-                    next_commit = now + COMMIT_INTERVAL_S
-                if now >= next_report:
-                    self._publish_metrics()
-                    next_report = now + self.metrics_period_s
+            self._loop()
         finally:
-            self.producer.flush(30)
-            self._commit()
+            self._shutdown(emitter)
+
+    def _loop(self) -> None:
+        next_refresh, next_report = 0.0, time.monotonic() + self.metrics_period_s
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if now >= next_refresh or self._control_changed():
+                self._refresh_topics()
+                next_refresh = now + self.refresh_s
+            if self._topics:
+                self.writer.write(self._poll())
+            else:  # nothing to replicate yet: wait for the next refresh without spinning
+                self.stopping.wait(min(1.0, max(0.0, next_refresh - now)))
+            self.writer.tick(time.monotonic())
+            if now >= next_report:
+                self._publish_metrics()
+                next_report = now + self.metrics_period_s
+
+    def _poll(self) -> list[Message]:
+        # librdkafka's batch consume waits for a full batch or the timeout: take what is already
+        # fetched at once, and when nothing is, wait for the first record only (latency).
+        messages = self.consumer.consume(POLL_BATCH, timeout=0)
+        return messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
+
+    def _shutdown(self, emitter: OffsetSyncEmitter | None) -> None:
+        try:
+            keys = list(self.writer.flows)
+            self.writer.release(keys)
+            self._produce_metrics(self.stats.retire(set(keys)))
+        finally:
             self.consumer.close()
+            self.progress.close()
+            if emitter is not None:
+                emitter.close()
+            self.producer.flush(30)
+
+    def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
+        source, target = self.replication.source, self.replication.target
+        if not self.exactly_once:
+            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter)
+            # One bound callback for every record: no closure per record on the hot path.
+            self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
+                                                   overrides={"on_delivery": writer.delivered})
+            writer.producer = self.producer
+            return writer
+        return TransactionalWriter(self._transactional_producer, source, progress_topic(source),
+                                   f"{group_id(source, target)}", emitter)
+
+    def _transactional_producer(self, transactional_id: str, delivered: Callable[..., None]) -> Producer:
+        source, target = self.replication.source, self.replication.target
+        return kafka_clients.producer(self.config, target, source=source, target=target, overrides={
+            "transactional.id": transactional_id, "on_delivery": delivered,
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000)})
+
+    def _progress_consumer(self) -> Consumer:
+        source, target = self.replication.source, self.replication.target
+        return kafka_clients.consumer(self.config, target, f"{group_id(source, target)}.progress-reader",
+                                      source=source, target=target, overrides={
+                                          "enable.partition.eof": True, "isolation.level": "read_committed"})
+
+    def _source_consumer(self) -> Consumer:
+        source, target = self.replication.source, self.replication.target
+        refresh_ms = int(min(MAX_METADATA_REFRESH_MS, max(1000.0, (self.refresh_s or 600.0) * 1000)))
+        return kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
+                                      target=target, overrides={
+                                          "partition.assignment.strategy": "cooperative-sticky",
+                                          "topic.metadata.refresh.interval.ms": refresh_ms,
+                                          "fetch.wait.max.ms": 100})
+
+    def _control_changed(self) -> bool:
+        if self.control is None:
+            return False
+        version = self.control.version()
+        changed = self._control_version is not None and version != self._control_version
+        self._control_version = version
+        return changed
 
     def _refresh_topics(self) -> None:
         source, target = self.replication.source, self.replication.target
-        counts = kafka_clients.partition_counts(self.source_admin, source)
-        eligible = {t: n for t, n in counts.items()
-                    if should_replicate_topic(t, self.topic_filter, self.policy, target)}
-        remote = [TopicSpec(self.policy.format_remote_topic(source, t), n) for t, n in eligible.items()]
-        kafka_clients.ensure_topics(self.target_admin, target, remote)
+        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
+                       else (frozenset(), frozenset()))
+        eligible = self.topic_sync.refresh(allow, deny)
         if eligible != self._topics:
-            LOG.info("%s->%s replicates %d topics: %s", source, target, len(eligible), sorted(eligible))
-            self._topics = eligible
-            self.stats.topics_replicated = len(eligible)
-            if eligible:
-                self.consumer.subscribe(sorted(eligible))
+            self._subscribe(eligible)
+        self.refreshes += 1
 
-    def _copy(self, messages: list[Message]) -> None:
-        source = self.replication.source
-        for message in messages:
-            if message.error() is not None:
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    LOG.warning("consume error on %s: %s", source, message.error())
-                continue
-            topic, partition = message.topic(), message.partition()
-            remote = self.policy.format_remote_topic(source, topic)
-            stats = self.stats.partition(topic, partition, remote)
-            _, end = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            if end is not None and end >= 0:
-                stats.source_end_offset = end
-            record_ts = message.timestamp()[1]
-            polled = _Polled(stats, topic, partition, message.offset(), record_ts, time.time() * 1000,
-                             len(message.key() or b"") + len(message.value() or b""))
-            self.producer.produce(remote, value=message.value(), key=message.key(), partition=partition,
-                                  timestamp=record_ts, headers=message.headers(),
-                                  on_delivery=functools.partial(self._delivered, polled))
+    def _subscribe(self, eligible: dict[str, int]) -> None:
+        source, target = self.replication.source, self.replication.target
+        LOG.info("%s->%s replicates %d topics: %s", source, target, len(eligible), sorted(eligible))
+        self._topics = eligible
+        self.stats.topics_replicated = len(eligible)
+        if eligible:
+            self.consumer.subscribe(sorted(eligible), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                    on_lost=self._on_lost)
+        else:
+            self.consumer.unsubscribe()
 
-    def _delivered(self, polled: _Polled, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            raise RuntimeError(f"delivery to {msg.topic()}[{msg.partition()}] failed: {err}")
-        now_ms = time.time() * 1000
-        polled.stats.replicated(polled.offset, msg.offset(), polled.size, now_ms - polled.record_ts,
-                                polled.polled_ms - polled.record_ts)
-        self._committable[(polled.topic, polled.partition)] = polled.offset + 1
-
-    def _commit(self) -> None:
-        if not self._committable:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            consumer.incremental_assign([])
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in self._committable.items() if o != OFFSET_INVALID]
-        self._committable = {}
-        self.consumer.commit(offsets=offsets, asynchronous=False)
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
+                  .items() if t in {k[0] for k in keys}}
+        self.topic_sync.ensure_remote(counts)  # new source partitions may reach us before our refresh
+        if isinstance(self.writer, TransactionalWriter):
+            self.writer.fence(keys)  # before reading progress: aborts what a zombie left open
+        self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
+        flows, positions = [], []
+        for topic, partition in keys:
+            last = self.progress.last_replicated(topic, partition)
+            start = resume_offset(last)
+            positions.append(TopicPartition(topic, partition, OFFSET_INVALID if start is None else start))
+            flows.append(self._flow(topic, partition, -1 if start is None else start - 1))
+        self.writer.add(flows)
+        LOG.info("%s->%s assigned %s", self.replication.source, self.replication.target,
+                 ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in positions))
+        consumer.incremental_assign(positions)
+
+    def _flow(self, topic: str, partition: int, last_replicated: int) -> PartitionFlow:
+        remote = self.policy.format_remote_topic(self.replication.source, topic)
+        stats = self.stats.partition(topic, partition, remote)
+        if last_replicated >= 0:
+            stats.upstream_offset = last_replicated
+        return PartitionFlow(topic, partition, remote, stats, acked=last_replicated,
+                             persisted=last_replicated, produced=last_replicated)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release(consumer, partitions, lost=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release(consumer, partitions, lost=True)
+
+    def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self.writer.release(keys, lost=lost)
+        self._produce_metrics(self.stats.retire(set(keys)))
+        LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
+                 "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
+        consumer.incremental_unassign(partitions)
 
     def _publish_metrics(self) -> None:
+        self._update_levels()
+        self.stats.status = "RUNNING" if self.writer.flows else "UNASSIGNED"
+        self.stats.error = None
+        self._produce_metrics(self.stats.drain())
+
+    def _update_levels(self) -> None:
+        for flow in list(self.writer.flows.values()):
+            _, end = self.consumer.get_watermark_offsets(TopicPartition(flow.topic, flow.partition),
+                                                         cached=True)
+            if end is not None and end >= 0:
+                flow.stats.source_end_offset = end
+        try:
+            membership = kafka_clients.group_membership(
+                self.source_admin, self.replication.source,
+                group_id(self.replication.source, self.replication.target))
+            self.stats.workers = max(1, membership.members)
+            self.stats.tasks = membership.members_with_partitions
+        except ClusterUnavailable as exc:
+            LOG.warning("cannot count the workers of %s: %s", self.replication.name, exc)
+
+    def _publish_failure(self) -> None:
+        try:
+            self._produce_metrics(self.stats.drain())
+            self.producer.flush(10)
+        except Exception as exc:  # the target itself may be what failed
+            LOG.warning("cannot publish the FAILED status of %s: %s", self.replication.name, exc)
+
+    def _produce_metrics(self, records: Sequence[raw_metrics.RawMetrics]) -> None:
         topic = metrics_topic(self.replication.source)
-        for record in self.stats.drain():
+        for record in records:
             key, value = raw_metrics.encode(record)
             self.producer.produce(topic, value=value, key=key)
         self.producer.poll(0)

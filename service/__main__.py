@@ -11,12 +11,35 @@ from gunicorn.app.base import BaseApplication
 
 from driver.config import ConfigError, SrmConfig, load_config
 from service.app import create_app
+from service.discovery.directory import install_discovery
 
 DEFAULT_PORT = 6670  # SRM Service's default REST port
 
 
 def app_settings(config: SrmConfig) -> dict[str, Any]:
-    return {"REDIS_URL": config.get("redis.url", default="redis://127.0.0.1:6379/0")}
+    """Flask settings from the properties file; the auth secrets go to the app, never to a log."""
+    host = config.get("service.host", default="127.0.0.1")
+    return {
+        "REDIS_URL": config.get("redis.url", default="redis://127.0.0.1:6379/0"),
+        "AUTH_USERNAME": config.get("service.auth.basic.username", default=None),
+        "AUTH_PASSWORD": config.get("service.auth.basic.password", default=None),
+        "AUTH_TOKEN": config.get("service.auth.token", default=None),
+        "SERVICE_PROTOCOL": config.get("service.advertised.protocol", default="http"),
+        "SERVICE_HOST": config.get("service.advertised.host", default=host),
+        "SERVICE_PORT": config.get_int("service.advertised.port",
+                                       default=config.get_int("service.port", default=DEFAULT_PORT)),
+        "SERVICE_ROOT_PATH": config.get("service.advertised.root.path", default="/"),
+        "SERVICE_TARGET_CLUSTERS": tuple(config.get_list("service.target.clusters", default=[])),
+        "SERVICE_SITE": config.get("service.site", default="local"),
+    }
+
+
+def check_auth_settings(settings: dict[str, Any]) -> str | None:
+    """A half-configured Basic auth would silently leave the API open or locked: name the missing key."""
+    if bool(settings["AUTH_USERNAME"]) != bool(settings["AUTH_PASSWORD"]):
+        missing = "password" if settings["AUTH_USERNAME"] else "username"
+        return f"service.auth.basic.{missing} is required when the other Basic auth key is set"
+    return None
 
 
 class ServiceServer(BaseApplication):
@@ -33,7 +56,10 @@ class ServiceServer(BaseApplication):
         self.cfg.set("accesslog", None)
 
     def load(self) -> Any:
-        return create_app(app_settings(self.config_file))
+        # Per worker, after the fork: discovery starts a consumer thread, which must not cross a fork.
+        app = create_app(app_settings(self.config_file))
+        install_discovery(app, self.config_file)
+        return app
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        settings = app_settings(config)
     except ConfigError as exc:
         print(f"srm-service: {exc}", file=sys.stderr)
+        return 2
+    problem = check_auth_settings(settings)
+    if problem:
+        print(f"srm-service: {args.config}: {problem}", file=sys.stderr)
         return 2
     ServiceServer(config).run()
     return 0

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Callable
 from typing import Any
 
-from flask import Flask
+import redis
+import swagger_ui_bundle
+from flask import Flask, Response, jsonify, request
 
-from service import extensions
+from service import auth, extensions
+from service.api.clusters.resources import blp as clusters
+from service.api.groups.resources import blp as groups
+from service.api.ops.resources import blp as operations
+from service.api.ops.resources import prometheus
+from service.api.partitions.resources import blp as partition_metrics
+from service.api.replications.resources import blp as replications
+from service.api.services.resources import blp as services
 from service.api.topics.resources import blp as topic_metrics
+from service.grafana.resources import blp as grafana
+from service.prometheus_exposition import count_request
+from service.service_directory import SERVICES_KEY, LocalServiceDirectory
 
-BLUEPRINTS = (topic_metrics,)
+LOG = logging.getLogger(__name__)
+
+BLUEPRINTS = (clusters, replications, topic_metrics, partition_metrics, groups, services, operations, grafana)
+SWAGGER_ASSETS = "/swagger-ui-assets"
 
 
 class DefaultSettings:
@@ -18,16 +36,88 @@ class DefaultSettings:
     OPENAPI_VERSION = "3.0.3"
     OPENAPI_URL_PREFIX = "/"
     OPENAPI_JSON_PATH = "openapi.json"
+    # Swagger UI from the swagger-ui-bundle package's files: no CDN, works offline.
+    OPENAPI_SWAGGER_UI_PATH = "/swagger-ui"
+    OPENAPI_SWAGGER_UI_URL = SWAGGER_ASSETS + "/"
+    API_SPEC_OPTIONS = {
+        "components": {
+            "securitySchemes": {
+                "basicAuth": {"type": "http", "scheme": "basic"},
+                "bearerAuth": {"type": "http", "scheme": "bearer"},
+            }
+        },
+        # Authentication is optional (properties file): an empty requirement means "none needed".
+        "security": [{}, {"basicAuth": []}, {"bearerAuth": []}],
+    }
     REDIS_URL = "redis://127.0.0.1:6379/0"
+    AUTH_USERNAME: str | None = None
+    AUTH_PASSWORD: str | None = None
+    AUTH_TOKEN: str | None = None
+    SERVICE_PROTOCOL = "http"
+    SERVICE_HOST = "127.0.0.1"
+    SERVICE_PORT = 6670
+    SERVICE_ROOT_PATH = "/"
+    SERVICE_TARGET_CLUSTERS: tuple[str, ...] = ()
+    SERVICE_SITE = "local"
     # Errors answer JSON with the failing parameter named; never an HTML trace.
     PROPAGATE_EXCEPTIONS = False
 
 
+def _redis_unavailable(error: redis.RedisError) -> tuple[Response, int]:
+    LOG.warning("Redis error on %s: %s", request.path, error)
+    return jsonify(
+        code=503,
+        status="Service Unavailable",
+        message=f"the metrics store (Redis) is not available: {type(error).__name__}",
+    ), 503
+
+
+def _count(response: Response) -> Response:
+    count_request(request.url_rule.rule if request.url_rule else None, response.status_code)
+    return response
+
+
+def _local_directory(app: Flask) -> LocalServiceDirectory:
+    c = app.config
+    return LocalServiceDirectory(
+        c["SERVICE_PROTOCOL"],
+        c["SERVICE_HOST"],
+        int(c["SERVICE_PORT"]),
+        c["SERVICE_ROOT_PATH"],
+        tuple(c["SERVICE_TARGET_CLUSTERS"]),
+        c["SERVICE_SITE"],
+    )
+
+
+def collapse_slashes(wsgi_app: Callable) -> Callable:
+    """`//metrics` -> `/metrics`: Grafana joins `<url>/metrics`, so a datasource URL with a trailing slash
+    would otherwise be redirected (or fail) on every call."""
+
+    def app(environ: dict, start_response: Callable) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if "//" in path:
+            environ["PATH_INFO"] = re.sub("/{2,}", "/", path)
+        return wsgi_app(environ, start_response)
+
+    return app
+
+
 def create_app(settings: dict[str, Any] | None = None) -> Flask:
-    app = Flask("srm-service")
+    app = Flask(
+        "srm-service", static_folder=swagger_ui_bundle.swagger_ui_path, static_url_path=SWAGGER_ASSETS
+    )
     app.config.from_object(DefaultSettings)
     app.config.update(settings or {})
     api = extensions.init_app(app)
     for blueprint in BLUEPRINTS:
         api.register_blueprint(blueprint)
+    app.register_blueprint(prometheus)
+    app.register_error_handler(redis.RedisError, _redis_unavailable)
+    app.after_request(_count)
+    app.extensions.setdefault(SERVICES_KEY, _local_directory(app))
+    app.wsgi_app = collapse_slashes(app.wsgi_app)  # type: ignore[method-assign]
+    auth.init_app(
+        app,
+        auth.Credentials(app.config["AUTH_USERNAME"], app.config["AUTH_PASSWORD"], app.config["AUTH_TOKEN"]),
+    )
     return app

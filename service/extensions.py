@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import flask_smorest
 import redis
-from flask import Flask, current_app
+from flask import Flask, current_app, request
 from flask_smorest import Api
 from webargs.flaskparser import FlaskParser
+from werkzeug.exceptions import HTTPException
 
 from service.api.common import Timestamp
 from service.metrics_reader import MetricsReader
@@ -24,11 +25,35 @@ class Blueprint(flask_smorest.Blueprint):
     ARGUMENTS_PARSER = ArgumentsParser()
 
 
+def _invalid_names(errors: dict) -> list[str]:
+    """Parameter names from webargs' {location: {name: [messages]}} errors."""
+    return sorted({name for by_name in errors.values() if isinstance(by_name, dict) for name in by_name})
+
+
+class ServiceApi(Api):
+    """Every error answers JSON with a `message` a person can act on."""
+
+    def handle_http_exception(self, error: HTTPException):  # noqa: ANN201
+        payload, code, headers = super().handle_http_exception(error)
+        if "message" not in payload:
+            if "errors" in payload:
+                payload["message"] = "invalid parameter: " + ", ".join(_invalid_names(payload["errors"]))
+            elif code == 404:
+                payload["message"] = f"no such path: {request.path}"
+            elif code == 405:
+                payload["message"] = f"{request.method} is not allowed on {request.path}"
+            else:
+                payload["message"] = error.description or error.name
+        return payload, code, headers
+
+
 def init_app(app: Flask) -> Api:
-    api = Api(app)
+    api = ServiceApi(app)
     api.register_field(Timestamp, "string", None)
     app.extensions[API_KEY] = api
-    client = redis.Redis.from_url(app.config["REDIS_URL"], socket_timeout=5, health_check_interval=30)
+    client = redis.Redis.from_url(
+        app.config["REDIS_URL"], socket_connect_timeout=2, socket_timeout=5, health_check_interval=30
+    )
     app.extensions[READER_KEY] = MetricsReader(client)
     return api
 

@@ -1,115 +1,345 @@
-"""Reads rollups from Redis through the aggregator's layout: the service's only Redis reader.
+"""Reads rollups and latest values from Redis through the aggregator's layout: the only Redis reader.
 
-Views never touch Redis; they ask this module for typed answers. Summaries over a range follow the
-metric's kind (driver.wire.raw_metrics.MetricKind): counters add up, gauges report their last level,
-latencies report the record-weighted average.
+Views never touch Redis; they ask this module for typed answers. Several keys are always fetched in one
+pipeline (one round trip), so a bulk status over every replication costs a handful of round trips.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from aggregator import redis_layout as layout
-from driver.wire.raw_metrics import METRICS, MetricKind
+from driver.wire.raw_metrics import METRICS
+from service.metric_summary import MetricSeries, merge_subjects, summarize
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "PartitionKey", "Windows"]
+
+Windows = list[layout.WindowAggregate]
+PartitionKey = tuple[str, int]  # (remote topic, partition)
+PARTITION = re.compile(r"[0-9]{1,9}")
 
 
 class NotFound(LookupError):
-    """An unknown cluster, topic or metric; the message names which."""
+    """An unknown cluster, topic, group or metric; the message names which."""
 
 
 @dataclass(frozen=True)
-class Point:
-    ts: int
-    value: float
-    min: float
-    max: float
-    avg: float
-    sum: float
-    count: float
+class Replication:
+    source: str
+    target: str
+    topics: dict[str, str]  # remote topic -> upstream topic
 
 
-@dataclass(frozen=True)
-class MetricSeries:
-    metric: str
-    granularity: str
-    value: float | None
-    min: float | None
-    max: float | None
-    avg: float | None
-    sum: float | None
-    count: float
-    series: list[Point]
+def _string(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
-def point_of(kind: MetricKind, w: layout.WindowAggregate) -> Point:
-    value = {MetricKind.COUNTER: w.sum, MetricKind.GAUGE: w.last, MetricKind.LATENCY: w.avg}[kind]
-    return Point(w.start_ms, value, w.min, w.max, w.avg, w.sum, w.count)
+def _decode_windows(members: Iterable[bytes | str]) -> Windows:
+    windows = []
+    for member in members:
+        try:
+            windows.append(layout.decode_member(member))
+        except ValueError as exc:
+            # One corrupt member must not hide the rest of the series; it is logged, not served.
+            LOG.warning("skipping %s", exc)
+    return windows
 
 
-def summarize(metric: str, granularity: str, windows: list[layout.WindowAggregate]) -> MetricSeries:
-    kind = METRICS[metric].kind
-    points = [point_of(kind, w) for w in windows]
-    if not windows:
-        return MetricSeries(metric, granularity, None, None, None, None, None, 0, [])
-    total = sum(w.sum for w in windows)
-    count = sum(w.count for w in windows)
-    avg = total / count if count else 0.0
-    if kind is MetricKind.COUNTER:
-        values = [p.value for p in points]
-        return MetricSeries(metric, granularity, total, min(values), max(values), total / len(points), total,
-                            count, points)
-    value = windows[-1].last if kind is MetricKind.GAUGE else avg
-    return MetricSeries(metric, granularity, value, min(w.min for w in windows), max(w.max for w in windows),
-                        avg, total, count, points)
+def _decode_latest(raw: bytes | str | None) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        return layout.decode_latest(raw)
+    except ValueError as exc:
+        LOG.warning("skipping %s", exc)
+        return None
 
 
 class MetricsReader:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+    # --- discovery ------------------------------------------------------------------------------
+
     def targets(self) -> list[str]:
-        return sorted(self._strings(self.client.smembers(layout.targets_key())))
+        return sorted(_string(v) for v in self.client.smembers(layout.targets_key()))
 
     def sources(self, target: str) -> list[str]:
-        return sorted(self._strings(self.client.smembers(layout.sources_key(target))))
+        return sorted(_string(v) for v in self.client.smembers(layout.sources_key(target)))
 
     def topics(self, target: str, source: str) -> dict[str, str]:
         """Remote topic -> upstream topic for one replication."""
         raw = self.client.hgetall(layout.topics_key(target, source))
-        return {self._string(k): self._string(v) for k, v in raw.items()}
+        return {_string(k): _string(v) for k, v in raw.items()}
+
+    def replication_pairs(self) -> list[tuple[str, str]]:
+        """Every (source, target) the rollups know, in one round trip per level."""
+        targets = self.targets()
+        pipe = self.client.pipeline(transaction=False)
+        for target in targets:
+            pipe.smembers(layout.sources_key(target))
+        answers = pipe.execute()
+        return sorted((_string(s), t) for t, sources in zip(targets, answers, strict=True) for s in sources)
+
+    def replications(self, pairs: Sequence[tuple[str, str]] | None = None) -> list[Replication]:
+        pairs = self.replication_pairs() if pairs is None else pairs
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.hgetall(layout.topics_key(target, source))
+        answers = pipe.execute()
+        return [
+            Replication(source, target, {_string(k): _string(v) for k, v in topics.items()})
+            for (source, target), topics in zip(pairs, answers, strict=True)
+        ]
+
+    def replication(self, source: str, target: str) -> Replication:
+        self.require_replication(source, target)
+        return Replication(source, target, self.topics(target, source))
+
+    def partitions(self, target: str, source: str, topics: Sequence[str]) -> dict[str, list[int]]:
+        pipe = self.client.pipeline(transaction=False)
+        for topic in topics:
+            pipe.smembers(layout.partitions_key(target, source, topic))
+        answers = pipe.execute()
+        return {
+            topic: sorted(int(p) for p in members) for topic, members in zip(topics, answers, strict=True)
+        }
+
+    def groups(self, target: str, source: str) -> list[str]:
+        return sorted(_string(v) for v in self.client.smembers(layout.groups_key(target, source)))
+
+    def require_target(self, target: str) -> None:
+        if not self.client.sismember(layout.targets_key(), target):
+            raise NotFound(f"no metrics for target cluster {target!r}")
+
+    def require_replication(self, source: str, target: str) -> None:
+        self.require_target(target)
+        if not self.client.sismember(layout.sources_key(target), source):
+            raise NotFound(f"no replication from {source!r} to {target!r}")
+
+    def require_group(self, source: str, target: str, group: str) -> None:
+        self.require_replication(source, target)
+        if not self.client.sismember(layout.groups_key(target, source), group):
+            raise NotFound(
+                f"no checkpointed group {group!r} in the replication from {source!r} to {target!r}"
+            )
 
     def remote_topic(self, source: str, target: str, upstream_topic: str) -> str:
-        self._require_replication(source, target)
+        # Hot path: one round trip checks the replication and the names the default (`source.topic`) and
+        # identity policies give; only another policy or separator reads the whole topic index.
+        guesses = [f"{source}.{upstream_topic}", upstream_topic]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sismember(layout.targets_key(), target)
+        pipe.sismember(layout.sources_key(target), source)
+        pipe.hmget(layout.topics_key(target, source), guesses)
+        known_target, known_source, upstreams = pipe.execute()
+        if not (known_target and known_source):
+            self.require_replication(source, target)
+        for remote, upstream in zip(guesses, upstreams, strict=True):
+            if upstream is not None and _string(upstream) == upstream_topic:
+                return remote
         for remote, upstream in self.topics(target, source).items():
             if upstream == upstream_topic:
                 return remote
         raise NotFound(f"no topic {upstream_topic!r} is replicated from {source!r} to {target!r}")
 
-    def topic_metric(self, source: str, target: str, topic: str, metric: str, from_ms: int, to_ms: int,
-                     granularity: str) -> MetricSeries:
+    def downstream_topic(self, target: str, remote_topic: str) -> tuple[str, str]:
+        """(source, upstream topic) of a remote topic in ``target``."""
+        self.require_target(target)
+        sources = self.sources(target)
+        pipe = self.client.pipeline(transaction=False)
+        for source in sources:
+            pipe.hget(layout.topics_key(target, source), remote_topic)
+        for source, upstream in zip(sources, pipe.execute(), strict=True):
+            if upstream is not None:
+                return source, _string(upstream)
+        raise NotFound(f"no remote topic {remote_topic!r} in target cluster {target!r}")
+
+    @staticmethod
+    def require_metric(metric: str, subject: str = "partition") -> None:
+        spec = METRICS.get(metric)
+        if spec is None or spec.subject != subject:
+            known = sorted(name for name, s in METRICS.items() if s.subject == subject)
+            raise NotFound(f"unknown metric {metric!r}; known metrics: {', '.join(known)}")
+
+    # --- series ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def resolve_window(from_ms: int, to_ms: int, granularity: str) -> str:
+        return layout.auto_window(from_ms, to_ms) if granularity == "auto" else granularity
+
+    def windows(
+        self, series: Sequence[layout.SeriesId], window: str, from_ms: int, to_ms: int
+    ) -> list[Windows]:
+        pipe = self.client.pipeline(transaction=False)
+        for one in series:
+            pipe.zrangebyscore(layout.series_key(one, window), from_ms, to_ms)
+        return [_decode_windows(members) for members in pipe.execute()]
+
+    def metric(
+        self, series: Sequence[layout.SeriesId], metric: str, from_ms: int, to_ms: int, granularity: str
+    ) -> MetricSeries:
+        """One metric over the range, several subjects merged per window."""
+        window = self.resolve_window(from_ms, to_ms, granularity)
+        found = self.windows(series, window, from_ms, to_ms)
+        return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
+
+    def topic_metric(
+        self,
+        source: str,
+        target: str,
+        topic: str,
+        metric: str,
+        from_ms: int,
+        to_ms: int,
+        granularity: str,
+        partition: int = layout.WHOLE_TOPIC,
+    ) -> MetricSeries:
         self.require_metric(metric)
-        window = layout.auto_window(from_ms, to_ms) if granularity == "auto" else granularity
-        series = layout.SeriesId(target, source, topic, layout.WHOLE_TOPIC, metric)
-        members = self.client.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
-        return summarize(metric, window, [layout.decode_member(m) for m in members])
+        series = layout.SeriesId(target, source, topic, partition, metric)
+        return self.metric([series], metric, from_ms, to_ms, granularity)
 
-    @staticmethod
-    def require_metric(metric: str) -> None:
-        if metric not in METRICS:
-            raise NotFound(f"unknown metric {metric!r}; known metrics: {', '.join(sorted(METRICS))}")
+    def upstream_topic_metric(self, source: str, target: str, upstream_topic: str, metric: str, from_ms: int,
+                              to_ms: int, granularity: str) -> tuple[str, MetricSeries]:
+        """(remote topic, metric) of a topic named upstream: the API's hot path, in one round trip when the
+        remote topic has the default policy's name (checked against the index, never assumed)."""
+        self.require_metric(metric)
+        window = self.resolve_window(from_ms, to_ms, granularity)
+        guess = f"{source}.{upstream_topic}"
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sismember(layout.targets_key(), target)
+        pipe.sismember(layout.sources_key(target), source)
+        pipe.hget(layout.topics_key(target, source), guess)
+        series = layout.SeriesId(target, source, guess, layout.WHOLE_TOPIC, metric)
+        pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
+        known_target, known_source, upstream, members = pipe.execute()
+        if known_target and known_source and upstream is not None and _string(upstream) == upstream_topic:
+            return guess, summarize(metric, window, _decode_windows(members))
+        remote = self.remote_topic(source, target, upstream_topic)
+        return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
 
-    def _require_replication(self, source: str, target: str) -> None:
-        if target not in self.targets():
-            raise NotFound(f"no metrics for target cluster {target!r}")
-        if source not in self.sources(target):
-            raise NotFound(f"no replication from {source!r} to {target!r}")
+    def replication_metric(
+        self, replication: Replication, metric: str, from_ms: int, to_ms: int, granularity: str
+    ) -> MetricSeries:
+        return self.replications_metric([replication], metric, from_ms, to_ms, granularity)
 
-    @staticmethod
-    def _string(value: bytes | str) -> str:
-        return value.decode() if isinstance(value, bytes) else value
+    def replications_metric(
+        self, replications: Sequence[Replication], metric: str, from_ms: int, to_ms: int, granularity: str
+    ) -> MetricSeries:
+        """One metric over whole replications (all topics), merged per window (a cluster's total)."""
+        self.require_metric(metric)
+        window = self.resolve_window(from_ms, to_ms, granularity)
+        found = [self._replication_windows(r, metric, window, from_ms, to_ms) for r in replications]
+        return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
 
-    @classmethod
-    def _strings(cls, values: set) -> list[str]:
-        return [cls._string(v) for v in values]
+    def _replication_windows(
+        self, replication: Replication, metric: str, window: str, from_ms: int, to_ms: int
+    ) -> Windows:
+        """The replication-level series when the aggregator writes one, else its topics merged."""
+        whole = layout.SeriesId(
+            replication.target, replication.source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, metric
+        )
+        windows = self.windows([whole], window, from_ms, to_ms)[0]
+        if windows or not replication.topics:
+            return windows
+        per_topic = [
+            layout.SeriesId(replication.target, replication.source, topic, layout.WHOLE_TOPIC, metric)
+            for topic in sorted(replication.topics)
+        ]
+        return merge_subjects(self.windows(per_topic, window, from_ms, to_ms))
+
+    def group_metric(
+        self,
+        replication: Replication,
+        group: str,
+        metric: str,
+        from_ms: int,
+        to_ms: int,
+        granularity: str,
+        topic: str | None = None,
+    ) -> MetricSeries:
+        """A checkpointed group's metric over one remote topic, or over all of the replication's topics."""
+        self.require_metric(metric, "group")
+        topics = [topic] if topic is not None else sorted(replication.topics)
+        series = [
+            layout.SeriesId(replication.target, replication.source, t, layout.WHOLE_TOPIC, metric, group)
+            for t in topics
+        ]
+        if not series:
+            window = self.resolve_window(from_ms, to_ms, granularity)
+            return summarize(metric, window, [])
+        return self.metric(series, metric, from_ms, to_ms, granularity)
+
+    # --- latest values and offset history (status, lag evaluation, Prometheus) -----------------------
+
+    def replication_latest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict | None]:
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.hget(layout.replication_status_key(target, source), "replication")
+        return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
+
+    def partition_latest(self, replication: Replication) -> dict[PartitionKey, dict]:
+        topics = sorted(replication.topics)
+        pipe = self.client.pipeline(transaction=False)
+        for topic in topics:
+            pipe.hgetall(layout.partition_latest_key(replication.target, replication.source, topic))
+        latest: dict[PartitionKey, dict] = {}
+        for topic, fields in zip(topics, pipe.execute(), strict=True):
+            for field, raw in fields.items():
+                value = _decode_latest(raw)
+                if value is not None and PARTITION.fullmatch(_string(field)):
+                    latest[(topic, int(_string(field)))] = value
+        return latest
+
+    def group_latest(self, replication: Replication, group: str) -> dict[PartitionKey, dict]:
+        raw = self.client.hgetall(layout.group_latest_key(replication.target, replication.source, group))
+        latest: dict[PartitionKey, dict] = {}
+        for field, value in raw.items():
+            topic, _, partition = _string(field).rpartition("|")
+            decoded = _decode_latest(value)
+            if decoded is not None and topic and PARTITION.fullmatch(partition):
+                latest[(topic, int(partition))] = decoded
+        return latest
+
+    def offset_windows(
+        self,
+        replication: Replication,
+        metrics: tuple[str, str],
+        since_ms: int,
+        until_ms: int,
+        group: str | None = None,
+    ) -> dict[PartitionKey, tuple[Windows, Windows]]:
+        """Finest windows of an (offset, lag) metric pair per topic-partition, for the lag evaluation."""
+        topics = sorted(replication.topics)
+        keys = [
+            (t, p)
+            for t, parts in self.partitions(replication.target, replication.source, topics).items()
+            for p in parts
+        ]
+        series = [
+            layout.SeriesId(replication.target, replication.source, topic, partition, metric, group)
+            for topic, partition in keys
+            for metric in metrics
+        ]
+        found = self.windows(series, layout.FINEST_WINDOW.name, since_ms, until_ms)
+        pairs = {key: (found[2 * i], found[2 * i + 1]) for i, key in enumerate(keys)}
+        return {key: pair for key, pair in pairs.items() if pair[0]}
+
+    def newest_windows(
+        self, series: Sequence[layout.SeriesId], window: str
+    ) -> list[layout.WindowAggregate | None]:
+        """The newest stored window of each series (latest values for the Prometheus exposition)."""
+        pipe = self.client.pipeline(transaction=False)
+        for one in series:
+            pipe.zrevrangebyscore(layout.series_key(one, window), "+inf", "-inf", start=0, num=1)
+        return [(_decode_windows(members) or [None])[0] for members in pipe.execute()]

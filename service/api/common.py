@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from datetime import UTC, datetime
 
+from flask import Response
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from aggregator.redis_layout import WINDOWS
+from service.metric_summary import MetricSeries
 
 DEFAULT_RANGE_MS = 2 * 3_600_000  # SRM convention: metrics default to the last two hours
+# ASCII digits only: str.isdigit() also accepts characters such as '²' that int() refuses.
+EPOCH_MS = re.compile(r"-?[0-9]{1,18}")
 
 
 class Timestamp(fields.Field):
@@ -17,15 +23,15 @@ class Timestamp(fields.Field):
 
     def _deserialize(self, value, attr, data, **kwargs) -> int:  # noqa: ANN001
         text = str(value).strip()
-        if text.lstrip("-").isdigit():
+        if EPOCH_MS.fullmatch(text):
             return int(text)
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            return int(parsed.timestamp() * 1000)
+        except (ValueError, OverflowError):
             raise ValidationError("expected epoch milliseconds or an ISO-8601 date-time") from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return int(parsed.timestamp() * 1000)
 
 
 class TimeRangeArgs(Schema):
@@ -69,3 +75,15 @@ class MetricSeriesSchema(Schema):
     sum = fields.Float(allow_none=True)
     count = fields.Float()
     series = fields.List(fields.Nested(PointSchema))
+
+
+def metric_response(identity: dict, answer: MetricSeries) -> Response:
+    """The metric answer as MetricSeriesSchema documents it, serialized directly.
+
+    Metric answers are the hot path (a dashboard asks for hundreds of series): building the JSON by
+    hand instead of through marshmallow and dataclasses.asdict takes most of a request's CPU time off.
+    """
+    body = {**identity, "metric": answer.metric, "granularity": answer.granularity, "value": answer.value,
+            "min": answer.min, "max": answer.max, "avg": answer.avg, "sum": answer.sum, "count": answer.count,
+            "series": [vars(point) for point in answer.series]}
+    return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json")

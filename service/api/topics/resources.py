@@ -1,38 +1,76 @@
-"""`/v2/topic-metrics/...`: a topic's metric addressed by its upstream (source) name."""
+"""`/v2/topic-metrics/...`: a topic's metric addressed by its upstream or its downstream (remote) name."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+from flask import Response
 from flask.views import MethodView
 from flask_smorest import abort
 
-from service.api.common import TimeRangeArgs
+from service.api.common import TimeRangeArgs, metric_response
 from service.api.topics.schemas import TopicMetricSchema
 from service.extensions import Blueprint, metrics_reader
 from service.metrics_reader import NotFound
 
-blp = Blueprint("topic-metrics", __name__, url_prefix="/v2/topic-metrics",
-                description="Metrics of replicated topics (SRM v2 paths)")
+blp = Blueprint(
+    "topic-metrics",
+    __name__,
+    url_prefix="/v2/topic-metrics",
+    description="Metrics of replicated topics (SRM v2 paths)",
+)
+
+
+def topic_answer(source: str, target: str, upstream: str, topic: str, metric: str, from_ms: int, to_ms: int,
+                 granularity: str) -> Response:
+    answer = metrics_reader().topic_metric(source, target, topic, metric, from_ms, to_ms, granularity)
+    identity = {"source": source, "target": target, "upstreamTopic": upstream, "topic": topic,
+                "from": from_ms, "to": to_ms}
+    return metric_response(identity, answer)
 
 
 @blp.route("/<string:source>/<string:target>/<string:upstreamTopic>/<string:metric>")
 class TopicMetricByUpstream(MethodView):
-    @blp.arguments(TimeRangeArgs, location="query", as_kwargs=True)
+    @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
     @blp.response(200, TopicMetricSchema)
     @blp.alt_response(404, description="Unknown cluster, topic or metric")
     def get(self, source: str, target: str, upstreamTopic: str, metric: str,  # noqa: N803
-            from_ms: int, to_ms: int, granularity: str) -> dict:
+            from_ms: int, to_ms: int, granularity: str) -> Response:
         """One metric of a topic, addressed by source, target and upstream topic name.
 
         Works with every replication policy, including prefixless (identity) replication.
         """
+        try:
+            topic, answer = metrics_reader().upstream_topic_metric(source, target, upstreamTopic, metric,
+                                                                   from_ms, to_ms, granularity)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        identity = {"source": source, "target": target, "upstreamTopic": upstreamTopic, "topic": topic,
+                    "from": from_ms, "to": to_ms}
+        return metric_response(identity, answer)
+
+
+@blp.route("/<string:target>/<string:downstreamTopic>/<string:metric>")
+class TopicMetricByDownstream(MethodView):
+    @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
+    @blp.response(200, TopicMetricSchema)
+    @blp.alt_response(404, description="Unknown cluster, topic or metric")
+    def get(
+        self,
+        target: str,
+        downstreamTopic: str,
+        metric: str,  # noqa: N803
+        from_ms: int,
+        to_ms: int,
+        granularity: str,
+    ) -> Response:
+        """One metric of a topic, addressed by target cluster and remote (downstream) topic name.
+
+        With prefixless replication two sources can feed one remote topic; the first source found answers,
+        so prefer the upstream form there (SRM convention).
+        """
         reader = metrics_reader()
         try:
             reader.require_metric(metric)
-            topic = reader.remote_topic(source, target, upstreamTopic)
-            answer = reader.topic_metric(source, target, topic, metric, from_ms, to_ms, granularity)
+            source, upstream = reader.downstream_topic(target, downstreamTopic)
         except NotFound as exc:
             abort(404, message=str(exc))
-        return {"source": source, "target": target, "upstreamTopic": upstreamTopic, "topic": topic,
-                "from_ms": from_ms, "to_ms": to_ms, **asdict(answer)}
+        return topic_answer(source, target, upstream, downstreamTopic, metric, from_ms, to_ms, granularity)

@@ -1,0 +1,109 @@
+"""Latest-value records (the contract in redis_layout) from a raw record and stored window history.
+
+Pure functions: the sink reads the window history out of Redis (merged with the batch being written)
+and hands it here, so what ends up in a latest hash depends only on the input, never on the clock.
+Lag in seconds is evaluated at the report's own `ts`; the reader can age it further.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY, OffsetPoint, OffsetTimeTable, lag_seconds
+from aggregator.redis_layout import FINEST_WINDOW, RECENT_PERIODS, WindowAggregate, window_start
+
+# Window history needed for one lag table: the exporter's 60 points, one per 10 s window.
+HISTORY_SPAN_MS = DEFAULT_TABLE_CAPACITY * FINEST_WINDOW.size_ms
+_MID_WINDOW_MS = FINEST_WINDOW.size_ms // 2
+
+
+def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
+                     newest: OffsetPoint | None = None) -> OffsetTimeTable:
+    """Offset -> time history of a partition's end offset from its source_end_offset 10 s windows.
+
+    A window only keeps the last value seen in it, not when; its middle is the unbiased guess (the
+    error is at most half a window). `newest`, an exact observation, replaces its own window.
+    """
+    skip_from = window_start(newest.timestamp_ms, FINEST_WINDOW.name) if newest else now_ms + 1
+    points = [
+        OffsetPoint(int(w.last), min(w.start_ms + _MID_WINDOW_MS, now_ms))
+        for w in sorted(windows, key=lambda w: w.start_ms)
+        if w.start_ms <= now_ms and w.start_ms < skip_from
+    ]
+    if newest is not None:
+        points.append(newest)
+    return OffsetTimeTable.from_points(points)
+
+
+def _lag_seconds(lag: Any, position: Any, table: OffsetTimeTable, now_ms: int) -> float | None:
+    if lag is not None and lag <= 0:
+        return 0.0
+    if position is None:
+        return None
+    return lag_seconds(table, int(position), now_ms)
+
+
+def partition_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggregate]) -> dict[str, Any]:
+    """{ts, records_lag, lag_seconds, source_end_offset, upstream_offset, target_offset}."""
+    ts, end, lag = int(record["ts"]), record.get("source_end_offset"), record.get("records_lag")
+    newest = OffsetPoint(int(end), ts) if end is not None else None
+    position = end - lag if end is not None and lag is not None else None
+    table = end_offset_table(end_offset_windows, ts, newest)
+    return {
+        "ts": ts, "records_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
+        "source_end_offset": end, "upstream_offset": record.get("upstream_offset"),
+        "target_offset": record.get("target_offset"),
+    }
+
+
+def group_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggregate]) -> dict[str, Any]:
+    """{ts, group_lag, lag_seconds, upstream_offset, downstream_offset}; history: the upstream end
+    offsets of the group's topic-partition (see redis_layout.group_latest_key)."""
+    ts, lag = int(record["ts"]), record.get("group_lag")
+    position = record.get("group_upstream_offset")
+    table = end_offset_table(end_offset_windows, ts)
+    return {
+        "ts": ts, "group_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
+        "upstream_offset": position, "downstream_offset": record.get("group_downstream_offset"),
+    }
+
+
+def effective_period_ms(period_ms: Any) -> int:
+    # A report without a usable period still gets windows counted, one window per period.
+    return int(period_ms) if isinstance(period_ms, int | float) and period_ms > 0 else FINEST_WINDOW.size_ms
+
+
+def recent_record_counts(record_count_windows: Iterable[WindowAggregate], ts: int, period_ms: int,
+                         periods: int = RECENT_PERIODS) -> list[int]:
+    """Records replicated in each of the last `periods` metrics periods up to `ts`, oldest first.
+
+    Period k (0 = newest) is (ts - (k+1)*period, ts - k*period]; a replication-level record_count
+    window counts in the period holding its start.
+    """
+    counts = [0] * periods
+    for window in record_count_windows:
+        age = ts - window.start_ms
+        if age < 0:
+            continue
+        k = age // period_ms
+        if k < periods:
+            counts[periods - 1 - k] += int(window.sum)
+    return counts
+
+
+def recent_span_ms(period_ms: int, periods: int = RECENT_PERIODS) -> int:
+    return period_ms * periods
+
+
+def replication_latest(record: dict[str, Any],
+                       record_count_windows: Iterable[WindowAggregate]) -> dict[str, Any]:
+    """The driver's replication report plus recent_record_counts (see replication_status_key)."""
+    ts, period = int(record["ts"]), effective_period_ms(record.get("period_ms"))
+    return {
+        "ts": ts, "period_ms": record.get("period_ms"), "status": record.get("status"),
+        "error": record.get("error"), "workers": record.get("workers", 0), "tasks": record.get("tasks", 0),
+        "last_heartbeat_ts": record.get("last_heartbeat_ts"),
+        "topics_replicated": record.get("topics_replicated", 0), "enabled": record.get("enabled", True),
+        "recent_record_counts": recent_record_counts(record_count_windows, ts, period),
+    }

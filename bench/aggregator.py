@@ -1,0 +1,198 @@
+"""Aggregator throughput and freshness on a real Kafka broker, Redis and local[2] Spark.
+
+1. Throughput: S series x P periods of synthetic raw metrics are produced first, then one query
+   drains them; sustained raw records/s = input rows / time of the batches that read them.
+2. Freshness: records are produced live at RATE records/s (ts = now); a probe partition's latest
+   value is polled in Redis, freshness = when its new `ts` became readable - that ts.
+
+Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms>`, targets 50 000 records/s
+and p99 2 000 ms at 20 000 records/s; the ratios to them are printed on the line before.
+Usage: python bench/aggregator.py [--series 2000] [--periods 50] [--rate 20000] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import logging
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from aggregator import redis_layout as layout  # noqa: E402
+from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
+from aggregator.session import build_session  # noqa: E402
+from driver.policy import metrics_topic  # noqa: E402
+from stack.kafka_cluster import KafkaClusters  # noqa: E402
+from stack.redis_server import RedisServer  # noqa: E402
+
+LOG = logging.getLogger("bench.aggregator")
+TARGET_RPS, TARGET_P99_MS = 50_000, 2_000
+TEMPLATE = ('{"v":1,"kind":"partition","ts":%d,"period_ms":1000,"source":"%s","target":"bench",'
+            '"topic":"%s.t%d","upstream_topic":"t%d","partition":%d,"record_count":%d,"byte_count":%d,'
+            '"replication_latency_ms":{"min":1,"max":9,"avg":4,"last":3,"count":%d},'
+            '"records_lag":%d,"source_end_offset":%d,"upstream_offset":%d,"target_offset":%d}')
+
+
+def record(source: str, series: int, ts: int, seq: int) -> bytes:
+    topic, partition = divmod(series, 10)
+    count = 1 + seq % 50
+    end = seq * 50
+    return (TEMPLATE % (ts, source, source, topic, topic, partition, count, count * 100, count, seq % 7, end,
+                        end - seq % 7 - 1, end)).encode()
+
+
+def produce(producer: Producer, topic: str, payloads: list[bytes]) -> None:
+    for payload in payloads:
+        while True:
+            try:
+                producer.produce(topic, value=payload)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.poll(0)
+
+
+def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, periods: int,
+               max_offsets: int) -> float:
+    source = "tput"
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "lz4"})
+    base = int(time.time() * 1000) - periods * 1000
+    for p in range(periods):
+        payloads = [record(source, s, base + p * 1000, p) for s in range(series)]
+        produce(producer, metrics_topic(source), payloads)
+    producer.flush(120)
+    query = start_rollup_query(spark, RollupQuerySpec(
+        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "tput"),
+        trigger_interval="100 milliseconds", watermark_delay="1 hour", max_offsets_per_trigger=max_offsets,
+        topics_pattern=metrics_topic(source).replace(".", r"\.")))
+    try:
+        query.processAllAvailable()
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    finally:
+        query.stop()
+    rows = sum(p["numInputRows"] for p in batches)
+    # The first batch also pays for JVM code warm-up and state store creation; report it separately.
+    steady = batches[1:] or batches
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+    for p in batches:
+        LOG.info("batch %s: %d rows in %d ms (%s)", p["batchId"], p["numInputRows"],
+                 p["durationMs"]["triggerExecution"], {k: v for k, v in p["durationMs"].items()
+                                                         if k in ("addBatch", "getBatch", "latestOffset",
+                                                                  "queryPlanning", "walCommit")})
+    steady_rows = sum(p["numInputRows"] for p in steady)
+    print(f"throughput: {rows} rows in {len(batches)} batches; steady {steady_rows} rows in {seconds:.1f} s")
+    return steady_rows / seconds
+
+
+def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,
+              seconds: int) -> list[float]:
+    source = "fresh"
+    topic = metrics_topic(source)
+    query = start_rollup_query(spark, RollupQuerySpec(
+        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "fresh"),
+        trigger_interval="200 milliseconds", watermark_delay="10 seconds",
+        topics_pattern=topic.replace(".", r"\.")))
+    client = redis.Redis.from_url(redis_url)
+    probe_key = layout.partition_latest_key("bench", source, f"{source}.t0")
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            raw = client.hget(probe_key, "0")
+            if raw is not None:
+                ts = int(layout.decode_latest(raw)["ts"])
+                seen.setdefault(ts, time.time() * 1000)
+            time.sleep(0.01)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    try:
+        time.sleep(5)  # let the query start before timing anything
+        poller.start()
+        began, sent, seq = time.time(), 0, 0
+        produced_ts: list[int] = []
+        while time.time() - began < seconds:
+            tick = time.time()
+            per_tick = rate // 10
+            now_ms = int(tick * 1000)
+            # The probe (series 0) reports each tick; the others fill up the rate round-robin.
+            batch = [record(source, 0, now_ms, seq)]
+            batch += [record(source, 1 + (sent + i) % (series - 1), now_ms, seq) for i in range(per_tick - 1)]
+            produce(producer, topic, batch)
+            produced_ts.append(now_ms)
+            sent += per_tick
+            seq += 1
+            time.sleep(max(0.0, 0.1 - (time.time() - tick)))
+        producer.flush(60)
+        achieved = sent / (time.time() - began)
+        time.sleep(5)
+        print(f"freshness: produced {sent} records at {achieved:.0f} records/s, "
+              f"probe reports {len(produced_ts)}")
+    finally:
+        stop.set()
+        query.stop()
+    warm = produced_ts[len(produced_ts) // 5:]  # skip the first fifth: the query's first batches
+    gave_up = time.time() * 1000
+    # A report is readable once it or any newer one is: one batch may carry several probe reports.
+    observed = sorted(seen.items())
+    observed_ts = [ts for ts, _ in observed]
+    readable_at = []
+    for ts in warm:
+        i = bisect.bisect_left(observed_ts, ts)
+        readable_at.append(min((at for _, at in observed[i:]), default=None))
+    missing = sum(1 for at in readable_at if at is None)
+    if missing:  # never readable before the query stopped: freshness is at least this long
+        print(f"freshness: {missing} of {len(warm)} probe reports never readable; counted as lower bounds")
+    return [(gave_up if at is None else at) - ts for ts, at in zip(warm, readable_at, strict=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=2000)
+    parser.add_argument("--periods", type=int, default=50)
+    parser.add_argument("--rate", type=int, default=20_000)
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--max-offsets", type=int, default=25_000, help="maxOffsetsPerTrigger")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    LOG.setLevel(logging.INFO)
+    logging.getLogger("aggregator.redis_sink").setLevel(logging.DEBUG)  # collect vs Redis time per batch
+    work = Path(tempfile.mkdtemp(prefix="srm-bench-aggregator-"))
+    clusters, server = KafkaClusters(["bench"], work / "kafka"), RedisServer(work / "redis")
+    try:
+        clusters.start()
+        server.start()
+        bootstrap = clusters.bootstrap("bench")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for source in ("tput", "fresh"):
+            admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
+        spark = build_session("local[2]", "srm-bench-aggregator")
+        rps = throughput(spark, bootstrap, server.url, work, args.series, args.periods, args.max_offsets)
+        samples = freshness(spark, bootstrap, server.url, work, args.series, args.rate, args.seconds)
+        spark.stop()
+    finally:
+        server.cleanup()
+        clusters.cleanup()
+    if not samples:
+        raise SystemExit("no freshness samples: the probe's latest value never appeared in Redis")
+    cuts = statistics.quantiles(samples, n=100)
+    p50, p99 = statistics.median(samples), cuts[98]
+    print(f"ratio to targets: rps {rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "
+          f"p99 {p99 / TARGET_P99_MS:.2f}x of {TARGET_P99_MS} ms ({len(samples)} samples)")
+    print(f"aggregator_rps={rps:.0f} freshness_p50_ms={p50:.0f} freshness_p99_ms={p99:.0f}")
+
+
+if __name__ == "__main__":
+    main()

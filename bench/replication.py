@@ -1,0 +1,276 @@
+"""Replication throughput and latency: our driver vs Apache MirrorMaker 2 vs a bare pipe (the ceiling).
+
+    .venv/bin/python bench/replication.py [--records N] [--latency-seconds S] [--bootstraps east=..,west=..]
+
+On local clusters (started here unless --bootstraps names running ones): N records of 100 B and N of
+1 KB in two 8-partition topics are copied east -> west by (a) `python -m driver`, (b) MM2 in dedicated
+mode (`org.apache.kafka.connect.mirror.MirrorMaker`, tasks.max = 1 like our one worker), (c) a bare
+confluent-kafka consume -> produce loop with our producer settings. Throughput counts from the first
+record that reaches the target to the last, so JVM and group start-up are left out for both. Then a
+steady 20k rec/s (Kafka's ProducerPerformance) gives the end-to-end latency of (a) and (b): arrival
+time on the target minus the record's CreateTime, which both replicators preserve.
+
+MM2 runs with the aliases src/dst for the same clusters, so its remote topics and its Connect offsets
+never collide with ours. The last line is the figure: `driver_vs_mm2_throughput=… driver_vs_ceiling=…
+p99_ms_driver=… p99_ms_mm2=…`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
+
+from stack import srm_properties  # noqa: E402
+from stack.jars import kafka_jars  # noqa: E402
+from stack.kafka_cluster import LOG4J2, KafkaClusters  # noqa: E402
+from stack.prerequisites import require  # noqa: E402
+from stack.processes import ManagedProcess  # noqa: E402
+
+LOG = logging.getLogger("bench.replication")
+
+PARTITIONS = 8
+SIZES = {"100b": 100, "1kb": 1024}
+LATENCY_RATE = 20_000
+DEADLINE_S = 600.0
+# The same batch and wait as the driver's consumer loop (driver.replication).
+POLL_BATCH, POLL_TIMEOUT_S = 2000, 0.1
+PIPE_PRODUCER = {"linger.ms": 20, "compression.type": "lz4", "enable.idempotence": True, "acks": "all"}
+
+
+@dataclass
+class Run:
+    name: str
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+class Bench:
+    def __init__(self, east: str, west: str, records: int, workdir: Path) -> None:
+        self.east, self.west, self.records, self.workdir = east, west, records, workdir
+        self.east_admin, self.west_admin = AdminClient({"bootstrap.servers": east}), AdminClient(
+            {"bootstrap.servers": west})
+        self.tag = f"{int(time.time()) % 100000}"
+        self.topics = [f"bench{self.tag}-{size}" for size in SIZES]
+
+    # --- set-up --------------------------------------------------------------------------------
+
+    def preload(self) -> None:
+        names = [*self.topics, f"lat{self.tag}-driver", f"lat{self.tag}-mm2"]
+        futures = self.east_admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names])
+        for future in futures.values():
+            future.result(60)
+        for topic, size in zip(self.topics, SIZES.values(), strict=True):
+            began = time.monotonic()
+            self.perf_producer(topic, self.records, size, -1).wait()
+            LOG.info("preloaded %d x %d B into %s in %.1f s", self.records, size, topic,
+                     time.monotonic() - began)
+
+    def perf_producer(self, topic: str, count: int, size: int, rate: int) -> subprocess.Popen:
+        java = require("java")
+        return subprocess.Popen(
+            [java, "-Xmx256m", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp", f"{kafka_jars()}/*",
+             "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(count),
+             "--record-size", str(size), "--throughput", str(rate), "--producer-props",
+             f"bootstrap.servers={self.east}", "linger.ms=5", "batch.size=65536"],
+            stdout=open(self.workdir / f"perf-{topic}.log", "ab"), stderr=subprocess.STDOUT)
+
+    # --- throughput ----------------------------------------------------------------------------
+
+    def remote_total(self, prefix: str) -> int:
+        """Records in the remote topics (end offsets: no transactions in these runs)."""
+        existing = self.west_admin.list_topics(timeout=10).topics
+        requests = {TopicPartition(f"{prefix}{t}", p): OffsetSpec.latest()
+                    for t in self.topics if f"{prefix}{t}" in existing for p in range(PARTITIONS)}
+        if not requests:
+            return 0
+        futures = self.west_admin.list_offsets(requests, request_timeout=10)
+        try:
+            return sum(future.result().offset for future in futures.values())
+        except KafkaException:  # a topic just created: leaders not elected yet
+            return 0
+
+    def time_copy(self, name: str, prefix: str) -> Run:
+        expected = self.records * len(self.topics)
+        deadline = time.monotonic() + DEADLINE_S
+        first_at, first_count = None, 0
+        while time.monotonic() < deadline:
+            count = self.remote_total(prefix)
+            now = time.monotonic()
+            if first_at is None and count > 0:
+                first_at, first_count = now, count
+            if count >= expected:
+                seconds = now - (first_at or now)
+                run = Run(name, expected - first_count, seconds)
+                LOG.info("%s copied %d records in %.2f s: %.0f rec/s", name, run.records, seconds, run.rate)
+                return run
+            time.sleep(0.1)
+        raise TimeoutError(f"{name} did not copy {expected} records within {DEADLINE_S:.0f} s")
+
+    def ceiling(self) -> Run:
+        """A bare consume -> produce loop: the most a single Python process can move."""
+        consumer = Consumer({"bootstrap.servers": self.east, "group.id": f"bench-pipe-{self.tag}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING)
+                         for t in self.topics for p in range(PARTITIONS)])
+        producer = Producer({"bootstrap.servers": self.west, **PIPE_PRODUCER})
+        created = self.west_admin.create_topics([NewTopic(f"pipe.{t}", PARTITIONS, 1) for t in self.topics])
+        for future in created.values():
+            future.result(60)
+        producer.list_topics(timeout=10)
+        expected, copied, began = self.records * len(self.topics), 0, None
+        while copied < expected:
+            for message in consumer.consume(POLL_BATCH, timeout=POLL_TIMEOUT_S):
+                if message.error() is not None:
+                    continue
+                began = began or time.monotonic()
+                while True:
+                    try:
+                        producer.produce(f"pipe.{message.topic()}", message.value(), message.key(),
+                                         message.partition(), timestamp=message.timestamp()[1],
+                                         headers=message.headers())
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                copied += 1
+            producer.poll(0)
+        producer.flush(120)
+        consumer.close()
+        run = Run("pipe", copied, time.monotonic() - (began or time.monotonic()))
+        LOG.info("pipe copied %d records in %.2f s: %.0f rec/s", run.records, run.seconds, run.rate)
+        return run
+
+    # --- latency -------------------------------------------------------------------------------
+
+    def latency(self, source_topic: str, remote_topic: str, seconds: float) -> list[float]:
+        consumer = Consumer({"bootstrap.servers": self.west, "group.id": f"bench-lat-{remote_topic}",
+                             "auto.offset.reset": "latest"})
+        wait_for_topic(self.west_admin, remote_topic)
+        consumer.assign([TopicPartition(remote_topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self.perf_producer(source_topic, 200, 100, -1).wait()  # warm-up: replication is flowing
+        samples: list[float] = []
+        stop = threading.Event()
+        load = self.perf_producer(source_topic, int(LATENCY_RATE * seconds), 100, LATENCY_RATE)
+        threading.Thread(target=lambda: (load.wait(), time.sleep(3), stop.set()), daemon=True).start()
+        warm_until = time.time() * 1000 + 2000
+        while not stop.is_set():
+            for message in consumer.consume(5000, timeout=0.5):
+                if message.error() is None:
+                    ts = message.timestamp()[1]
+                    if ts > warm_until:
+                        samples.append(time.time() * 1000 - ts)
+        consumer.close()
+        return samples
+
+    # --- the replicators -----------------------------------------------------------------------
+
+    def start_driver(self, latency_topic: str) -> ManagedProcess:
+        path = srm_properties.write(self.workdir / "srm.properties", {"east": self.east, "west": self.west},
+                                    [("east", "west")], "redis://127.0.0.1:1/0", {
+                                        "topics": f"bench{self.tag}-.*|{latency_topic}",
+                                        "emit.heartbeats.enabled": "false",
+                                        "emit.checkpoints.enabled": "false",
+                                        "refresh.topics.interval.seconds": 5, "metrics.period": 5})
+        return ManagedProcess.python_module("driver", "driver", ["--config", str(path)], self.workdir).start()
+
+    def start_mm2(self, latency_topic: str) -> ManagedProcess:
+        path = self.workdir / "mm2.properties"
+        settings = {
+            "clusters": "src, dst", "src.bootstrap.servers": self.east, "dst.bootstrap.servers": self.west,
+            "src->dst.enabled": "true", "dst->src.enabled": "false",
+            "src->dst.topics": f"bench{self.tag}-.*|{latency_topic}", "tasks.max": "1",
+            "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
+            "sync.topic.acls.enabled": "false", "refresh.topics.interval.seconds": "5",
+            "replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
+            "heartbeats.topic.replication.factor": "1", "checkpoints.topic.replication.factor": "1",
+            "config.storage.replication.factor": "1", "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1"}
+        path.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        java = require("java")
+        command = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp",
+                   f"{kafka_jars()}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(path)]
+        return ManagedProcess("mm2", command, self.workdir / "mm2.log").start()
+
+
+def wait_for_topic(admin: AdminClient, topic: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while topic not in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic} was not created within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(bench: Bench, latency_seconds: float) -> str:
+    pipe = bench.ceiling()
+    results = {}
+    for name, start, prefix in (("driver", bench.start_driver, "east."), ("mm2", bench.start_mm2, "src.")):
+        lat_topic = f"lat{bench.tag}-{name}"
+        process = start(lat_topic)
+        try:
+            run = bench.time_copy(name, prefix)
+            samples = bench.latency(lat_topic, f"{prefix}{lat_topic}", latency_seconds)
+        finally:
+            process.stop()
+        LOG.info("%s latency over %d records: p50 %.1f ms, p99 %.1f ms, mean %.1f ms", name, len(samples),
+                 percentile(samples, 0.5), percentile(samples, 0.99), statistics.fmean(samples or [0.0]))
+        results[name] = (run, samples)
+    (driver_run, driver_lat), (mm2_run, mm2_lat) = results["driver"], results["mm2"]
+    print(f"records per system: {driver_run.records}; driver {driver_run.rate:.0f} rec/s, "
+          f"mm2 {mm2_run.rate:.0f} rec/s, pipe {pipe.rate:.0f} rec/s; "
+          f"p50 ms driver {percentile(driver_lat, 0.5):.1f} mm2 {percentile(mm2_lat, 0.5):.1f}")
+    return (f"driver_vs_mm2_throughput={driver_run.rate / mm2_run.rate:.2f} "
+            f"driver_vs_ceiling={driver_run.rate / pipe.rate:.2f} "
+            f"p99_ms_driver={percentile(driver_lat, 0.99):.1f} p99_ms_mm2={percentile(mm2_lat, 0.99):.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000, help="records per value size")
+    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--bootstraps", help="east=host:port,west=host:port of running clusters")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    workdir = Path(tempfile.mkdtemp(prefix="srm-bench-replication-"))
+    clusters = None
+    if args.bootstraps:
+        bootstraps = dict(item.split("=", 1) for item in args.bootstraps.split(","))
+    else:
+        clusters = KafkaClusters(["east", "west"], workdir / "kafka").start()
+        bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
+    try:
+        bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
+        bench.preload()
+        line = measure(bench, args.latency_seconds)
+    finally:
+        if clusters is not None:
+            clusters.cleanup()
+    LOG.info("logs in %s", workdir)
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

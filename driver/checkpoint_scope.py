@@ -1,0 +1,111 @@
+"""What the checkpoint task of one replication covers and how often: settings and topic scope.
+
+Pure rules, used by `driver.checkpoint_task`; names follow MM2 (`emit.checkpoints.*`,
+`sync.group.offsets.*`, `offset-syncs.topic.location`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Set
+from dataclasses import dataclass
+from typing import Protocol
+
+from driver.checkpoint_rules import downstream_topic_for
+from driver.config import SrmConfig
+from driver.policy import ReplicationPolicy
+from driver.topic_filter import TopicFilter, should_replicate_topic
+
+LOG = logging.getLogger(__name__)
+
+
+class ControlLists(Protocol):
+    """The live srm-control lists (allow, deny) of one replication.
+
+    `topic_lists(source, target)` is used too when the object has it (driver.control.ControlLists).
+    """
+
+    def group_lists(self, source: str, target: str) -> tuple[Set[str], Set[str]]: ...
+
+    def version(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    emit_enabled: bool
+    emit_interval_s: float
+    sync_enabled: bool
+    sync_interval_s: float
+    metrics_period_s: float
+    syncs_on_source: bool  # offset-syncs.topic.location
+
+    @classmethod
+    def of(cls, config: SrmConfig, source: str, target: str) -> CheckpointSettings:
+        def seconds(key: str, default: float) -> float:
+            value = config.get_float(key, source, target, default=default)
+            if value is None or value <= 0:
+                raise config.config_error(key, f"must be a positive number of seconds, got {value}",
+                                          source, target)
+            return value
+
+        location = (config.get("offset-syncs.topic.location", source, target, "source") or "").lower()
+        if location not in ("source", "target"):
+            raise config.config_error("offset-syncs.topic.location",
+                                      f"expected 'source' or 'target', got {location!r}", source, target)
+        return cls(
+            emit_enabled=bool(config.get_bool("emit.checkpoints.enabled", source, target, default=True)),
+            emit_interval_s=seconds("emit.checkpoints.interval.seconds", 60.0),
+            sync_enabled=bool(config.get_bool("sync.group.offsets.enabled", source, target, default=False)),
+            sync_interval_s=seconds("sync.group.offsets.interval.seconds", 60.0),
+            metrics_period_s=seconds("metrics.period", 30.0),
+            syncs_on_source=location == "source")
+
+
+def checkpointable_topic(topic: str, topic_filter: TopicFilter, policy: ReplicationPolicy, source: str,
+                         target: str, allow: Set[str] = frozenset(), deny: Set[str] = frozenset()) -> bool:
+    """Whether a group's offsets on `topic` (on the source) are checkpointed to `target`.
+
+    The topics this replication copies (filter, policy and the live srm-control topic lists), plus
+    fail-back topics: a single-hop remote topic that came from the target (`target.t`) and that the
+    filter or the allow list accepts and the deny list does not name.
+    """
+    if should_replicate_topic(topic, topic_filter, policy, target, allow=allow, deny=deny):
+        return True
+    if not is_failback_topic(policy, source, target, topic) or policy.is_internal_topic(topic):
+        return False
+    # Asked without the cycle check, which is what excludes a fail-back topic from the data path.
+    return should_replicate_topic(topic, topic_filter, _NoCycles(policy), target, allow=allow, deny=deny)
+
+
+def is_failback_topic(policy: ReplicationPolicy, source: str, target: str, topic: str) -> bool:
+    """`target.t` on the source, whose checkpoint names `t`: translated through the reverse syncs.
+
+    Multi-hop names (`target.other.t`) are left out: their checkpoint would name the original topic,
+    whose offsets are not the ones the reverse syncs describe.
+    """
+    if policy.topic_source(topic) != target:
+        return False
+    return downstream_topic_for(policy, source, target, topic) == policy.upstream_topic(topic)
+
+
+
+class _NoCycles(ReplicationPolicy):
+    """`policy` with every topic seen as local, so `is_cycle` never holds; other answers unchanged."""
+
+    def __init__(self, policy: ReplicationPolicy) -> None:
+        self._policy = policy
+
+    def format_remote_topic(self, source_alias: str, topic: str) -> str:
+        return self._policy.format_remote_topic(source_alias, topic)
+
+    def topic_source(self, topic: str) -> str | None:
+        return None
+
+    def upstream_topic(self, topic: str) -> str | None:
+        return None
+
+    def is_internal_topic(self, topic: str) -> bool:
+        return self._policy.is_internal_topic(topic)
+
+    def is_heartbeats_topic(self, topic: str) -> bool:
+        return self._policy.is_heartbeats_topic(topic)

@@ -1,0 +1,342 @@
+"""srm-control allow/deny lists: the record format of `srm-control.internal` and its live reader.
+
+This module is the only reader and writer of the format.
+
+Topic: ``srm-control.internal`` (``driver.policy.CONTROL_TOPIC``) in each target cluster, compacted, one
+partition, every record on partition 0; replication factor ``control.topic.replication.factor``
+(default 3; -1, or a cluster with fewer brokers, gets the broker's default).
+
+One record per list entry, so two operators editing different entries at the same time never overwrite
+each other, and compaction keeps exactly the latest state of every entry:
+
+- key: UTF-8 JSON array without spaces, ``[1,"<source>","<target>","<kind>","<list>","<entry>"]``,
+  e.g. ``[1,"east","west","topics","allow","orders"]``. ``1`` is the format version, kind is
+  ``topics`` or ``groups``, list is ``allow`` or ``deny``, the entry is a topic or group name or a
+  regex matching whole names. Compaction compares key bytes, so only this canonical form (as
+  ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` writes it) is accepted when read:
+  a key spelled differently could never be removed by a tombstone of the canonical key.
+- value: UTF-8 JSON object ``{"v":1,"ts":<epoch ms of the edit>}``: the entry is on the list.
+  Readers accept any object whose ``v`` is an integer >= 1, for later additions.
+- tombstone (null value): the entry is off the list.
+
+Readers apply the records in offset order, the last record of a key wins. A record that does not
+decode is logged with its topic, partition and offset and skipped: a bad record must not stop the
+replications that read the lists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from driver import kafka_clients
+from driver.config import SrmConfig
+from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
+from driver.kafka_clients import ClusterUnavailable, TopicSpec
+from driver.policy import CONTROL_TOPIC
+
+LOG = logging.getLogger(__name__)
+
+FORMAT_VERSION: Final = 1
+KINDS: Final = ("topics", "groups")
+LISTS: Final = ("allow", "deny")
+PARTITION: Final = 0
+RF_SETTING: Final = "control.topic.replication.factor"
+TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
+POLL_TIMEOUT_S: Final = 0.5
+MAX_RETRY_WAIT_S: Final = 30.0
+
+
+ClientOverrides = Mapping[str, object] | None
+
+
+class ControlFormatError(ValueError):
+    """A control record (or a would-be record) that does not follow the format."""
+
+
+class ControlWriteError(RuntimeError):
+    """Control records the target cluster did not acknowledge."""
+
+
+@dataclass(frozen=True, order=True)
+class ControlEntry:
+    """One entry of one list of one replication: the identity of a control record (its key)."""
+
+    source: str
+    target: str
+    kind: str
+    list_name: str
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ControlFormatError(f"kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.list_name not in LISTS:
+            raise ControlFormatError(f"list {self.list_name!r} is not one of {', '.join(LISTS)}")
+        for field, value in (("source", self.source), ("target", self.target), ("entry", self.name)):
+            if not isinstance(value, str) or not value.strip() or value != value.strip():
+                raise ControlFormatError(f"{field} {value!r} must be a non-empty string without "
+                                         f"surrounding blanks")
+
+    def encode_key(self) -> bytes:
+        fields = [FORMAT_VERSION, self.source, self.target, self.kind, self.list_name, self.name]
+        return _canonical_json(fields)
+
+    @classmethod
+    def decode_key(cls, key: bytes | None) -> ControlEntry:
+        fields = _json(key, "key")
+        if not (isinstance(fields, list) and len(fields) == 6 and fields[0] == FORMAT_VERSION
+                and all(isinstance(f, str) for f in fields[1:])):  # fmt: skip
+            raise ControlFormatError(f"key is not [{FORMAT_VERSION},source,target,kind,list,entry]: "
+                                     f"{_shown(key)}")
+        entry = cls(*fields[1:])
+        if entry.encode_key() != key:
+            raise ControlFormatError(f"key is not in the canonical form: {_shown(key)}")
+        return entry
+
+
+@dataclass(frozen=True)
+class ControlChange:
+    """An entry put on (``present``) or taken off its list; ``ts_ms`` is when the edit was made."""
+
+    entry: ControlEntry
+    present: bool
+    ts_ms: int = 0
+
+    def encode_value(self) -> bytes | None:
+        return _canonical_json({"v": FORMAT_VERSION, "ts": self.ts_ms}) if self.present else None
+
+
+def decode_change(key: bytes | None, value: bytes | None) -> ControlChange:
+    """The change a control record makes; raises ControlFormatError naming what is wrong."""
+    entry = ControlEntry.decode_key(key)
+    if value is None:
+        return ControlChange(entry, present=False)
+    body = _json(value, "value")
+    version = body.get("v") if isinstance(body, dict) else None
+    if not (isinstance(version, int) and not isinstance(version, bool) and version >= FORMAT_VERSION):
+        raise ControlFormatError(f'value is not {{"v":{FORMAT_VERSION},"ts":...}}: {_shown(value)}')
+    ts = body.get("ts")
+    return ControlChange(entry, present=True, ts_ms=ts if isinstance(ts, int) else 0)
+
+
+def _canonical_json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _json(raw: bytes | None, part: str) -> Any:
+    if raw is None:
+        raise ControlFormatError(f"{part} is missing (null)")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ControlFormatError(f"{part} is not UTF-8 JSON ({exc}): {_shown(raw)}") from None
+
+
+def _shown(raw: bytes | None, limit: int = 120) -> str:
+    return "null" if raw is None else repr(raw[:limit]) + ("..." if len(raw) > limit else "")
+
+
+class ControlState:
+    """The lists as the records so far make them: (source, target, kind, list) -> entries."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[str, str, str, str], set[str]] = {}
+
+    def apply(self, change: ControlChange) -> bool:
+        """Applies ``change``; True when a list changed (re-adding a present entry changes nothing)."""
+        e = change.entry
+        entries = self._lists.setdefault((e.source, e.target, e.kind, e.list_name), set())
+        if change.present == (e.name in entries):
+            return False
+        if change.present:
+            entries.add(e.name)
+        else:
+            entries.discard(e.name)
+        return True
+
+    def lists(self, source: str, target: str, kind: str) -> tuple[frozenset[str], frozenset[str]]:
+        """(allow, deny) of ``kind`` for the replication ``source -> target``."""
+        allow, deny = (frozenset(self._lists.get((source, target, kind, name), ())) for name in LISTS)
+        return allow, deny
+
+
+def cluster_metadata(config: SrmConfig, alias: str, client: AdminClient, timeout_s: float,
+                     topic: str | None = None) -> ClusterMetadata:
+    """Metadata of cluster ``alias`` (of one ``topic`` only, when given); ClusterUnavailable naming
+    the cluster and its servers when it does not answer within ``timeout_s``."""
+    try:
+        return client.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        servers = config.clusters[alias].bootstrap_servers
+        raise ClusterUnavailable(f"cluster {alias!r} ({servers}) did not answer within {timeout_s:g} s: "
+                                 f"{reason}") from exc
+
+
+def ensure_control_topic(config: SrmConfig, alias: str, client: AdminClient, timeout_s: float) -> None:
+    """Creates the control topic on cluster ``alias`` unless it exists; ClusterUnavailable if unreachable."""
+    metadata = cluster_metadata(config, alias, client, timeout_s)
+    if CONTROL_TOPIC in metadata.topics and metadata.topics[CONTROL_TOPIC].error is None:
+        return
+    wanted = checked_replication_factor(config, RF_SETTING, None, alias)
+    rf = fitted_replication_factor(client, alias, wanted, RF_SETTING)
+    kafka_clients.ensure_topics(client, alias, [TopicSpec(CONTROL_TOPIC, 1, TOPIC_CONFIGS, rf)])
+
+
+def admin_client(config: SrmConfig, alias: str, overrides: ClientOverrides = None) -> AdminClient:
+    """``kafka_clients.admin`` plus librdkafka ``overrides`` (srm-control keeps librdkafka quiet)."""
+    if not overrides:
+        return kafka_clients.admin(config, alias)
+    return AdminClient({**config.kafka_client_config(alias, role="admin"), **overrides})
+
+
+def write_changes(config: SrmConfig, alias: str, changes: Iterable[ControlChange], timeout_s: float,
+                  client_overrides: ClientOverrides = None) -> None:
+    """Writes ``changes`` to the control topic of cluster ``alias`` and waits for the acknowledgements."""
+    ensure_control_topic(config, alias, admin_client(config, alias, client_overrides), timeout_s)
+    producer = kafka_clients.producer(config, alias, overrides={
+        "linger.ms": 0, "message.timeout.ms": max(1000, int(timeout_s * 1000)), **(client_overrides or {})})
+    failures: list[str] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            failures.append(f"{_shown(msg.key())}: {err.str()}")
+
+    for change in changes:
+        producer.produce(CONTROL_TOPIC, key=change.entry.encode_key(), value=change.encode_value(),
+                         partition=PARTITION, on_delivery=delivered)
+    unsent = producer.flush(timeout_s)
+    if failures or unsent:
+        raise ControlWriteError(f"{CONTROL_TOPIC} on {alias!r}: {unsent} record(s) unacknowledged after "
+                                f"{timeout_s:g} s; failed: {'; '.join(failures) or 'none'}")
+
+
+class ControlLists:
+    """The live lists of one target cluster, read from the beginning of its control topic.
+
+    A background thread applies every record as it arrives; ``version()`` grows with every change
+    that alters a list, so readers refresh only when something changed.
+    """
+
+    def __init__(self, config: SrmConfig, alias: str, poll_timeout_s: float = POLL_TIMEOUT_S,
+                 client_overrides: ClientOverrides = None) -> None:
+        # Built now so an unknown alias or a client setting librdkafka cannot take fails at start-up.
+        config.kafka_client_config(alias, role="consumer")
+        checked_replication_factor(config, RF_SETTING, None, alias)
+        self.config, self.alias, self.poll_timeout_s = config, alias, poll_timeout_s
+        self.client_overrides = dict(client_overrides or {})
+        self._state = ControlState()
+        self._version = 0
+        self._lock = threading.Lock()
+        self._loaded = threading.Event()
+        self._end_offset = 0  # high watermark when reading began: reaching it means loaded
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"control-lists-{alias}", daemon=True)
+
+    def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]:
+        with self._lock:
+            return self._state.lists(source, target, "topics")
+
+    def group_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]:
+        with self._lock:
+            return self._state.lists(source, target, "groups")
+
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def start(self) -> ControlLists:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def wait_until_loaded(self, timeout_s: float) -> bool:
+        """True once every record that existed when reading began has been applied."""
+        return self._loaded.wait(timeout_s)
+
+    def _run(self) -> None:
+        consumer = self._open()
+        if consumer is None:
+            return
+        try:
+            while not self._stopping.is_set():
+                for message in consumer.consume(100, timeout=self.poll_timeout_s):
+                    self._handle(message)
+        except Exception:  # the last lists stay in force; the driver keeps replicating with them
+            LOG.exception("reading %s on %s failed; the lists no longer follow changes", CONTROL_TOPIC,
+                          self.alias)
+        finally:
+            consumer.close()
+
+    def _open(self) -> Consumer | None:
+        """A consumer at the start of the topic, once the cluster answers; None when stopping."""
+        wait_s = 1.0
+        while not self._stopping.is_set():
+            try:
+                client = admin_client(self.config, self.alias, self.client_overrides)
+                ensure_control_topic(self.config, self.alias, client, timeout_s=10.0)
+                return self._assigned_consumer()
+            except (ClusterUnavailable, KafkaException) as exc:
+                LOG.warning("control lists of %s not readable yet: %s; retrying in %.0f s", self.alias,
+                            exc, wait_s)
+                self._stopping.wait(wait_s)
+                wait_s = min(wait_s * 2, MAX_RETRY_WAIT_S)
+        return None
+
+    def _assigned_consumer(self) -> Consumer:
+        consumer = kafka_clients.consumer(
+            self.config, self.alias, f"srm-control-reader-{uuid.uuid4().hex}",
+            overrides={"enable.partition.eof": True, **self.client_overrides})
+        try:
+            partition = TopicPartition(CONTROL_TOPIC, PARTITION, OFFSET_BEGINNING)
+            consumer.assign([partition])
+            # A topic created a moment ago may have no leader yet: no offsets, and a retry.
+            watermarks = consumer.get_watermark_offsets(partition, timeout=10.0)
+            if watermarks is None:
+                raise ClusterUnavailable(f"no offsets of {CONTROL_TOPIC} from {self.alias!r} within 10 s")
+        except BaseException:
+            consumer.close()
+            raise
+        low, high = watermarks
+        self._end_offset = int(high)
+        if high <= low:
+            self._mark_loaded()
+        return consumer
+
+    def _handle(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._mark_loaded()
+            else:
+                LOG.warning("reading %s on %s: %s", CONTROL_TOPIC, self.alias, error)
+            return
+        try:
+            change = decode_change(message.key(), message.value())
+        except ControlFormatError as exc:
+            LOG.warning("skipping undecodable control record %s[%d]@%d on %s: %s", message.topic(),
+                        message.partition(), message.offset(), self.alias, exc)
+        else:
+            with self._lock:
+                if self._state.apply(change):
+                    self._version += 1
+        if message.offset() + 1 >= self._end_offset:
+            self._mark_loaded()
+
+    def _mark_loaded(self) -> None:
+        if not self._loaded.is_set():
+            LOG.info("control lists of %s loaded (version %d)", self.alias, self.version())
+            self._loaded.set()

@@ -1,0 +1,107 @@
+"""Produces MM2 offset syncs to `mm2-offset-syncs.<target>.internal` on the source cluster.
+
+MM2 compatible: the decision (`offset.lag.max`, gaps, truncation) and the in-flight bound come from
+`driver.offset_sync_writer`; this module feeds it every acknowledged record, sends the due syncs to
+partition 0 of the compacted single-partition topic, and promotes the delayed ones on each progress
+flush, so a quiet partition's latest position reaches the checkpoint side within one flush (KAFKA-15906).
+Syncs are best-effort, as in MM2: a failed send is logged and superseded by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from driver import kafka_clients
+from driver.config import SrmConfig
+from driver.kafka_clients import TopicSpec
+from driver.offset_sync_writer import (
+    DEFAULT_OFFSET_LAG_MAX,
+    DeliveryCallback,
+    OffsetSyncWriter,
+    PartitionState,
+    QueuedOffsetSync,
+)
+from driver.wire.mm2 import OffsetSync
+
+LOG = logging.getLogger(__name__)
+
+OFFSET_SYNCS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
+# Syncs are tiny and capped at 10 in flight: waiting to batch them would only slow them down.
+SYNC_PRODUCER_SETTINGS: Final = {"linger.ms": 1, "compression.type": "none"}
+
+
+class OffsetSyncEmitter:
+    def __init__(self, producer: Producer, topic: str, offset_lag_max: int = DEFAULT_OFFSET_LAG_MAX) -> None:
+        self.producer, self.topic = producer, topic
+        self.writer = OffsetSyncWriter(self._send, offset_lag_max)
+        self.offset_lag_max = offset_lag_max
+        self.failed = 0
+        # Latest not-yet-due position per partition, handed to the writer's delayed queue in bulk.
+        self._latest: dict[tuple[str, int], tuple[int, int]] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+
+    @classmethod
+    def for_replication(cls, config: SrmConfig, source: str, target: str, topic: str) -> OffsetSyncEmitter:
+        """Creates the offset-syncs topic on the source if needed and a producer for it."""
+        lag_max = config.get_int("offset.lag.max", source, target, default=DEFAULT_OFFSET_LAG_MAX)
+        if lag_max is None or lag_max < 0:
+            raise config.config_error("offset.lag.max", f"must be >= 0, got {lag_max}", source, target)
+        factor = config.get_int("offset-syncs.topic.replication.factor", source, target, default=-1) or -1
+        kafka_clients.ensure_topics(kafka_clients.admin(config, source), source,
+                                    [TopicSpec(topic, 1, OFFSET_SYNCS_TOPIC_CONFIGS, factor)])
+        producer = kafka_clients.producer(config, source, overrides=SYNC_PRODUCER_SETTINGS,
+                                          source=source, target=target)
+        return cls(producer, topic, lag_max)
+
+    def acknowledged(self, topic: str, partition: int, upstream_offset: int, downstream_offset: int) -> None:
+        """A record the target acknowledged (committed, in exactly-once mode); call `send_due` after.
+
+        Hot path: most records only advance the partition state (no gap, no truncation, not stale), which
+        is what `PartitionState.update` does for them too; those skip the writer's queue until a flush.
+        """
+        key = (topic, partition)
+        state = self._states.get(key)
+        if (state is not None and upstream_offset == state.previous_upstream + 1
+                and downstream_offset >= state.previous_downstream
+                and downstream_offset - state.last_sync_downstream <= self.offset_lag_max):
+            state.previous_upstream, state.previous_downstream = upstream_offset, downstream_offset
+            self._latest[key] = (upstream_offset, downstream_offset)
+            return
+        self._latest.pop(key, None)  # superseded: maybe_queue keeps this one
+        self.writer.maybe_queue(topic, partition, upstream_offset, downstream_offset)
+        if state is None:
+            # After its first record a partition has a sync, so the fast path's conditions hold.
+            self._states[key] = self.writer.partition_state(topic, partition)  # type: ignore[assignment]
+
+    def send_due(self) -> None:
+        try:
+            self.writer.queue.fire_pending()
+        except BufferError:  # the producer queue is full: the sync stays queued for the next call
+            LOG.debug("offset-syncs producer queue full; retrying later")
+        self.producer.poll(0)
+
+    def flush_delayed(self) -> None:
+        """Periodic: every partition's latest position becomes due (MM2's commit after offset flush)."""
+        for (topic, partition), (upstream, downstream) in self._latest.items():
+            self.writer.queue.queue_later(QueuedOffsetSync(topic, partition, upstream, downstream))
+        self._latest.clear()
+        self.writer.queue.promote_delayed()
+        self.send_due()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.flush_delayed()
+        self.producer.flush(timeout_s)
+
+    def _send(self, sync: QueuedOffsetSync, done: DeliveryCallback) -> None:
+        record = OffsetSync(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                self.failed += 1
+            done(None if error is None else KafkaException(error))
+
+        self.producer.produce(self.topic, key=record.encode_key(), value=record.encode_value(), partition=0,
+                              on_delivery=delivered)

@@ -1,0 +1,190 @@
+"""Replication progress in `mm2-offsets.<source>.internal` on the target, in Kafka Connect's format.
+
+MM2 compatible (Connect offset store written by MirrorSourceConnector): the key is the JSON array
+`["MirrorSourceConnector",{"cluster":"<src>","partition":p,"topic":"t"}]` and the value `{"offset":N}`,
+N being the offset of the last replicated record; a restart seeks to N + 1. Connect looks offsets up
+by the raw key bytes, so the field order and the compact separators above are part of the format.
+
+The topic may hold other connectors' keys (checkpoints, heartbeats) and other sources' clusters: the
+reader keeps only what it was asked for and skips, with a warning, records that do not parse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+LOG = logging.getLogger(__name__)
+
+CONNECTOR_NAME: Final = "MirrorSourceConnector"
+# Kafka Connect's default offset.storage.partitions; the producer hashes keys with murmur2 like Java's.
+PROGRESS_TOPIC_PARTITIONS: Final = 25
+PROGRESS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
+READ_POLL_S: Final = 0.2
+RETRY_BACKOFF_S: Final = 0.5
+
+
+class ProgressReadTimeout(RuntimeError):
+    """The progress topic could not be read to its end in time (e.g. a transaction left open)."""
+
+
+@dataclass(frozen=True)
+class SourcePartition:
+    """A Connect source partition of MirrorSourceConnector: one topic-partition of the source cluster."""
+
+    cluster: str
+    topic: str
+    partition: int
+
+
+def encode_key(source: SourcePartition) -> bytes:
+    # Field order of Java's HashMap for these three keys (what MM2 writes): cluster, partition, topic.
+    partition_map = {"cluster": source.cluster, "partition": source.partition, "topic": source.topic}
+    return json.dumps([CONNECTOR_NAME, partition_map], separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_value(last_replicated_offset: int) -> bytes:
+    return json.dumps({"offset": last_replicated_offset}, separators=(",", ":")).encode()
+
+
+def decode_key(key: bytes | None) -> SourcePartition | None:
+    """The source partition of a MirrorSourceConnector key; None for other connectors' keys."""
+    if key is None:
+        raise ValueError("progress record without a key")
+    try:
+        decoded = json.loads(key)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"progress key is not JSON: {exc}") from None
+    if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict)):
+        raise ValueError(f"progress key is not [connector, partition]: {key[:200]!r}")
+    connector, partition_map = decoded
+    if connector != CONNECTOR_NAME or "cluster" not in partition_map:
+        return None
+    cluster, topic, partition = (partition_map.get(f) for f in ("cluster", "topic", "partition"))
+    if not (isinstance(cluster, str) and isinstance(topic, str) and isinstance(partition, int)):
+        raise ValueError(f"progress key lacks cluster/topic/partition: {key[:200]!r}")
+    return SourcePartition(cluster, topic, partition)
+
+
+def decode_value(value: bytes | None) -> int | None:
+    """The last replicated offset, None for a tombstone (progress forgotten)."""
+    if value is None:
+        return None
+    try:
+        decoded = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"progress value is not JSON: {exc}") from None
+    offset = decoded.get("offset") if isinstance(decoded, dict) else None
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise ValueError(f"progress value has no integer offset: {value[:200]!r}")
+    return offset
+
+
+def resume_offset(last_replicated: int | None) -> int | None:
+    """Where to start a partition: stored offset + 1; None (auto.offset.reset) when missing or < 0."""
+    if last_replicated is None or last_replicated < 0:
+        return None
+    return last_replicated + 1
+
+
+class ProgressReader:
+    """Tails the progress topic of one source cluster; `read_to_end` catches up before a seek.
+
+    One long-lived consumer with every partition assigned from the beginning, so each catch-up only
+    reads what was written since the last one. It reads `read_committed`: progress written inside a
+    transaction counts only once committed (exactly-once mode), and "the end" is the high watermark
+    seen when the catch-up starts, so a transaction still open blocks until it commits or is aborted.
+    """
+
+    def __init__(self, consumer: Consumer, admin: AdminClient, topic: str, cluster: str) -> None:
+        self.consumer, self.admin, self.topic, self.cluster = consumer, admin, topic, cluster
+        self._offsets: dict[tuple[str, int], int] = {}
+        # End offsets reported by EOF events: past trailing transaction markers, which the consumer's
+        # position never moves over, and reported only once per arrival at the end.
+        self._eof: dict[int, int] = {}
+        self._assigned = False
+        self.skipped = 0
+
+    def last_replicated(self, topic: str, partition: int) -> int | None:
+        return self._offsets.get((topic, partition))
+
+    def read_to_end(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        ends = self._end_offsets_retrying(deadline)
+        remaining = {p for p, end in ends.items() if self._position(p) < end}
+        while remaining:
+            if time.monotonic() > deadline:
+                raise ProgressReadTimeout(f"{self.topic}: partitions {sorted(remaining)} "
+                                          f"not read to their end in {timeout_s:.0f} s")
+            for message in self.consumer.consume(500, timeout=READ_POLL_S):
+                self._apply(message, ends, remaining)
+            remaining = {p for p in remaining if self._position(p) < ends[p]}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def _end_offsets_retrying(self, deadline: float) -> dict[int, int]:
+        while True:
+            try:
+                return self._end_offsets()
+            except KafkaException as exc:  # e.g. leaders of a just-created topic not elected yet
+                if time.monotonic() > deadline:
+                    raise
+                LOG.info("%s end offsets not available yet (%s); retrying", self.topic, exc.args[0].str())
+                time.sleep(RETRY_BACKOFF_S)
+
+    def _end_offsets(self) -> dict[int, int]:
+        metadata = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
+        if metadata is None or metadata.error is not None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"{self.topic} is missing"))
+        partitions = sorted(metadata.partitions)
+        if not self._assigned:
+            self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+            self._assigned = True
+        # One ListOffsets request for all partitions: asking the consumer partition by partition waits
+        # out its fetch long-poll each time.
+        requests = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in partitions}
+        futures = self.admin.list_offsets(requests, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                                          request_timeout=30)
+        return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+    def _position(self, partition: int) -> int:
+        position = self.consumer.position([TopicPartition(self.topic, partition)])[0].offset
+        return max(position, self._eof.get(partition, 0), 0)
+
+    def _apply(self, message, ends: dict[int, int], remaining: set[int]) -> None:  # type: ignore[no-untyped-def]
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                # read_committed: EOF comes at the last stable offset, past control records.
+                self._eof[message.partition()] = message.offset()
+                if message.offset() >= ends.get(message.partition(), 0):
+                    remaining.discard(message.partition())
+                return
+            raise KafkaException(error)
+        try:
+            source = decode_key(message.key())
+            offset = decode_value(message.value())
+        except ValueError as exc:
+            self.skipped += 1
+            LOG.warning("%s[%d]@%d skipped: %s", self.topic, message.partition(), message.offset(), exc)
+            return
+        if source is None or source.cluster != self.cluster:
+            return
+        if offset is None:
+            self._offsets.pop((source.topic, source.partition), None)
+        else:
+            self._offsets[(source.topic, source.partition)] = offset

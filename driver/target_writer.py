@@ -1,0 +1,326 @@
+"""Writes polled source records to the target with their progress: at-least-once or exactly-once.
+
+Both writers copy a record as bytes (key, value, headers, timestamp) to the same partition of the
+remote topic, and record progress in the MM2 Connect format (`driver.progress_store`).
+
+- `AtLeastOnceWriter`: one idempotent producer. Progress only ever names records the target
+  acknowledged, written every flush interval and when partitions are revoked, so a crash replays at
+  most one interval (MM2 flushes every 60 s; we flush every second to keep replays short).
+- `TransactionalWriter` (`exactly.once = true`): one transactional producer per source partition, its
+  `transactional.id` derived from the replication and the partition. Taking a partition over calls
+  `init_transactions` with that id, which fences the previous owner (a zombie after a rebalance, or
+  this worker's previous incarnation after kill -9) and aborts its open transaction before the new
+  owner reads the progress topic. Records and their progress are committed in one transaction, so a
+  `read_committed` reader of the remote topic sees each source record exactly once.
+
+Offset syncs follow MM2: fed acknowledged records (committed ones in exactly-once mode), best-effort.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from driver.metrics_reporter import PartitionStats
+from driver.offset_sync_emitter import OffsetSyncEmitter
+from driver.progress_store import SourcePartition, encode_key, encode_value
+
+LOG = logging.getLogger(__name__)
+
+PROGRESS_FLUSH_INTERVAL_S: Final = 1.0
+TRANSACTION_INTERVAL_S: Final = 0.25
+TRANSACTION_TIMEOUT_S: Final = 30.0
+FLUSH_TIMEOUT_S: Final = 60.0
+PARTITION_WAIT_S: Final = 30.0
+
+
+class DeliveryFailed(RuntimeError):
+    """The target refused a replicated record; the worker fails rather than skip it."""
+
+
+@dataclass(eq=False)
+class PartitionFlow:
+    """One assigned source partition and where its replication stands."""
+
+    topic: str
+    partition: int
+    remote: str
+    stats: PartitionStats
+    acked: int = -1  # last upstream offset the target acknowledged (committed, in exactly-once mode)
+    persisted: int = -1  # last upstream offset written to the progress topic
+    in_flight: deque[int] = field(default_factory=deque)  # upstream offsets produced, not acknowledged
+    produced: int = -1  # last upstream offset handed to the producer
+    pending_syncs: list[tuple[int, int]] = field(default_factory=list)  # acked inside the open transaction
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+def _now_ms() -> float:
+    return time.time() * 1000
+
+
+def _record_timestamp(message: Message) -> int:
+    kind, ts = message.timestamp()
+    return ts if kind != 0 and ts >= 0 else 0  # 0: let the producer stamp a record without one
+
+
+class _WriterBase:
+    def __init__(self, source: str, progress_topic: str, emitter: OffsetSyncEmitter | None) -> None:
+        self.source, self.progress_topic, self.emitter = source, progress_topic, emitter
+        self.flows: dict[tuple[str, int], PartitionFlow] = {}
+        self._failure: str | None = None
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise DeliveryFailed(self._failure)
+
+    def _progress_record(self, flow: PartitionFlow, offset: int) -> tuple[bytes, bytes]:
+        return encode_key(SourcePartition(self.source, flow.topic, flow.partition)), encode_value(offset)
+
+    def _feed_sync(self, flow: PartitionFlow, upstream: int, downstream: int) -> None:
+        if self.emitter is not None:
+            self.emitter.acknowledged(flow.topic, flow.partition, upstream, downstream)
+
+
+class AtLeastOnceWriter(_WriterBase):
+    def __init__(self, producer: Producer, source: str, progress_topic: str,
+                 emitter: OffsetSyncEmitter | None) -> None:
+        super().__init__(source, progress_topic, emitter)
+        self.producer = producer
+        self._by_remote: dict[tuple[str, int], PartitionFlow] = {}
+        self._next_flush = time.monotonic() + PROGRESS_FLUSH_INTERVAL_S
+
+    def delivered(self, error: KafkaError | None, message: Message) -> None:
+        """The producer's one delivery callback (bound once: no per-record closure)."""
+        flow = self._by_remote.get((message.topic(), message.partition()))
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+            return
+        if flow is None:  # progress or metrics record
+            return
+        upstream = flow.in_flight.popleft()
+        downstream = message.offset()
+        flow.acked = upstream
+        flow.stats.replicated(upstream, downstream, len(message.value() or b""),
+                              _now_ms() - message.timestamp()[1])
+        if self.emitter is not None:
+            self.emitter.acknowledged(flow.topic, flow.partition, upstream, downstream)
+
+    def add(self, flows: Iterable[PartitionFlow]) -> None:
+        for flow in flows:
+            self.flows[flow.key] = flow
+            self._by_remote[(flow.remote, flow.partition)] = flow
+
+    def write(self, messages: list[Message]) -> None:
+        produce, flows = self.producer.produce, self.flows
+        now_ms = time.time() * 1000
+        for message in messages:
+            if message.error() is not None:
+                _consume_error(message)
+                continue
+            flow = flows.get((message.topic(), message.partition()))
+            if flow is None:  # revoked while the batch was in flight
+                continue
+            ts = _record_timestamp(message)
+            try:
+                produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
+                        headers=message.headers())
+            except (BufferError, KafkaException):
+                _produce_patiently(self.producer, flow, message, ts)
+            flow.in_flight.append(message.offset())
+            flow.stats.polled(now_ms - ts if ts else 0.0)
+
+    def tick(self, now: float) -> None:
+        self.producer.poll(0)
+        self._check()
+        if self.emitter is not None:
+            self.emitter.send_due()
+        if now >= self._next_flush:
+            self._persist(self.flows.values())
+            if self.emitter is not None:
+                self.emitter.flush_delayed()
+            self._next_flush = now + PROGRESS_FLUSH_INTERVAL_S
+
+    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False) -> None:
+        """Stop writing partitions: wait for their records, then record their final progress."""
+        flows = [self.flows[k] for k in keys if k in self.flows]
+        if not flows:
+            return
+        self._flush()
+        if not lost:  # a lost partition may already be owned elsewhere: never rewind its progress
+            self._persist(flows)
+            self._flush()
+        for flow in flows:
+            del self.flows[flow.key]
+            self._by_remote.pop((flow.remote, flow.partition), None)
+
+    def _persist(self, flows: Iterable[PartitionFlow]) -> None:
+        for flow in flows:
+            if flow.acked > flow.persisted:
+                key, value = self._progress_record(flow, flow.acked)
+                self.producer.produce(self.progress_topic, value, key)
+                flow.persisted = flow.acked
+
+    def _flush(self) -> None:
+        if self.producer.flush(FLUSH_TIMEOUT_S) > 0:
+            raise DeliveryFailed(f"records not acknowledged by the target within {FLUSH_TIMEOUT_S:.0f} s")
+        self._check()
+
+
+def _produce_patiently(producer: Producer, flow: PartitionFlow, message: Message, ts: int) -> None:
+    """The slow path of a produce: wait out a full local queue, or a remote partition just created
+    that the producer's metadata does not show yet."""
+    deadline = time.monotonic() + PARTITION_WAIT_S
+    while True:
+        try:
+            producer.produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
+                             headers=message.headers())
+            return
+        except BufferError:
+            producer.poll(0.5)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise
+            producer.list_topics(flow.remote, timeout=5)  # refreshes the producer's metadata
+            producer.poll(0.2)
+
+
+def _consume_error(message: Message) -> None:
+    error = message.error()
+    if error.code() == KafkaError._PARTITION_EOF:
+        return
+    if error.fatal():
+        raise KafkaException(error)
+    LOG.warning("consume error on %s[%s]: %s", message.topic(), message.partition(), error)
+
+
+class TransactionalWriter(_WriterBase):
+    def __init__(self, producer_factory: Callable[[str, Callable[..., None]], Producer], source: str,
+                 progress_topic: str, transactional_prefix: str,
+                 emitter: OffsetSyncEmitter | None) -> None:
+        super().__init__(source, progress_topic, emitter)
+        self.producer_factory, self.prefix = producer_factory, transactional_prefix
+        self.producers: dict[tuple[str, int], Producer] = {}
+        # The flow a producer's delivery callback updates, set when the partition is added.
+        self._holders: dict[tuple[str, int], list[PartitionFlow]] = {}
+        self._open: set[tuple[str, int]] = set()
+        self._next_commit = time.monotonic() + TRANSACTION_INTERVAL_S
+
+    def transactional_id(self, topic: str, partition: int) -> str:
+        return f"{self.prefix}|{topic}-{partition}"
+
+    def fence(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Own these partitions' transactional ids: earlier owners are fenced, their open work aborted."""
+        for topic, partition in keys:
+            if (topic, partition) in self.producers:
+                continue
+            holder: list[PartitionFlow] = []
+            producer = self.producer_factory(self.transactional_id(topic, partition),
+                                             functools.partial(self._delivered, holder))
+            producer.init_transactions(TRANSACTION_TIMEOUT_S)
+            self.producers[(topic, partition)] = producer
+            self._holders[(topic, partition)] = holder
+
+    def add(self, flows: Iterable[PartitionFlow]) -> None:
+        for flow in flows:
+            self.fence([flow.key])
+            self.flows[flow.key] = flow
+            self._holders[flow.key][:] = [flow]
+
+    def _delivered(self, holder: list[PartitionFlow], error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+            return
+        if not holder or message.topic() != holder[0].remote:  # the progress record
+            return
+        flow = holder[0]
+        upstream = flow.in_flight.popleft()
+        flow.stats.replicated(upstream, message.offset(), len(message.value() or b""),
+                              time.time() * 1000 - message.timestamp()[1])
+        flow.pending_syncs.append((upstream, message.offset()))
+
+    def write(self, messages: list[Message]) -> None:
+        now_ms = time.time() * 1000
+        for message in messages:
+            if message.error() is not None:
+                _consume_error(message)
+                continue
+            key = (message.topic(), message.partition())
+            flow = self.flows.get(key)
+            if flow is None:
+                continue
+            producer = self.producers[key]
+            if key not in self._open:
+                producer.begin_transaction()
+                self._open.add(key)
+            ts = _record_timestamp(message)
+            try:
+                producer.produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
+                                 headers=message.headers())
+            except (BufferError, KafkaException):
+                _produce_patiently(producer, flow, message, ts)
+            flow.in_flight.append(message.offset())
+            flow.produced = message.offset()
+            flow.stats.polled(now_ms - ts if ts else 0.0)
+
+    def tick(self, now: float) -> None:
+        for producer in self.producers.values():
+            producer.poll(0)
+        self._check()
+        if now >= self._next_commit:
+            self._commit(list(self._open))
+            if self.emitter is not None:
+                self.emitter.flush_delayed()
+            self._next_commit = now + TRANSACTION_INTERVAL_S
+        elif self.emitter is not None:
+            self.emitter.send_due()
+
+    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False) -> None:
+        keys = [k for k in keys if k in self.producers]
+        if lost:
+            for key in keys:
+                if key in self._open:
+                    self._abort(key)
+        else:
+            self._commit([k for k in keys if k in self._open])
+        for key in keys:
+            self.producers.pop(key).flush(FLUSH_TIMEOUT_S)
+            self.flows.pop(key, None)
+            self._holders.pop(key, None)
+
+    def _commit(self, keys: list[tuple[str, int]]) -> None:
+        for key in keys:
+            flow, producer = self.flows[key], self.producers[key]
+            progress_key, value = self._progress_record(flow, flow.produced)
+            producer.produce(self.progress_topic, value, progress_key)
+            producer.flush(FLUSH_TIMEOUT_S)
+            self._check()
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+            self._open.discard(key)
+            flow.acked = flow.persisted = flow.produced
+            for upstream, downstream in flow.pending_syncs:
+                self._feed_sync(flow, upstream, downstream)
+            flow.pending_syncs.clear()
+
+    def _abort(self, key: tuple[str, int]) -> None:
+        try:
+            self.producers[key].abort_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:  # fenced already: the new owner aborted it for us
+            LOG.info("abort of %s not needed: %s", self.transactional_id(*key), exc)
+        self._open.discard(key)
+        flow = self.flows.get(key)
+        if flow is not None:
+            flow.in_flight.clear()
+            flow.pending_syncs.clear()
+
+    def close(self) -> None:
+        self.release(list(self.producers))

@@ -1,0 +1,1 @@
+"""Clusters: the aliases the rollups know and SRM's cluster-info summary."""

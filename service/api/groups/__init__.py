@@ -1,0 +1,1 @@
+"""Checkpointed consumer groups: lag evaluation and checkpoint metrics."""

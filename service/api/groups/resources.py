@@ -1,0 +1,95 @@
+"""`/v2/groups/...` (checkpointed groups with lag evaluation) and `/v2/group-metrics/...`."""
+
+from __future__ import annotations
+
+from flask import Response
+from flask.views import MethodView
+from flask_smorest import abort
+
+from service.api.common import metric_response
+from service.api.groups.schemas import GroupListSchema, GroupMetricArgs, GroupMetricSchema
+from service.api.replications.resources import evaluation_answer
+from service.api.replications.schemas import GroupStatusSchema, StatusArgs
+from service.extensions import Blueprint, metrics_reader
+from service.metrics_reader import NotFound
+from service.replication_health import metrics_period_ms
+from service.replication_overview import group_healths
+
+blp = Blueprint(
+    "groups",
+    __name__,
+    url_prefix="/v2",
+    description="Consumer groups whose offsets are checkpointed (MM2 MirrorCheckpointConnector)",
+)
+
+
+def _period(source: str, target: str) -> int:
+    return metrics_period_ms(metrics_reader().replication_latest([(source, target)])[(source, target)])
+
+
+@blp.route("/groups/<string:source>/<string:target>")
+class Groups(MethodView):
+    @blp.arguments(StatusArgs, location="query", as_kwargs=True)
+    @blp.response(200, GroupListSchema)
+    @blp.alt_response(404, description="Unknown replication")
+    def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
+        """Every checkpointed group of a replication with its Burrow-style lag evaluation."""
+        reader = metrics_reader()
+        try:
+            replication = reader.replication(source, target)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        healths = group_healths(reader, replication, reader.groups(target, source), _period(source, target))
+        return {
+            "source": source,
+            "target": target,
+            "groups": [{"group": g.group, "lag": evaluation_answer(g.lag, all)} for g in healths],
+        }
+
+
+@blp.route("/groups/<string:source>/<string:target>/<string:group>")
+class OneGroup(MethodView):
+    @blp.arguments(StatusArgs, location="query", as_kwargs=True)
+    @blp.response(200, GroupStatusSchema)
+    @blp.alt_response(404, description="Unknown replication or group")
+    def get(self, source: str, target: str, group: str, all: bool) -> dict:  # noqa: A002
+        """One checkpointed group's lag evaluation (Burrow's `/status`, or `/lag` with `all=true`)."""
+        reader = metrics_reader()
+        try:
+            reader.require_group(source, target, group)
+            replication = reader.replication(source, target)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        health = group_healths(reader, replication, [group], _period(source, target))[0]
+        return {"group": group, "lag": evaluation_answer(health.lag, all)}
+
+
+@blp.route("/group-metrics/<string:source>/<string:target>/<string:group>/<string:metric>")
+class GroupMetric(MethodView):
+    @blp.arguments(GroupMetricArgs, location="query", as_kwargs=True)
+    @blp.response(200, GroupMetricSchema)
+    @blp.alt_response(404, description="Unknown replication, group, topic or metric")
+    def get(
+        self,
+        source: str,
+        target: str,
+        group: str,
+        metric: str,
+        from_ms: int,
+        to_ms: int,
+        granularity: str,
+        topic: str | None = None,
+    ) -> Response:
+        """One checkpoint metric of a group (checkpoint_latency_ms, group_lag, ...) over a time range."""
+        reader = metrics_reader()
+        try:
+            reader.require_metric(metric, "group")
+            reader.require_group(source, target, group)
+            replication = reader.replication(source, target)
+            remote = None if topic is None else reader.remote_topic(source, target, topic)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        answer = reader.group_metric(replication, group, metric, from_ms, to_ms, granularity, remote)
+        identity = {"source": source, "target": target, "group": group, "upstreamTopic": topic,
+                    "from": from_ms, "to": to_ms}
+        return metric_response(identity, answer)

@@ -1,0 +1,1 @@
+"""Partition metrics: one metric of one remote topic-partition."""

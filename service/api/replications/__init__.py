@@ -1,0 +1,1 @@
+"""Replications: list and one, with status and lag evaluation, and replication-level metrics."""

@@ -1,0 +1,111 @@
+"""`/v2/replications` (all, with status, in one call), one replication, and replication-level metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from flask import Response
+from flask.views import MethodView
+from flask_smorest import abort
+
+from service.api.common import TimeRangeArgs, metric_response
+from service.api.replications.schemas import (
+    ReplicationDetailSchema,
+    ReplicationListSchema,
+    ReplicationMetricSchema,
+    ReplicationStatusSchema,
+    StatusArgs,
+)
+from service.extensions import Blueprint, metrics_reader
+from service.lag_evaluation import Evaluation
+from service.metrics_reader import NotFound
+from service.replication_health import ReplicationHealth
+from service.replication_overview import group_healths, replication_healths
+
+blp = Blueprint(
+    "replications",
+    __name__,
+    url_prefix="/v2",
+    description="Replications (source -> target): state, lag evaluation and metrics",
+)
+
+
+def evaluation_answer(evaluation: Evaluation, show_all: bool) -> dict:
+    return {
+        "status": evaluation.status,
+        "reason": evaluation.reason,
+        "complete": evaluation.complete,
+        "total_lag": evaluation.total_lag,
+        "max_lag_partition": evaluation.max_lag_partition,
+        "partitions": list(evaluation.partitions if show_all else evaluation.problems),
+    }
+
+
+def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False) -> dict:
+    return {
+        "source": health.source,
+        "target": health.target,
+        "state": health.state,
+        "explanation": health.explanation,
+        "metrics_period_ms": health.metrics_period_ms,
+        "report_ts": health.report_ts,
+        "topics": topics,
+        "lag": evaluation_answer(health.lag, show_all),
+    }
+
+
+@blp.route("/replications")
+class Replications(MethodView):
+    @blp.arguments(StatusArgs, location="query", as_kwargs=True)
+    @blp.response(200, ReplicationListSchema)
+    def get(self, all: bool) -> dict:  # noqa: A002
+        """Every replication with its state (ACTIVE/INACTIVE/FAILED/UNKNOWN) and lag evaluation."""
+        reader = metrics_reader()
+        replications = reader.replications()
+        healths = replication_healths(reader, replications)
+        answers = [status_answer(h, len(r.topics), all) for h, r in zip(healths, replications, strict=True)]
+        return {"replications": answers, "states": dict(Counter(str(h.state) for h in healths))}
+
+
+@blp.route("/replications/<string:source>/<string:target>")
+class OneReplication(MethodView):
+    @blp.arguments(StatusArgs, location="query", as_kwargs=True)
+    @blp.response(200, ReplicationDetailSchema)
+    @blp.alt_response(404, description="Unknown replication")
+    def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
+        """One replication: state, lag evaluation, topics and its checkpointed groups' lag evaluation."""
+        reader = metrics_reader()
+        try:
+            replication = reader.replication(source, target)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        health = replication_healths(reader, [replication])[0]
+        groups = group_healths(reader, replication, reader.groups(target, source), health.metrics_period_ms)
+        answer = status_answer(health, len(replication.topics), all)
+        answer["topic_names"] = [
+            {"topic": t, "upstreamTopic": u} for t, u in sorted(replication.topics.items())
+        ]
+        answer["groups"] = [{"group": g.group, "lag": evaluation_answer(g.lag, all)} for g in groups]
+        return answer
+
+
+@blp.route("/replication-metrics/<string:source>/<string:target>/<string:metric>")
+class ReplicationMetric(MethodView):
+    @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
+    @blp.response(200, ReplicationMetricSchema)
+    @blp.alt_response(404, description="Unknown replication or metric")
+    def get(self, source: str, target: str, metric: str, from_ms: int, to_ms: int,
+            granularity: str) -> Response:
+        """One metric of a whole replication (all its topics) over a time range."""
+        reader = metrics_reader()
+        try:
+            reader.require_metric(metric)
+            replication = reader.replication(source, target)
+        except NotFound as exc:
+            abort(404, message=str(exc))
+        answer = reader.replication_metric(replication, metric, from_ms, to_ms, granularity)
+        return metric_response({"source": source, "target": target, "from": from_ms, "to": to_ms}, answer)
+
+
+# Re-exported for the cluster-info resource, which lists the same status records.
+__all__ = ["blp", "status_answer", "evaluation_answer", "ReplicationStatusSchema"]

@@ -1,0 +1,98 @@
+"""Answer schemas of the replications resource: state, Burrow-style lag evaluation, metrics."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from service.api.common import MetricSeriesSchema
+from service.lag_evaluation import Reason, Status
+from service.replication_status import ReplicationState
+
+
+class ObservationSchema(Schema):
+    ts = fields.Integer(attribute="ts_ms", metadata={"description": "window start, epoch ms"})
+    offset = fields.Integer()
+    lag = fields.Integer()
+
+
+class PartitionEvaluationSchema(Schema):
+    topic = fields.String(metadata={"description": "remote (downstream) topic"})
+    partition = fields.Integer()
+    status = fields.String(validate=validate.OneOf(list(Status)))
+    reason = fields.String(validate=validate.OneOf(list(Reason)))
+    complete = fields.Float(
+        metadata={"description": "share of the evaluation window that holds observations"}
+    )
+    current_lag = fields.Integer()
+    start = fields.Nested(ObservationSchema, allow_none=True)
+    end = fields.Nested(ObservationSchema, allow_none=True)
+
+
+class EvaluationSchema(Schema):
+    status = fields.String(
+        validate=validate.OneOf(list(Status)),
+        metadata={"description": "Burrow group level: NOTFOUND, OK, WARN or ERR"},
+    )
+    reason = fields.String(
+        validate=validate.OneOf(list(Reason)),
+        metadata={"description": "worst partition's rule: OK, WARN, STOP, STALL, REWIND"},
+    )
+    complete = fields.Float()
+    total_lag = fields.Integer()
+    max_lag_partition = fields.Nested(PartitionEvaluationSchema, allow_none=True)
+    partitions = fields.List(
+        fields.Nested(PartitionEvaluationSchema),
+        metadata={"description": "partitions at WARN or worse (all with `all=true`)"},
+    )
+
+
+class ReplicationStatusSchema(Schema):
+    source = fields.String()
+    target = fields.String()
+    state = fields.String(
+        validate=validate.OneOf(list(ReplicationState)),
+        metadata={"description": "ACTIVE, INACTIVE (enabled, no data), FAILED or UNKNOWN"},
+    )
+    explanation = fields.String()
+    metrics_period_ms = fields.Integer()
+    report_ts = fields.Integer(allow_none=True, metadata={"description": "driver's last report, epoch ms"})
+    topics = fields.Integer(metadata={"description": "remote topics with metrics"})
+    lag = fields.Nested(EvaluationSchema)
+
+
+class GroupStatusSchema(Schema):
+    group = fields.String()
+    lag = fields.Nested(EvaluationSchema)
+
+
+class TopicSchema(Schema):
+    topic = fields.String(metadata={"description": "remote (downstream) topic"})
+    upstreamTopic = fields.String()  # noqa: N815
+
+
+class ReplicationDetailSchema(ReplicationStatusSchema):
+    topic_names = fields.List(fields.Nested(TopicSchema), data_key="topicNames")
+    groups = fields.List(fields.Nested(GroupStatusSchema))
+
+
+class ReplicationListSchema(Schema):
+    replications = fields.List(fields.Nested(ReplicationStatusSchema))
+    states = fields.Dict(
+        keys=fields.String(),
+        values=fields.Integer(),
+        metadata={"description": "number of replications per state"},
+    )
+
+
+class StatusArgs(Schema):
+    all = fields.Boolean(
+        load_default=False,
+        metadata={"description": "list every partition's evaluation, not only those at WARN or worse"},
+    )
+
+
+class ReplicationMetricSchema(MetricSeriesSchema):
+    source = fields.String()
+    target = fields.String()
+    from_ms = fields.Integer(data_key="from")
+    to_ms = fields.Integer(data_key="to")

@@ -1,0 +1,1 @@
+"""Discovered SRM services (sites); the local one until discovery provides more."""

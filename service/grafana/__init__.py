@@ -1,0 +1,1 @@
+"""Grafana JSON datasource (simpod-json-datasource 0.6.x contract) over the rollups."""

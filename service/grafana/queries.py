@@ -1,0 +1,224 @@
+"""Pure rules of the Grafana datasource: which subjects a target selects, which windows answer it,
+and the frames Grafana's `toDataFrame` reads (time series, tables, annotation tables).
+
+Subjects are matched on the payload (`source`, `target`, `topic`, `group`; a value or a list) and on
+ad-hoc filters (`{key, operator, value}` with `=`, `!=`, `=~`, `!~`, and multi-value `=|`, `!=|`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from aggregator.redis_layout import WINDOWS, WindowAggregate
+from driver.wire.raw_metrics import METRICS
+from service.metric_summary import downsample, point_of
+from service.replication_health import ReplicationHealth
+from service.replication_status import ReplicationState
+
+FILTER_KEYS = ("source", "target", "topic", "group")
+STATUS_TABLE = "replication_status"
+ALERTS = "alerts"
+DEFAULT_MAX_POINTS = 1000
+
+
+class QueryError(ValueError):
+    """A request the datasource cannot answer; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One series source: a topic of a replication, or a checkpointed group of one."""
+
+    source: str
+    target: str
+    topic: str | None = None  # remote topic
+    upstream_topic: str | None = None
+    group: str | None = None
+
+    def labels(self) -> dict[str, str]:
+        values = {
+            "source": self.source,
+            "target": self.target,
+            "topic": self.upstream_topic,
+            "remote_topic": self.topic,
+            "group": self.group,
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Filter:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def accepts(self, subject: Subject) -> bool:
+        candidates = _candidates(subject, self.key)
+        if not candidates:
+            return True  # a filter on a key this subject does not have cannot exclude it
+        if self.operator in ("=~", "!~"):
+            hit = any(re.fullmatch(v, c) for v in self.values for c in candidates)
+        else:
+            hit = any(v in candidates for v in self.values)
+        return not hit if self.operator.startswith("!") else hit
+
+
+def _candidates(subject: Subject, key: str) -> set[str]:
+    if key == "topic":
+        return {t for t in (subject.topic, subject.upstream_topic) if t}
+    value = getattr(subject, key, None) if key in FILTER_KEYS else None
+    return {value} if value else set()
+
+
+def filters_of(raw: Iterable[Mapping]) -> list[Filter]:
+    """Grafana's `filters` / legacy `adhocFilters`; filters on keys we do not know are ignored."""
+    found = []
+    for i, item in enumerate(raw):
+        key, operator = str(item.get("key", "")), str(item.get("operator") or "=")
+        if key not in FILTER_KEYS:
+            continue
+        if operator not in ("=", "!=", "=~", "!~", "=|", "!=|"):
+            raise QueryError(f"filters[{i}].operator: unsupported operator {operator!r}")
+        values = item.get("values") if operator in ("=|", "!=|") else None
+        values = tuple(str(v) for v in values) if isinstance(values, list) else (str(item.get("value", "")),)
+        if operator in ("=~", "!~"):
+            for value in values:
+                _check_regex(value, f"filters[{i}].value")
+        found.append(Filter(key, operator.rstrip("|"), values))
+    return found
+
+
+def _check_regex(value: str, where: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise QueryError(f"{where}: not a regular expression: {exc}") from None
+
+
+def payload_filters(payload: object) -> list[Filter]:
+    """Payload keys as equality filters; a list (multi-value variable) matches any of its values."""
+    if not isinstance(payload, Mapping):
+        return []
+    found = []
+    for key in FILTER_KEYS:
+        value = payload.get(key)
+        if value in (None, "", [], "*", "$__all", "All"):
+            continue
+        values = tuple(str(v) for v in value) if isinstance(value, list) else (str(value),)
+        found.append(Filter(key, "=", values))
+    return found
+
+
+def select(subjects: Iterable[Subject], filters: Sequence[Filter]) -> list[Subject]:
+    return [s for s in subjects if all(f.accepts(s) for f in filters)]
+
+
+def plan(from_ms: int, to_ms: int, interval_ms: float | None, max_points: int | None) -> tuple[str, int]:
+    """(stored window, bucket ms): the coarsest window no wider than Grafana's interval, and buckets
+    wide enough that the series has at most ``max_points`` points."""
+    span = max(1, to_ms - from_ms)
+    points = max(2, int(max_points or DEFAULT_MAX_POINTS))
+    wanted = max(float(interval_ms or 0), span / (points - 1))
+    fitting = [w for w in WINDOWS.values() if w.size_ms <= wanted]
+    window = fitting[-1] if fitting else next(iter(WINDOWS.values()))
+    bucket = window.size_ms * max(1, math.ceil(wanted / window.size_ms))
+    return window.name, bucket
+
+
+def datapoints(metric: str, windows: Sequence[WindowAggregate], bucket_ms: int) -> list[list[float]]:
+    kind = METRICS[metric].kind
+    return [[point_of(kind, w).value, w.start_ms] for w in downsample(windows, bucket_ms)]
+
+
+def timeserie(
+    metric: str, subject: Subject, windows: Sequence[WindowAggregate], bucket_ms: int, ref_id: str | None
+) -> dict:
+    where = subject.group or subject.upstream_topic or ""
+    name = f"{metric} {subject.source}->{subject.target} {where}".rstrip()
+    answer = {
+        "target": name,
+        "datapoints": datapoints(metric, windows, bucket_ms),
+        "tags": {**subject.labels(), "metric": metric},
+    }
+    if ref_id:
+        answer["refId"] = ref_id
+    return answer
+
+
+def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence], ref_id: str | None) -> dict:
+    answer = {
+        "type": "table",
+        "columns": [{"text": text, "type": kind} for text, kind in columns],
+        "rows": [list(row) for row in rows],
+    }
+    if ref_id:
+        answer["refId"] = ref_id
+    return answer
+
+
+STATUS_COLUMNS = (
+    ("Time", "time"),
+    ("Source", "string"),
+    ("Target", "string"),
+    ("State", "string"),
+    ("Lag status", "string"),
+    ("Reason", "string"),
+    ("Total lag", "number"),
+    ("Explanation", "string"),
+)
+# Column names Grafana's annotation support maps by name (maintainer, simPod issues #225, #169).
+ANNOTATION_COLUMNS = (
+    ("time", "time"),
+    ("timeEnd", "time"),
+    ("title", "string"),
+    ("text", "string"),
+    ("tags", "string"),
+)
+
+
+def status_rows(healths: Iterable[ReplicationHealth], now_ms: int) -> list[list]:
+    return [
+        [
+            h.report_ts or now_ms,
+            h.source,
+            h.target,
+            str(h.state),
+            str(h.lag.status),
+            str(h.lag.reason),
+            h.lag.total_lag,
+            h.explanation,
+        ]
+        for h in healths
+    ]
+
+
+def alert_rows(healths: Iterable[ReplicationHealth], now_ms: int) -> list[list]:
+    """Annotations for what needs a look now: replications not ACTIVE, partitions whose lag is not OK."""
+    rows = []
+    for h in healths:
+        flow = f"{h.source}->{h.target}"
+        if h.state is not ReplicationState.ACTIVE:
+            rows.append(
+                [
+                    h.report_ts or now_ms,
+                    now_ms,
+                    f"{flow} {h.state}",
+                    h.explanation,
+                    f"{h.source},{h.target},{h.state}",
+                ]
+            )
+        for p in h.lag.problems:
+            since = p.end.ts_ms if p.end else now_ms
+            rows.append(
+                [
+                    since,
+                    now_ms,
+                    f"{flow} {p.topic}[{p.partition}] {p.reason}",
+                    f"lag evaluation {p.status} ({p.reason}); current lag {p.current_lag} records",
+                    f"{h.source},{h.target},{p.reason}",
+                ]
+            )
+    return sorted(rows, key=lambda row: row[0])

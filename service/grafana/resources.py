@@ -1,0 +1,167 @@
+"""Grafana JSON datasource endpoints (simpod-json-datasource 0.6.x) under `/grafana`.
+
+Configure the datasource URL as `http://<host>:<port>/grafana` (no trailing slash) in Server access
+mode. The legacy simple-json `/search` and `/annotations` calls are answered too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from flask import Response, jsonify
+from flask.views import MethodView
+from flask_smorest import abort
+
+from service.api.common import DEFAULT_RANGE_MS
+from service.extensions import Blueprint, metrics_reader
+from service.grafana import catalog, schemas
+from service.grafana.queries import FILTER_KEYS, QueryError, filters_of, payload_filters
+from service.grafana.query_answers import answer_query, current_alerts
+
+blp = Blueprint(
+    "grafana",
+    __name__,
+    url_prefix="/grafana",
+    description="Grafana JSON datasource (simpod-json-datasource 0.6.x contract)",
+)
+
+
+@blp.after_request
+def allow_browser_access(response: Response) -> Response:
+    # Grafana's Browser access mode calls us from the page (simple-json README): allow it.
+    response.headers["Access-Control-Allow-Origin"] = "*"
+    response.headers["Access-Control-Allow-Headers"] = "accept, authorization, content-type"
+    response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+    return response
+
+
+def _range(body: Mapping) -> tuple[int, int]:
+    span = body.get("range") or {}
+    to_ms = span.get("to_ms", int(time.time() * 1000))
+    from_ms = span.get("from_ms", to_ms - DEFAULT_RANGE_MS)
+    if from_ms > to_ms:
+        abort(400, message="range.from must not be after range.to")
+    return from_ms, to_ms
+
+
+def _answer(compute, *args) -> Response:  # noqa: ANN001
+    try:
+        return jsonify(compute(*args))
+    except QueryError as exc:
+        abort(400, message=str(exc))
+
+
+@blp.route("/")
+class TestConnection(MethodView):
+    @blp.doc(responses={"200": schemas.ANSWERS["health"]})
+    def get(self) -> Response:
+        """Grafana's "Save & test": any 200 answer."""
+        return jsonify(status="ok")
+
+
+@blp.route("/metrics")
+class Metrics(MethodView):
+    @blp.arguments(schemas.MetricsRequestSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["metrics"]})
+    def post(self, _body: dict) -> Response:
+        """Metrics the query editor lists, with their payload editors."""
+        return jsonify(catalog.metric_descriptors())
+
+
+@blp.route("/metric-payload-options")
+class MetricPayloadOptions(MethodView):
+    @blp.arguments(schemas.PayloadOptionsSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["options"]})
+    def post(self, body: dict) -> Response:
+        """Options of one payload editor, narrowed by the payload chosen so far."""
+        name = body.get("name")
+        if name == "aggregate":
+            return jsonify([{"label": label, "value": value} for label, value in catalog.AGGREGATES])
+        if name not in FILTER_KEYS:
+            return jsonify([])
+        values = catalog.values_of(metrics_reader(), name, payload_filters(body.get("payload")))
+        return jsonify([{"label": v, "value": v} for v in values])
+
+
+@blp.route("/query")
+class Query(MethodView):
+    @blp.arguments(schemas.QuerySchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["query"]})
+    def post(self, body: dict) -> Response:
+        """Time series (one per topic or group, with tags), the status table and annotations."""
+        from_ms, to_ms = _range(body)
+        return _answer(answer_query, metrics_reader(), body, from_ms, to_ms)
+
+
+@blp.route("/variable")
+class Variable(MethodView):
+    @blp.arguments(schemas.VariableSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["variable"]})
+    def post(self, body: dict) -> Response:
+        """Query variables: `clusters`, `targets`, `sources`, `topics`, `groups`, `metrics` (+ key=value)."""
+
+        def items() -> list[dict]:
+            values = catalog.variable_values(metrics_reader(), body.get("payload"))
+            return [{"__text": v, "__value": v} for v in values]
+
+        return _answer(items)
+
+
+@blp.route("/tag-keys")
+class TagKeys(MethodView):
+    @blp.doc(responses={"200": schemas.ANSWERS["tag_keys"]})
+    def post(self) -> Response:
+        """Keys for ad-hoc filters."""
+        return jsonify([{"type": "string", "text": key} for key in FILTER_KEYS])
+
+
+@blp.route("/tag-values")
+class TagValues(MethodView):
+    @blp.arguments(schemas.TagValuesSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["tag_values"]})
+    def post(self, body: dict) -> Response:
+        """Values of one ad-hoc filter key, narrowed by the other filters set."""
+        if body["key"] not in FILTER_KEYS:
+            return jsonify([])
+
+        def items() -> list[dict]:
+            filters = filters_of(body.get("filters") or [])
+            return [{"text": v} for v in catalog.values_of(metrics_reader(), body["key"], filters)]
+
+        return _answer(items)
+
+
+@blp.route("/search")
+class Search(MethodView):
+    @blp.arguments(schemas.SearchSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["search"]})
+    def post(self, body: dict) -> Response:
+        """Legacy simple-json metric search (simpod < 0.6)."""
+        needle = (body.get("target") or "").lower()
+        return jsonify([name for name in catalog.metric_names() if needle in name.lower()])
+
+
+@blp.route("/annotations")
+class Annotations(MethodView):
+    @blp.arguments(schemas.AnnotationsSchema)
+    @blp.doc(responses={"200": schemas.ANSWERS["annotations"]})
+    def post(self, body: dict) -> Response:
+        """Legacy simple-json annotations: the current alerts."""
+        from_ms, to_ms = _range(body)
+        annotation = body.get("annotation") if isinstance(body.get("annotation"), dict) else {}
+        rows = current_alerts(metrics_reader(), [])
+        return jsonify(
+            [
+                {
+                    "annotation": annotation,
+                    "time": r[0],
+                    "timeEnd": r[1],
+                    "title": r[2],
+                    "text": r[3],
+                    "tags": r[4].split(","),
+                }
+                for r in rows
+                if from_ms <= r[1] and r[0] <= to_ms
+            ]
+        )

@@ -1,0 +1,82 @@
+"""Raw metrics written to real Kafka topics for the aggregator tests, and Redis read back."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from aggregator import redis_layout as layout
+from driver.policy import metrics_topic
+from driver.wire import raw_metrics
+
+
+def new_source() -> str:
+    return f"s{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+
+
+def produce(bootstrap: str, source: str, records: Iterable[raw_metrics.RawMetrics | bytes],
+            partition: int = 0, garbage_ts_ms: int | None = None) -> None:
+    """Records (or raw bytes that do not parse) in order, to one partition.
+
+    Kafka timestamps are the produce time unless `garbage_ts_ms` is given for the raw bytes: the
+    broker's time-based retention would delete records stamped with the tests' old event times.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for record in records:
+        if isinstance(record, bytes):
+            producer.produce(metrics_topic(source), value=record, partition=partition,
+                             timestamp=garbage_ts_ms or 0)
+        else:
+            key, value = raw_metrics.encode(record)
+            producer.produce(metrics_topic(source), key=key, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def topic_pattern(*sources: str) -> str:
+    return "|".join(re.escape(metrics_topic(s)) for s in sources)
+
+
+def members(client: redis.Redis, series: layout.SeriesId, window: str) -> list[layout.WindowAggregate]:
+    return [layout.decode_member(m) for m in client.zrange(layout.series_key(series, window), 0, -1)]
+
+
+def wait_until(check: Callable[[], object], timeout_s: float = 90.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what} not reached within {timeout_s:.0f} s")
+
+
+def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",
+             exclude: Callable[[str], bool] = lambda key: key.startswith(f"{layout.PREFIX}:batch:")) -> dict:
+    """Every key's content in a canonical form: DUMP bytes differ with insertion order and TTL."""
+    out: dict[str, object] = {}
+    for raw_key in client.scan_iter(match=match, count=1000):
+        key = raw_key.decode()
+        if exclude(key):
+            continue
+        kind = client.type(raw_key).decode()
+        if kind == "zset":
+            out[key] = client.zrange(raw_key, 0, -1, withscores=True)
+        elif kind == "hash":
+            out[key] = sorted(client.hgetall(raw_key).items())
+        elif kind == "set":
+            out[key] = sorted(client.smembers(raw_key))
+        else:
+            out[key] = client.get(raw_key)
+        out[f"{key} (expires)"] = client.pttl(raw_key) > 0
+    return out

@@ -1,0 +1,54 @@
+"""`srm-aggregator` start-up: settings -> query specs, the Spark master, clear errors for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aggregator.__main__ import main, query_specs, spark_master
+from driver.config import parse_config
+
+BASE = """clusters = east, west
+east.bootstrap.servers = 127.0.0.1:1
+west.bootstrap.servers = 127.0.0.1:2
+east->west.enabled = true
+west->east.enabled = true
+"""
+
+
+def test_one_spec_per_target_with_the_aggregator_settings():
+    config = parse_config(BASE + "aggregator.trigger.interval.ms = 250\n"
+                          "aggregator.max.offsets.per.trigger = 9\n"
+                          "aggregator.metrics.topics.pattern = srm-metrics\\\\.east\\\\.internal\n"
+                          "aggregator.checkpoint.dir = /tmp/chk\nredis.url = redis://r:1/2\n")
+    specs = {s.target: s for s in query_specs(config)}
+    assert set(specs) == {"east", "west"}
+    west = specs["west"]
+    assert (west.bootstrap_servers, west.trigger_interval, west.max_offsets_per_trigger) == (
+        "127.0.0.1:2", "250 milliseconds", 9)
+    assert (west.topics_pattern, west.checkpoint_dir, west.redis_url) == (
+        r"srm-metrics\.east\.internal", "/tmp/chk", "redis://r:1/2")
+    assert specs["east"].query_name == "rollup_east" and west.watermark_delay == "30 seconds"
+
+
+def test_spark_master_precedence(monkeypatch):
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert spark_master(parse_config(BASE), None) == "local[2]"
+    assert spark_master(parse_config(BASE + "aggregator.spark.master = local[1]\n"), None) == "local[1]"
+    assert spark_master(parse_config(BASE + "aggregator.spark.master = local[1]\n"), "spark://m:7077") == \
+        "spark://m:7077"
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1234")  # started by spark-submit: keep its master
+    assert spark_master(parse_config(BASE), None) is None
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("aggregator.trigger.interval.ms = soon", "aggregator.trigger.interval.ms"),
+    ("aggregator.max.offsets.per.trigger = -5", "aggregator.max.offsets.per.trigger"),
+])
+def test_bad_settings_name_the_key_without_a_traceback(tmp_path: Path, capsys, line: str, expected: str):
+    path = tmp_path / "srm.properties"
+    path.write_text(BASE + line + "\n")
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err

@@ -1,0 +1,118 @@
+"""The rollup query end to end on real Kafka, Spark (the shared session) and Redis."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import redis
+from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_until
+
+from aggregator import redis_layout as layout
+from aggregator.query import RollupQuerySpec, start_rollup_query
+from driver.policy import metrics_topic
+from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_700_002_800_000  # an hour boundary
+
+
+def partition_report(source: str, ts: int, partition: int, count: int, end: int, lag: int,
+                     topic: str = "east.orders") -> PartitionMetrics:
+    return PartitionMetrics(
+        ts=ts, period_ms=10_000, source=source, target="west", topic=topic, upstream_topic="orders",
+        partition=partition, record_count=count, byte_count=10 * count,
+        replication_latency_ms=LatencySummary(1, 9, 5, 9, count) if count else None,
+        records_lag=lag, source_end_offset=end, upstream_offset=end - lag - 1, target_offset=end - lag - 1)
+
+
+def spec(tmp_path: Path, bootstrap: str, redis_url: str, *sources: str, target: str = "west",
+         watermark: str = "1 hour") -> RollupQuerySpec:
+    return RollupQuerySpec(target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
+                           checkpoint_dir=str(tmp_path / "checkpoints"), trigger_interval="500 milliseconds",
+                           watermark_delay=watermark, topics_pattern=topic_pattern(*sources))
+
+
+def run_once(spark, query_spec: RollupQuerySpec) -> None:
+    query = start_rollup_query(spark, query_spec)
+    try:
+        query.processAllAvailable()
+        assert query.isActive, query.exception()
+    finally:
+        query.stop()
+
+
+def test_known_input_gives_exactly_the_expected_rollups(spark, kafka_clusters, redis_url, tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    records = [
+        partition_report(source, T0 + 5_000, 0, 10, end=100, lag=0),
+        partition_report(source, T0 + 5_000, 1, 4, end=40, lag=0),
+        partition_report(source, T0 + 15_000, 0, 20, end=200, lag=0),
+        partition_report(source, T0 + 25_000, 0, 0, end=300, lag=150),  # stalled: 150 behind
+        partition_report(source, T0 + 65_000, 1, 6, end=46, lag=0),  # next minute
+        GroupMetrics(ts=T0 + 26_000, period_ms=10_000, source=source, target="west", group="billing",
+                     topic="east.orders", upstream_topic="orders", partition=0, group_upstream_offset=150,
+                     group_downstream_offset=140, group_lag=150),
+        ReplicationMetrics(ts=T0 + 25_000, period_ms=10_000, source=source, target="west", status="RUNNING",
+                           workers=1, tasks=2, last_heartbeat_ts=T0 + 24_000, topics_replicated=1),
+    ]
+    produce(west, source, records[:3] + [b"\x00 not a record"] + records[3:], garbage_ts_ms=T0 + 20_000)
+    run_once(spark, spec(tmp_path, west, redis_url, source))
+
+    client = redis.Redis.from_url(redis_url)
+    series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
+    assert [(m.start_ms, m.count, m.sum) for m in members(client, series, "10s")] == [
+        (T0, 1, 10), (T0 + 10_000, 1, 20), (T0 + 20_000, 1, 0)]
+    assert members(client, series, "1m") == [layout.WindowAggregate(T0, 3, 30, 0, 20, 0)]
+    topic = layout.SeriesId("west", source, "east.orders", layout.WHOLE_TOPIC, "record_count")
+    assert [(m.start_ms, m.sum) for m in members(client, topic, "1m")] == [(T0, 34), (T0 + 60_000, 6)]
+    whole = layout.SeriesId("west", source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "byte_count")
+    assert [(m.start_ms, m.sum) for m in members(client, whole, "1h")] == [(T0, 400)]
+    latency = layout.SeriesId("west", source, "east.orders", 0, "replication_latency_ms")
+    assert [(m.count, m.sum, m.min, m.max) for m in members(client, latency, "1h")] == [(30, 150, 1, 9)]
+
+    partition_key = layout.partition_latest_key("west", source, "east.orders")
+    partition = layout.decode_latest(client.hget(partition_key, "0"))
+    # Next offset to replicate 150: half-way from 100 (T0+5 s) to 200 (T0+15 s), 15 s before the report.
+    assert partition == {"ts": T0 + 25_000, "records_lag": 150, "lag_seconds": pytest.approx(15.0),
+                         "source_end_offset": 300, "upstream_offset": 149, "target_offset": 149}
+    group = layout.decode_latest(client.hget(layout.group_latest_key("west", source, "billing"),
+                                             layout.group_latest_field("east.orders", 0)))
+    assert group == {"ts": T0 + 26_000, "group_lag": 150, "lag_seconds": pytest.approx(16.0),
+                     "upstream_offset": 150, "downstream_offset": 140}
+    replication_key = layout.replication_status_key("west", source)
+    replication = layout.decode_latest(client.hget(replication_key, "replication"))
+    assert replication["recent_record_counts"][-3:] == [14, 20, 0]
+    assert (replication["status"], replication["tasks"], replication["last_heartbeat_ts"]) == (
+        "RUNNING", 2, T0 + 24_000)
+
+    assert int(client.get(layout.invalid_records_key("west", source))) == 1
+    assert client.smembers(layout.partitions_key("west", source, "east.orders")) == {b"0", b"1"}
+    assert client.smembers(layout.groups_key("west", source)) == {b"billing"}
+
+
+def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_clusters, redis_url,
+                                                                   tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    query_spec = spec(tmp_path, west, redis_url, source, watermark="20 seconds")
+    produce(west, source, [partition_report(source, T0 + 100_000, 0, 1, end=1, lag=0)])
+    query = start_rollup_query(spark, query_spec)
+    try:
+        query.processAllAvailable()  # watermark now T0 + 80 s
+        watermark = datetime.fromtimestamp((T0 + 80_000) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        wait_until(lambda: query.lastProgress and query.lastProgress["eventTime"].get("watermark", "")
+                   .startswith(watermark), 60, "watermark at T0 + 80 s")
+        produce(west, source, [partition_report(source, T0 + 85_000, 0, 2, end=3, lag=0),  # within
+                               partition_report(source, T0 + 55_000, 0, 4, end=7, lag=0)])  # too late
+        query.processAllAvailable()
+        assert query.isActive, query.exception()
+    finally:
+        query.stop()
+    client = redis.Redis.from_url(redis_url)
+    series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
+    assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0 + 80_000, 2),
+                                                                            (T0 + 100_000, 1)]

@@ -1,0 +1,141 @@
+"""Driver processes killed with kill -9 under load: nothing lost, and exactly once in EOS mode.
+
+Real `srm-driver` processes (python -m driver) replicate east -> west while a producer keeps writing
+unique values; the remote topic is then read back with `read_committed` and compared value by value.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from driver.replication import group_id
+from stack import srm_properties
+from stack.processes import ManagedProcess
+from tests.driver.replication_cluster_ops import admin, create_topic, eventually, read_topic
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+RATE_PER_S = 400
+# The broker's minimum: a killed driver's partitions move on within seconds.
+FAST_FAILOVER = {"refresh.topics.interval.seconds": 2, "metrics.period": 2,
+                 "source.consumer.session.timeout.ms": 6000, "source.consumer.heartbeat.interval.ms": 1000,
+                 "emit.heartbeats.enabled": "false"}
+
+
+class LoadProducer(threading.Thread):
+    """Writes unique values at a steady rate until stopped; `acked` holds what the source confirmed."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True, name=f"load-{topic}")
+        self.topic, self.stopping, self.acked = topic, threading.Event(), []
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+
+    def run(self) -> None:
+        sequence = 0
+        while not self.stopping.wait(0.05):
+            for _ in range(RATE_PER_S // 20):
+                value = f"{self.topic}-{sequence}".encode()
+                self.producer.produce(self.topic, value, key=value, on_delivery=self._delivered)
+                sequence += 1
+            self.producer.poll(0)
+        assert self.producer.flush(30) == 0
+
+    def _delivered(self, error: object, message: object) -> None:
+        if error is None:
+            self.acked.append(message.value())  # type: ignore[attr-defined]
+
+    def finish(self) -> list[bytes]:
+        self.stopping.set()
+        self.join(60)
+        return list(self.acked)
+
+
+@contextmanager
+def load(bootstrap: str, topic: str) -> Iterator[LoadProducer]:
+    producer = LoadProducer(bootstrap, topic)
+    producer.start()
+    try:
+        yield producer
+    finally:
+        producer.finish()
+
+
+def driver(tmp_path: Path, name: str) -> ManagedProcess:
+    return ManagedProcess.python_module(name, "driver", ["--config", str(tmp_path / "srm.properties")],
+                                        tmp_path).start()
+
+
+def remote_count(bootstrap: str, topic: str) -> int:
+    return len(read_topic(bootstrap, topic, None))
+
+
+def members_holding_partitions(bootstrap: str, group: str) -> int:
+    description = admin(bootstrap).describe_consumer_groups([group])[group].result(30)
+    return sum(1 for m in description.members if m.assignment and m.assignment.topic_partitions)
+
+
+def setup_replication(kafka_clusters: dict[str, str], tmp_path: Path, extra: dict[str, object]) -> str:
+    topic = f"crash-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_clusters["east"], topic, PARTITIONS)
+    srm_properties.write(tmp_path / "srm.properties", kafka_clusters, [("east", "west")],
+                         "redis://127.0.0.1:1/0", {**FAST_FAILOVER, "topics": topic, **extra})
+    return topic
+
+
+def test_kill9_and_restart_with_exactly_once(kafka_clusters: dict[str, str], tmp_path: Path) -> None:
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    topic = setup_replication(kafka_clusters, tmp_path, {"exactly.once": "true"})
+    remote = f"east.{topic}"
+    with ExitStack() as cleanup:
+        first = driver(tmp_path, "driver-eos-1")
+        cleanup.callback(first.stop)
+        with load(east, topic) as producer:
+            eventually(lambda: remote_count(west, remote) >= 200, "records replicated before the crash")
+            first.kill()
+            produced_at_crash = len(producer.acked)
+            second = driver(tmp_path, "driver-eos-2")
+            cleanup.callback(second.stop)
+            eventually(lambda: remote_count(west, remote) > produced_at_crash, "replication after restart",
+                       timeout_s=120)
+            sent = producer.finish()
+        copied = Counter(r.value for r in read_topic(west, remote, len(sent), timeout_s=120))
+        duplicated = {value: n for value, n in copied.items() if n > 1}
+        assert not duplicated, f"{len(duplicated)} values more than once, e.g. {list(duplicated)[:3]}"
+        assert set(copied) == set(sent), f"missing {len(set(sent) - set(copied))} of {len(sent)}"
+
+
+def test_two_drivers_share_partitions_and_survive_kill9(kafka_clusters: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    topic = setup_replication(kafka_clusters, tmp_path, {})
+    remote, group = f"east.{topic}", group_id("east", "west")
+    with ExitStack() as cleanup:
+        first, second = driver(tmp_path, "driver-ha-1"), driver(tmp_path, "driver-ha-2")
+        cleanup.callback(first.stop)
+        cleanup.callback(second.stop)
+        eventually(lambda: members_holding_partitions(east, group) == 2, "both drivers holding partitions",
+                   timeout_s=120)
+        with load(east, topic) as producer:
+            eventually(lambda: remote_count(west, remote) >= 200, "records replicated before the crash")
+            first.kill()
+            eventually(lambda: members_holding_partitions(east, group) == 1, "the survivor taking over",
+                       timeout_s=120)
+            produced = len(producer.acked)
+            eventually(lambda: remote_count(west, remote) > produced, "replication by the survivor")
+            restarted = driver(tmp_path, "driver-ha-1-restarted")
+            cleanup.callback(restarted.stop)
+            eventually(lambda: members_holding_partitions(east, group) == 2, "the restarted driver rejoining",
+                       timeout_s=120)
+            sent = producer.finish()
+        copied = {r.value for r in read_topic(west, remote, len(sent), timeout_s=120)}
+        missing = set(sent) - copied
+        assert not missing, f"{len(missing)} of {len(sent)} records lost, e.g. {sorted(missing)[:3]}"

@@ -1,0 +1,41 @@
+"""Which topic configs travel to remote topics (MM2 DefaultConfigPropertyFilter rules, no broker)."""
+
+from __future__ import annotations
+
+from driver.kafka_clients import TopicConfigEntry
+from driver.topic_sync import DEFAULT_CONFIG_PROPERTIES_EXCLUDE, config_changes, creation_configs
+
+EXCLUDED = frozenset(DEFAULT_CONFIG_PROPERTIES_EXCLUDE)
+
+ENTRIES = [
+    TopicConfigEntry("retention.ms", "1000", is_default=False),
+    TopicConfigEntry("cleanup.policy", "delete", is_default=True),
+    TopicConfigEntry("min.insync.replicas", "2", is_default=False),  # excluded by MM2's default list
+    TopicConfigEntry("message.timestamp.type", "LogAppendTime", is_default=False),  # excluded too
+    TopicConfigEntry("segment.bytes", "1024", is_default=False, read_only=True),
+    TopicConfigEntry("sasl.secret", "x", is_default=False, sensitive=True),
+    TopicConfigEntry("log.dirs", "/data", is_default=False, static_broker=True),
+    TopicConfigEntry("compression.type", None, is_default=False),
+]
+
+
+def test_new_remote_topic_gets_explicit_replicable_settings_only() -> None:
+    assert creation_configs(ENTRIES, EXCLUDED) == {"retention.ms": "1000"}
+
+
+def test_sync_sets_explicit_values_and_deletes_defaults_so_the_target_default_applies() -> None:
+    changes = config_changes(ENTRIES, EXCLUDED)
+    assert changes.set_values == {"retention.ms": "1000"}
+    assert changes.delete == {"cleanup.policy"}
+
+
+def test_use_defaults_from_source_copies_default_values() -> None:
+    changes = config_changes(ENTRIES, EXCLUDED, use_source_defaults=True)
+    assert changes.set_values == {"retention.ms": "1000", "cleanup.policy": "delete"}
+    assert changes.delete == frozenset()
+
+
+def test_exclusion_list_is_configurable() -> None:
+    changes = config_changes(ENTRIES, frozenset({"retention.ms"}))
+    assert "retention.ms" not in changes.set_values
+    assert changes.set_values["min.insync.replicas"] == "2"
