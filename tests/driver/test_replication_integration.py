@@ -21,7 +21,7 @@ from driver.policy import progress_topic
 from driver.progress_store import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
 from driver.wire import raw_metrics
-from driver.wire.mm2 import OffsetSync
+from driver.wire.mm2 import OffsetSync, WireFormatError
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters
 from tests.driver.replication_cluster_ops import (
@@ -87,8 +87,9 @@ def test_bidirectional_replication_does_not_loop(kafka_clusters: dict[str, str],
         # Once the remote topics exist, each side must still see only the other's local topic.
         seen = {name: worker.refreshes for name, worker in workers.items()}
         eventually(lambda: all(w.refreshes > seen[n] + 1 for n, w in workers.items()), "two more refreshes")
-        assert set(workers["east->west"].topics) == {east_topic}
-        assert set(workers["west->east"].topics) == {west_topic}
+        # Heartbeats topics are always replicated (MM2); other tests may have created them here.
+        assert set(workers["east->west"].topics) - {"heartbeats"} == {east_topic}
+        assert set(workers["west->east"].topics) - {"heartbeats"} == {west_topic}
     east_topics = admin(kafka_clusters["east"]).list_topics(timeout=10).topics
     west_topics = admin(kafka_clusters["west"]).list_topics(timeout=10).topics
     assert f"east.west.{west_topic}" not in east_topics and f"west.east.{east_topic}" not in west_topics
@@ -165,7 +166,10 @@ def latest_syncs(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     syncs: dict[int, tuple[int, int]] = {}
     for record in read_topic(bootstrap, "mm2-offset-syncs.west.internal", None):
         assert record.partition == 0
-        sync = OffsetSync.decode(record.key, record.value)
+        try:
+            sync = OffsetSync.decode(record.key, record.value)
+        except WireFormatError:  # other tests on these shared clusters write garbage on purpose
+            continue
         if sync.topic == topic:
             syncs[sync.partition] = (sync.upstream_offset, sync.downstream_offset)
     return syncs
@@ -217,8 +221,9 @@ def test_control_list_change_applies_without_restart(kafka_clusters: dict[str, s
     with running(config, control) as workers:
         worker = workers["east->west"]
         assert len(remote_values(west, f"east.{kept}", 5)) == 5
-        assert set(worker.topics) == {kept}
+        assert set(worker.topics) - {"heartbeats"} == {kept}
         control.update(allow=frozenset({held_back}), deny=frozenset({kept}))
-        eventually(lambda: set(worker.topics) == {held_back}, "the allow/deny change", timeout_s=20)
+        eventually(lambda: set(worker.topics) - {"heartbeats"} == {held_back}, "the allow/deny change",
+                   timeout_s=20)
         assert remote_values(west, f"east.{held_back}", 10) == sorted(values)
 
