@@ -57,8 +57,6 @@ RETRY_BACKOFF_S: Final = 5.0
 INITIAL_READ_TIMEOUT_S: Final = 120.0
 ADMIN_TIMEOUT_S: Final = 30.0
 COMPACTED: Final = {"cleanup.policy": "compact"}
-# Same settings as the replication worker's, whichever of the two creates the topic first.
-METRICS_TOPIC_CONFIGS: Final = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ class CheckpointWorker(threading.Thread):
         replicas = self.config.get_int("checkpoints.topic.replication.factor", source, target, default=-1)
         kafka_clients.ensure_topics(self.target_admin, target, [
             TopicSpec(self.checkpoints_topic, 1, COMPACTED, replicas if replicas is not None else -1),
-            TopicSpec(metrics_topic(source), 1, METRICS_TOPIC_CONFIGS)])
+            TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS)])
         # The data path creates it too; creating it here lets us read it before the first sync.
         alias, topic = self._syncs_location()
         replicas = self.config.get_int("offset-syncs.topic.replication.factor", source, target, default=-1)

@@ -10,14 +10,11 @@ own per-cluster rules, see ``SrmConfig.kafka_client_config``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
-
-import javaproperties
 
 from driver.client_properties import (
     ROLES,
@@ -29,14 +26,21 @@ from driver.client_properties import (
     to_librdkafka,
 )
 from driver.policy import DEFAULT_SEPARATOR, ReplicationPolicy, policy_from_config
+from driver.properties_file import (
+    ConfigError,
+    PropertyEntry,
+    parse_bool,
+    parse_float,
+    parse_int,
+    read_entries,
+    split_list,
+)
 
 LOG = logging.getLogger(__name__)
 
 _ARROW: Final = "->"
 _GLOBAL_SCOPES: Final = ("connectors", "workers")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+")
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _T = TypeVar("_T")
 
 BOOLEAN_SETTINGS: Final = frozenset(
@@ -64,18 +68,6 @@ NUMBER_SETTINGS: Final = frozenset(
 """Settings whose values are checked when the file is loaded (with the booleans and the integers)."""
 
 
-class ConfigError(Exception):
-    """A configuration problem; ``str()`` names the file, the line (when known) and the key."""
-
-    def __init__(self, message: str, *, source_name: str, line: int | None = None, key: str | None = None):
-        self.message = message
-        self.source_name = source_name
-        self.line = line
-        self.key = key
-        where = source_name if line is None else f"{source_name}:{line}"
-        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
-
-
 @dataclass(frozen=True)
 class ClusterSettings:
     """A cluster alias, its bootstrap servers and its connection properties as written (Java names)."""
@@ -99,19 +91,13 @@ class Replication:
         return f"{self.source}{_ARROW}{self.target}"
 
 
-@dataclass(frozen=True)
-class _Entry:
-    value: str
-    line: int
-
-
-_Found = tuple[str, _Entry]
+_Found = tuple[str, PropertyEntry]
 
 
 class SrmConfig:
     """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``."""
 
-    def __init__(self, path: str, entries: Mapping[str, _Entry]) -> None:
+    def __init__(self, path: str, entries: Mapping[str, PropertyEntry]) -> None:
         self.path = path
         self._entries = dict(entries)
         self._values = {key: entry.value.strip() for key, entry in self._entries.items()}
@@ -142,17 +128,17 @@ class SrmConfig:
     def get_int(
         self, key: str, source: str | None = None, target: str | None = None, default: int | None = None
     ) -> int | None:
-        return self._typed(key, source, target, default, _parse_int, "an integer")
+        return self._typed(key, source, target, default, parse_int, "an integer")
 
     def get_float(
         self, key: str, source: str | None = None, target: str | None = None, default: float | None = None
     ) -> float | None:
-        return self._typed(key, source, target, default, _parse_float, "a number")
+        return self._typed(key, source, target, default, parse_float, "a number")
 
     def get_bool(
         self, key: str, source: str | None = None, target: str | None = None, default: bool | None = None
     ) -> bool | None:
-        return self._typed(key, source, target, default, _parse_bool, "true or false")
+        return self._typed(key, source, target, default, parse_bool, "true or false")
 
     def get_list(
         self, key: str, source: str | None = None, target: str | None = None, default: list[str] | None = None
@@ -161,7 +147,7 @@ class SrmConfig:
         found = self._lookup(key, source, target)
         if found is None:
             return list(default or [])
-        return _split_list(found[1].value)
+        return split_list(found[1].value)
 
     def line_of(self, raw_key: str) -> int | None:
         entry = self._entries.get(raw_key)
@@ -260,7 +246,7 @@ class SrmConfig:
         if "clusters" not in self._entries:
             raise ConfigError("missing; list the cluster aliases, e.g. clusters = east, west",
                               source_name=self.path, key="clusters")  # fmt: skip
-        aliases = _split_list(self._entries["clusters"].value)
+        aliases = split_list(self._entries["clusters"].value)
         separator = self.get("replication.policy.separator") or DEFAULT_SEPARATOR
         if not aliases:
             raise self._error("clusters", "lists no cluster alias")
@@ -285,7 +271,7 @@ class SrmConfig:
     def _alias_list(self, key: str, default: list[str]) -> list[str]:
         if key not in self._entries:
             return list(default)
-        aliases = _split_list(self._entries[key].value)
+        aliases = split_list(self._entries[key].value)
         unknown = [alias for alias in aliases if alias not in self.clusters]
         if unknown:
             raise self._error(key, f"{', '.join(map(repr, unknown))} not listed in 'clusters'")
@@ -306,11 +292,11 @@ class SrmConfig:
         for raw_key, entry in self._entries.items():
             for setting in self._setting_names(raw_key):
                 if setting in BOOLEAN_SETTINGS:
-                    self._parse((raw_key, entry), _parse_bool, "true or false")
+                    self._parse((raw_key, entry), parse_bool, "true or false")
                 elif setting in INTEGER_SETTINGS:
-                    self._parse((raw_key, entry), _parse_int, "an integer")
+                    self._parse((raw_key, entry), parse_int, "an integer")
                 elif setting in NUMBER_SETTINGS:
-                    self._parse((raw_key, entry), _parse_float, "a number")
+                    self._parse((raw_key, entry), parse_float, "a number")
 
     def _setting_names(self, raw_key: str) -> list[str]:
         """The setting a raw key sets, once stripped of each scope prefix it might carry."""
@@ -355,49 +341,9 @@ def _alias_problem(alias: str, separator: str) -> str | None:
     return None
 
 
-def _split_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(text)
-    return lowered == "true"
-
-
-def _parse_int(text: str) -> int:
-    if not _INTEGER.fullmatch(text):
-        raise ValueError(text)
-    return int(text)
-
-
-def _parse_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(text)
-    return number
-
-
-def _read_entries(text: str, source_name: str) -> dict[str, _Entry]:
-    entries: dict[str, _Entry] = {}
-    line = 1
-    try:
-        for element in javaproperties.parse(text):
-            if isinstance(element, javaproperties.KeyValue):
-                if element.key in entries:
-                    LOG.warning("%s:%d: %s repeats line %d; the last value wins (as in Java)",
-                                source_name, line, element.key, entries[element.key].line)  # fmt: skip
-                entries[element.key] = _Entry(element.value, line)
-            line += len(_LINE_BREAK.findall(element.source))
-    except javaproperties.InvalidUEscapeError as exc:
-        raise ConfigError(f"invalid \\u escape {exc.escape!r}", source_name=source_name, line=line) from None
-    return entries
-
-
 def parse_config(text: str, source_name: str = "<string>") -> SrmConfig:
     """Parse and validate properties text; ``source_name`` is used in error messages."""
-    return SrmConfig(source_name, _read_entries(text, source_name))
+    return SrmConfig(source_name, read_entries(text, source_name))
 
 
 def load_config(path: str | os.PathLike[str]) -> SrmConfig:

@@ -45,7 +45,6 @@ POLL_BATCH: Final = 2000
 POLL_TIMEOUT_S: Final = 0.1
 RESTART_BACKOFF_S: Final = 10.0
 PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
-METRICS_TOPIC_CONFIGS: Final = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
 # librdkafka's consumer notices new partitions of subscribed topics on its metadata refresh.
 MAX_METADATA_REFRESH_MS: Final = 300_000
 
@@ -105,7 +104,7 @@ class ReplicationWorker(threading.Thread):
         self.topic_sync = TopicSync(self.config, source, target, self.source_admin, self.target_admin,
                                     self.policy)
         kafka_clients.ensure_topics(self.target_admin, target, [
-            TopicSpec(metrics_topic(source), 1, METRICS_TOPIC_CONFIGS),
+            TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS),
             TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
         self.progress = ProgressReader(self._progress_consumer(), self.target_admin, progress_topic(source),
                                        source)

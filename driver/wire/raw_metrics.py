@@ -21,6 +21,9 @@ from typing import Any
 
 VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("raw_metrics.schema.json")
+# Settings of `srm-metrics.<source>.internal`, whichever driver task creates it first: monitoring data
+# the aggregator reads within seconds, so a day of retention covers any aggregator outage worth replaying.
+TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
 
 
 class RawMetricsError(ValueError):
