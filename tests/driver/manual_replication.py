@@ -35,6 +35,24 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, fir
     assert producer.flush(30) == 0
 
 
+def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commits `offsets` (partition -> offset) of `topic` for `group`, as an idle consumer would."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def read_syncs(bootstrap: str, syncs_topic: str, topic: str) -> dict[int, list[tuple[int, int]]]:
     """Every decodable (upstream, downstream) sync of `topic` in an offset-syncs topic, per partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"syncs-{uuid.uuid4()}",

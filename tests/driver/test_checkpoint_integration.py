@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from driver.checkpoint_task import CheckpointWorker
 from driver.config import SrmConfig, parse_config
@@ -20,7 +20,7 @@ from driver.policy import metrics_topic
 from driver.wire import raw_metrics
 from driver.wire.raw_metrics import GroupMetrics
 from stack import srm_properties
-from tests.driver.manual_replication import CheckpointLog, ManualReplication, produce
+from tests.driver.manual_replication import CheckpointLog, ManualReplication, commit, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -50,21 +50,6 @@ def stop_worker(worker: CheckpointWorker, stopping: threading.Event) -> None:
     assert not worker.is_alive(), "checkpoint worker did not stop"
 
 
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_translated(harness: ManualReplication, partition: int, upstream: int, downstream: int) -> None:

@@ -25,10 +25,12 @@ from stack import srm_properties
 from tests.driver.manual_replication import (
     CheckpointLog,
     ManualReplication,
+    commit,
     create_topic,
     produce,
     read_syncs,
     upstream_of,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -66,14 +68,6 @@ def settle(worker: CheckpointWorker, log: CheckpointLog) -> None:
     log.drain()
 
 
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -83,13 +77,6 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     finally:
         consumer.close()
 
-
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def group_consumer(bootstrap: str, group: str, topic: str, reset: str = "latest") -> Consumer:
