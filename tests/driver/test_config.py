@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import confluent_kafka
 import pytest
 
 from driver.client_properties import LIBRDKAFKA_PROPERTIES
@@ -523,7 +524,6 @@ def test_translated_keys_are_all_librdkafka_properties():
 
 
 def test_installed_librdkafka_knows_every_pass_through_property():
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     unknown = []
     for name in sorted(LIBRDKAFKA_PROPERTIES):
         try:
