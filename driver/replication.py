@@ -258,12 +258,16 @@ class ReplicationWorker(threading.Thread):
         consumer.incremental_unassign(partitions)
 
     def _publish_metrics(self) -> None:
-        self._update_levels()
-        self.stats.status = "RUNNING" if self.writer.flows else "UNASSIGNED"
+        tasks = self._update_levels()
+        # The status is the replication's (Connect's connector state), not this worker's: a standby
+        # holding no partition must not report UNASSIGNED over the RUNNING of the worker that does.
+        running = bool(self.writer.flows) or bool(tasks)
+        self.stats.status = "RUNNING" if running else "UNASSIGNED"
         self.stats.error = None
         self._produce_metrics(self.stats.drain())
 
-    def _update_levels(self) -> None:
+    def _update_levels(self) -> int | None:
+        """Refreshes end offsets and group membership; how many workers hold partitions (None: unknown)."""
         for flow in list(self.writer.flows.values()):
             _, end = self.consumer.get_watermark_offsets(TopicPartition(flow.topic, flow.partition),
                                                          cached=True)
@@ -275,8 +279,10 @@ class ReplicationWorker(threading.Thread):
                 group_id(self.replication.source, self.replication.target))
             self.stats.workers = max(1, membership.members)
             self.stats.tasks = membership.members_with_partitions
+            return membership.members_with_partitions
         except ClusterUnavailable as exc:
             LOG.warning("cannot count the workers of %s: %s", self.replication.name, exc)
+            return None
 
     def _publish_failure(self) -> None:
         try:

@@ -7,6 +7,7 @@ unique values; the remote topic is then read back with `read_committed` and comp
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,9 +15,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
+from driver.policy import metrics_topic
 from driver.replication import group_id
+from driver.wire import raw_metrics
 from stack import srm_properties
 from stack.processes import ManagedProcess
 from tests.driver.replication_cluster_ops import admin, create_topic, eventually, read_topic
@@ -79,8 +82,26 @@ def remote_count(bootstrap: str, topic: str) -> int:
 
 
 def members_holding_partitions(bootstrap: str, group: str) -> int:
-    description = admin(bootstrap).describe_consumer_groups([group])[group].result(30)
-    return sum(1 for m in description.members if m.assignment and m.assignment.topic_partitions)
+    return group_members(bootstrap, group)[1]
+
+
+def group_members(bootstrap: str, group: str) -> tuple[int, int]:
+    """(members, members holding partitions) of a consumer group; (0, 0) while the broker cannot tell
+    yet (its group coordinator loading or moving right after start-up)."""
+    try:
+        description = admin(bootstrap).describe_consumer_groups([group])[group].result(30)
+    except KafkaException:
+        return 0, 0
+    holding = sum(1 for m in description.members if m.assignment and m.assignment.topic_partitions)
+    return len(description.members), holding
+
+
+def replication_reports(bootstrap: str, since_ms: int) -> list[raw_metrics.ReplicationMetrics]:
+    """east -> west replication-level reports published at or after `since_ms`."""
+    decoded = (raw_metrics.decode(r.value) for r in read_topic(bootstrap, metrics_topic("east"), None)
+               if r.value is not None)
+    return [m for m in decoded if isinstance(m, raw_metrics.ReplicationMetrics)
+            and m.target == "west" and m.ts >= since_ms]
 
 
 def setup_replication(kafka_clusters: dict[str, str], tmp_path: Path, extra: dict[str, object]) -> str:
@@ -139,3 +160,26 @@ def test_two_drivers_share_partitions_and_survive_kill9(kafka_clusters: dict[str
         copied = {r.value for r in read_topic(west, remote, len(sent), timeout_s=120)}
         missing = set(sent) - copied
         assert not missing, f"{len(missing)} of {len(sent)} records lost, e.g. {sorted(missing)[:3]}"
+
+
+def test_a_standby_driver_reports_the_replication_running(kafka_clusters: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """Two drivers, one partition: the idle one must not report UNASSIGNED over the busy one's RUNNING
+    (status is the replication's, as Connect's connector state, not one worker's)."""
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    topic = f"standby-{uuid.uuid4().hex[:8]}"
+    create_topic(east, topic, 1)
+    srm_properties.write(tmp_path / "srm.properties", kafka_clusters, [("east", "west")],
+                         "redis://127.0.0.1:1/0", {**FAST_FAILOVER, "topics": topic})
+    group = group_id("east", "west")
+    with ExitStack() as cleanup:
+        for name in ("driver-busy", "driver-standby"):
+            cleanup.callback(driver(tmp_path, name).stop)
+        eventually(lambda: group_members(east, group) == (2, 1), "two drivers, one holding the partition",
+                   timeout_s=120)
+        since_ms = int(time.time() * 1000) + 1000  # reports of a settled group only
+        # Each driver reports every metrics.period (2 s): a few periods give reports of both.
+        reports = eventually(lambda: [r for r in [replication_reports(west, since_ms)] if len(r) >= 6],
+                             "six replication reports")[0]
+        assert {r.status for r in reports} == {"RUNNING"}, [(r.status, r.tasks) for r in reports]
+        assert {(r.workers, r.tasks) for r in reports} == {(2, 1)}
