@@ -258,11 +258,15 @@ def _tagged(item: Any, site: str) -> dict[str, Any]:
 
 
 def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
-            query: Mapping[str, str] | None = None, selector: str = ALL, local: LocalAnswer | None = None,
-            expired: Sequence[RemoteService] = ()) -> FanOutAnswer:
-    """Ask the selected sites in parallel; a slow or dead site becomes its own status, never an error."""
+            query: Mapping[str, str] | Sequence[tuple[str, str]] = (), selector: str = ALL,
+            local: LocalAnswer | None = None, expired: Sequence[RemoteService] = ()) -> FanOutAnswer:
+    """Ask the selected sites in parallel; a slow or dead site becomes its own status, never an error.
+
+    ``query``: a mapping, or (name, value) pairs when a name repeats.
+    """
     check_api_path(path)
-    suffix = f"?{urlencode([(key, query[key]) for key in query])}" if query else ""
+    pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
+    suffix = f"?{urlencode(pairs)}" if pairs else ""
     selection = select_sites(selector, gateway.local_site, local is not None, services, expired)
     started = time.monotonic()
     answers = [SiteAnswer(site, EXPIRED_STATUS) for site in selection.gone]
