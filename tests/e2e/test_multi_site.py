@@ -191,6 +191,19 @@ def get_json(url: str, **params: str) -> dict:
     return response.json()
 
 
+def children(pid: int) -> list[str]:
+    """Command lines of the processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid:
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while we looked
+    return found
+
+
 def wait_for_gateway_sites(base: str, wanted: set[str], timeout_s: float = 90) -> set[str]:
     deadline, seen = time.monotonic() + timeout_s, set()
     while time.monotonic() < deadline:
@@ -215,6 +228,10 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         wait_for_port(port, 60, gateway.process)
         seen = wait_for_gateway_sites(base, set(SITES))
         assert set(SITES) <= seen and "hq" not in seen, seen  # its own advertisement is no remote site
+        for process in [*sites.values(), gateway]:  # 2 gunicorn workers, 1 advertiser per deployment
+            kinds = ["advertiser" if "service.discovery.advertiser" in c else "worker"
+                     for c in children(process.process.pid)]  # type: ignore[union-attr]
+            assert sorted(kinds) == ["advertiser", "worker", "worker"], (process.name, kinds)
 
         body = get_json(f"{base}/v2/replications", site="all")
         statuses = {s["site"]: s["status"] for s in body["sites"]}
