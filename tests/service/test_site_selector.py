@@ -19,7 +19,7 @@ from werkzeug.serving import make_server
 from service.api.sites import SiteAnswersSchema
 from service.app import create_app
 from service.discovery.directory import GATEWAY_KEY, REGISTRY_KEY
-from service.discovery.registry import RemoteService
+from service.discovery.registry import EXPIRED_STATUS, RemoteService
 from service.gateway import Gateway, SiteAccess, parse_allowed_hosts
 
 pytestmark = pytest.mark.integration
@@ -27,15 +27,16 @@ pytestmark = pytest.mark.integration
 
 @dataclass
 class ListedServices:
-    """Stands in for the Kafka-fed Registry: the services it lists are live."""
+    """Stands in for the Kafka-fed Registry."""
 
     live: list[RemoteService] = field(default_factory=list)
+    expired: list[RemoteService] = field(default_factory=list)
 
     def services(self) -> list[RemoteService]:
         return list(self.live)
 
     def expired_services(self) -> list[RemoteService]:
-        return []
+        return list(self.expired)
 
 
 def remote(site: str, port: int) -> RemoteService:
@@ -63,7 +64,8 @@ def gateway_client(redis_url: str, far_site: int):
     app = create_app({"REDIS_URL": redis_url, "SERVICE_SITE": "hq"})
     gateway = Gateway("hq", parse_allowed_hosts(["127.0.0.1"]), lambda site: SiteAccess(5.0))
     app.extensions[GATEWAY_KEY] = gateway
-    app.extensions[REGISTRY_KEY] = ListedServices([remote("far", far_site), remote("dead", closed_port())])
+    app.extensions[REGISTRY_KEY] = ListedServices([remote("far", far_site), remote("dead", closed_port())],
+                                                  [remote("gone", closed_port())])
     yield app.test_client()
     gateway.close()
 
@@ -83,7 +85,8 @@ def test_all_sites_answer_per_site_and_a_dead_site_only_makes_it_partial(gateway
     response = gateway_client.get("/v2/replications", query_string={"site": "all"})
     assert response.status_code == 200
     body = response.get_json()
-    assert statuses(body) == {"hq": "ok", "far": "ok", "dead": "error: cannot connect"}
+    assert statuses(body) == {"hq": "ok", "far": "ok", "dead": "error: cannot connect",
+                              "gone": EXPIRED_STATUS}
     assert body["partial"] is True and set(body["results"]) == {"hq", "far"}
     for site in ("hq", "far"):  # the remote answered for itself (site=local), in the plain shape
         pairs = {(r["source"], r["target"]) for r in body["results"][site]["replications"]}
@@ -127,3 +130,8 @@ def test_a_service_that_is_no_gateway_answers_all_with_itself(redis_url, scenari
     assert statuses(body) == {"solo": "ok"} and body["partial"] is False
     assert scenario.west in {c["cluster"] for c in body["results"]["solo"]["clusters"]}
     assert client.get("/v2/clusters", query_string={"site": "far"}).status_code == 404
+
+
+def test_a_site_whose_advertisements_stopped_is_reported_not_called(gateway_client, scenario):
+    body = gateway_client.get("/v2/clusters", query_string={"site": "gone"}).get_json()
+    assert statuses(body) == {"gone": EXPIRED_STATUS} and body["partial"] is True
