@@ -259,10 +259,12 @@ def _tagged(item: Any, site: str) -> dict[str, Any]:
 
 def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
             query: Mapping[str, str] | Sequence[tuple[str, str]] = (), selector: str = ALL,
-            local: LocalAnswer | None = None, expired: Sequence[RemoteService] = ()) -> FanOutAnswer:
+            local: LocalAnswer | None = None, expired: Sequence[RemoteService] = (),
+            body: Any = None) -> FanOutAnswer:
     """Ask the selected sites in parallel; a slow or dead site becomes its own status, never an error.
 
-    ``query``: a mapping, or (name, value) pairs when a name repeats.
+    ``query``: a mapping, or (name, value) pairs when a name repeats. With a ``body`` (any JSON value)
+    the sites are asked with POST, for the read endpoints that take their question as a JSON body.
     """
     check_api_path(path)
     pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
@@ -278,7 +280,7 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
                                             f"service.remote.allowed.hosts; not contacted"))
             continue
         access, url = gateway.access(site), service.base_url + path + suffix
-        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access),
+        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access, body),
                       started + access.timeout_s))
     if selection.local:  # in the calling thread (the REST layer's request context), while remotes run
         answers.append(_local_answer(gateway.local_site, local))
@@ -306,10 +308,15 @@ def _collect(site: str, url: str, future: Future[SiteAnswer], deadline: float, s
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(started))
 
 
-def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess) -> SiteAnswer:
+def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess, body: Any = None) -> SiteAnswer:
     began = time.monotonic()
+    headers = {"Accept": "application/json", **access.headers()}
+    method, data = "GET", None
+    if body is not None:
+        method, data = "POST", json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
     try:
-        response = http.request("GET", url, headers={"Accept": "application/json", **access.headers()},
+        response = http.request(method, url, body=data, headers=headers,
                                 timeout=urllib3.Timeout(connect=access.timeout_s, read=access.timeout_s),
                                 redirect=False)
     except NewConnectionError as exc:  # first: urllib3 makes it a subclass of its TimeoutError

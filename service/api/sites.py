@@ -24,6 +24,7 @@ from marshmallow import Schema, fields
 from werkzeug.exceptions import HTTPException
 
 from service.discovery.directory import GATEWAY_KEY, REGISTRY_KEY
+from service.discovery.registry import RemoteService
 from service.extensions import Blueprint
 from service.gateway import (
     DEFAULT_TIMEOUT_MS,
@@ -85,7 +86,7 @@ def site_selectable(blp: Blueprint, schema: type[Schema], not_found: str | None 
         @wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Response:
             selector = request.args.get(SITE_PARAMETER, LOCAL)
-            if selector in (LOCAL, _local_site(current_app)):
+            if selector in (LOCAL, local_site(current_app)):
                 return _plain(view(*args, **kwargs), schema)
             return _fanned_out(site_gateway(current_app), selector,
                                lambda: local_answer(view, schema, args, kwargs))
@@ -95,11 +96,6 @@ def site_selectable(blp: Blueprint, schema: type[Schema], not_found: str | None 
         return blp.alt_response(404, description=description)(documented)
 
     return decorator
-
-
-def _local_site(app: Flask) -> str:
-    gateway = app.extensions.get(GATEWAY_KEY)
-    return gateway.local_site if gateway is not None else app.config["SERVICE_SITE"]
 
 
 def site_gateway(app: Flask) -> Gateway:
@@ -112,10 +108,21 @@ def site_gateway(app: Flask) -> Gateway:
     return gateway
 
 
+def discovered_services(app: Flask) -> tuple[list[RemoteService], list[RemoteService]]:
+    """(live, expired) services; expired sites are reported as failing, never called."""
+    registry = app.extensions.get(REGISTRY_KEY)
+    if registry is None:
+        return [], []
+    return registry.services(), registry.expired_services()
+
+
+def local_site(app: Flask) -> str:
+    gateway = app.extensions.get(GATEWAY_KEY)
+    return gateway.local_site if gateway is not None else app.config["SERVICE_SITE"]
+
+
 def _fanned_out(gateway: Gateway, selector: str, local: Callable[[], tuple[int, Any]]) -> Response:
-    registry = current_app.extensions.get(REGISTRY_KEY)
-    live = registry.services() if registry is not None else []
-    expired = registry.expired_services() if registry is not None else []  # reported, never called
+    live, expired = discovered_services(current_app)
     query = [(key, value) for key, value in request.args.items(multi=True) if key != SITE_PARAMETER]
     try:
         answer = fan_out(gateway, live, quote(request.path, safe=PATH_SAFE),

@@ -103,6 +103,7 @@ def metric_descriptors() -> list[dict]:
             }
             for k in keys
         ]
+        editors.append({"name": "site", "label": "Site", "type": "select", "placeholder": "this site"})
         if metric in METRICS or metric == LAG_SECONDS:
             editors.append(
                 {

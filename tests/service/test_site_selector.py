@@ -135,3 +135,37 @@ def test_a_service_that_is_no_gateway_answers_all_with_itself(redis_url, scenari
 def test_a_site_whose_advertisements_stopped_is_reported_not_called(gateway_client, scenario):
     body = gateway_client.get("/v2/clusters", query_string={"site": "gone"}).get_json()
     assert statuses(body) == {"gone": EXPIRED_STATUS} and body["partial"] is True
+
+
+def grafana_query(scenario, *targets: dict) -> dict:
+    return {"range": {"from": scenario.first_window, "to": scenario.last_window + 10_000},
+            "intervalMs": 10_000, "maxDataPoints": 100, "targets": list(targets)}
+
+
+def test_grafana_targets_ask_the_site_in_their_payload_and_say_where_frames_come_from(gateway_client,
+                                                                                      scenario):
+    here = {"refId": "A", "target": "record_count", "payload": {"source": scenario.east,
+                                                                 "aggregate": "replication"}}
+    far = {"refId": "B", "target": "record_count", "payload": {"source": scenario.east, "site": "far",
+                                                                "aggregate": "replication"}}
+    every = {"refId": "C", "target": "replication_status",
+             "payload": {"source": scenario.east, "site": "all"}}
+    response = gateway_client.post("/grafana/query", json=grafana_query(scenario, here, far, every))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    frames = response.get_json()
+    series = {f["refId"]: f for f in frames if f.get("type") != "table"}
+    assert series["A"]["target"] == f"record_count {scenario.east}->{scenario.west}"
+    assert "site" not in series["A"]["tags"]  # this site's own frames stay as they were
+    assert series["B"]["target"] == f"far: record_count {scenario.east}->{scenario.west}"
+    assert series["B"]["tags"]["site"] == "far" and series["B"]["datapoints"] == series["A"]["datapoints"]
+    tables = [f for f in frames if f.get("type") == "table"]
+    assert {t["rows"][0][0] for t in tables} == {"hq", "far"}  # the dead site adds nothing
+    assert all(t["columns"][0] == {"text": "Site", "type": "string"} for t in tables)
+
+
+def test_grafana_lists_the_sites_and_refuses_an_unknown_one(gateway_client, scenario):
+    options = gateway_client.post("/grafana/metric-payload-options", json={"name": "site"}).get_json()
+    assert [o["value"] for o in options] == ["local", "all", "dead", "far", "hq"]
+    unknown = {"refId": "A", "target": "record_count", "payload": {"site": "atlantis"}}
+    response = gateway_client.post("/grafana/query", json=grafana_query(scenario, unknown))
+    assert response.status_code == 400 and "atlantis" in response.get_json()["message"]
