@@ -1,15 +1,16 @@
 """Gateway fan-out: one query sent to the services of several sites in parallel, answers merged.
 
-Integration point for the REST layer (one call per request)::
+Used by the REST layer once per request: ``service.api.sites`` (the ``site`` selector of the ``/v2``
+read endpoints, GET) and ``service.grafana.site_answers`` (``payload.site`` of Grafana queries, POST
+with a JSON body)::
 
-    answer = fan_out(gateway, registry.services(), "/v2/topic-metrics/east/west/orders/record_count",
-                     request.args, selector=request.args.get("site", "local"),
-                     local=lambda: (200, local_body), expired=registry.expired_services())
-    return answer.to_json()   # {"partial", "sites": [{site, status, ...}], "results": {site: body}, ...}
+    answer = fan_out(gateway, registry.services(), "/v2/replications", [("site", "local")],
+                     selector="all", local=lambda: (200, local_body), expired=registry.expired_services())
+    answer.to_json()   # {"partial", "sites": [{site, status, ...}], "results": {site: body}, ...}
 
-``gateway = Gateway.from_config(config)`` and ``registry = start_registry(config)`` are built once per
-process. ``fan_out`` raises ``UnknownSite`` (answer 404) and ``ValueError`` for a path that is not a
-plain API path (answer 400).
+``Gateway.from_config(config)`` and ``start_registry(config)`` are built once per worker process
+(``service.discovery.directory.install_discovery``). ``fan_out`` raises ``UnknownSite`` (answer 404)
+and ``ValueError`` for a path that is not a plain API path (answer 400).
 
 Safety: a remote service is called only when its advertised host matches
 ``service.remote.allowed.hosts`` (host globs such as ``*.srm.example.com``, or CIDRs matched against
