@@ -1,19 +1,22 @@
 """Gateway fan-out latency: all sites vs one site, then with one site's service killed (kill -9).
 
-Three real services (gunicorn serving the real app over one Redis) and the real ``fan_out``; the
-discovered services are given directly, discovery itself is not timed. Sites are remote by definition,
+Three real services (gunicorn serving the real app over one Redis), and the real gateway: the app with
+a Gateway installed, asked over HTTP with ``?site=all`` and ``?site=east`` (the path a user takes);
+the bare ``fan_out`` call is timed too, for comparison. The discovered services are given directly
+(the registry is a fixed list), discovery itself is not timed. Sites are remote by definition,
 so every site is reached through a delay line adding ``ONE_WAY_DELAY_MS`` each way (a separate process,
 asyncio), as between data centres; the same run on bare loopback is printed too, where the three
 services and the gateway compete for this machine's cores and the ratio measures CPU contention rather
 than the fan-out. Also prints, for information, the extra latency of a hung site (SIGSTOP: the kernel
 accepts connections that are never answered), bounded by that site's timeout.
-Last line: ``gateway_vs_single=<x> dead_site_extra_ms=<ms>`` (delay-line figures).
+Last line: ``gateway_vs_single=<x> dead_site_extra_ms=<ms>`` (delay-line figures, through the endpoint).
 Targets (reported, never asserted): all-sites <= 1.3x single-site; a dead site adds <= timeout + 50 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import signal
@@ -23,6 +26,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import urllib3
 
 from service.discovery.registry import RemoteService
 from service.gateway import Gateway, SiteAccess, fan_out, parse_allowed_hosts
@@ -36,6 +41,7 @@ TIMEOUT_S = 0.5
 ONE_WAY_DELAY_MS = 10.0
 PATH = "/v2/replications"
 TARGET_RATIO = 1.3
+BENCH_DIR = Path(__file__).resolve().parent
 
 
 async def _delayed_copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
@@ -97,6 +103,36 @@ def start_site(site: str, redis_url: str, log_dir: Path) -> tuple[ManagedProcess
     return process, port
 
 
+class FixedServices:
+    """The gateway's registry for the bench: the three sites, always live."""
+
+    def __init__(self, services: list[RemoteService]) -> None:
+        self.live = services
+
+    def services(self) -> list[RemoteService]:
+        return list(self.live)
+
+    def expired_services(self) -> list[RemoteService]:
+        return []
+
+
+def run_gateway_service(port: int, redis_url: str, services: list[RemoteService]) -> None:
+    """The real app as a gateway (threaded werkzeug server), in its own process."""
+    # A spawned process puts bench/ first on sys.path, where bench/aggregator.py would shadow the package.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
+    from werkzeug.serving import make_server
+
+    from service.app import create_app
+    from service.discovery.directory import GATEWAY_KEY, REGISTRY_KEY
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    app = create_app({"REDIS_URL": redis_url, "SERVICE_SITE": "bench-gateway"})
+    app.extensions[GATEWAY_KEY] = Gateway("bench-gateway", parse_allowed_hosts(["127.0.0.1"]),
+                                          lambda site: SiteAccess(TIMEOUT_S))
+    app.extensions[REGISTRY_KEY] = FixedServices(services)
+    make_server("127.0.0.1", port, app, threaded=True).serve_forever()
+
+
 def remote(site: str, port: int) -> RemoteService:
     return RemoteService(f"{site}@{port}", site, f"http://127.0.0.1:{port}", "127.0.0.1", port, "http", "",
                          (site,), "bench", int(time.time() * 1000), 10.0)
@@ -121,8 +157,22 @@ def asking(gateway: Gateway, services: list[RemoteService], selector: str, expec
     return ask
 
 
+def asking_endpoint(http: urllib3.PoolManager, base: str, selector: str, expect_ok: int) -> Callable:
+    def ask() -> dict:
+        response = http.request("GET", f"{base}{PATH}", fields={"site": selector}, retries=False)
+        answer = response.json()
+        ok = sum(site["status"] == "ok" for site in answer["sites"])
+        if response.status != 200 or ok != expect_ok:
+            raise RuntimeError(f"expected {expect_ok} sites ok, got {response.status} {answer}")
+        return answer
+    return ask
+
+
 def all_vs_single(gateway: Gateway, services: list[RemoteService], label: str) -> tuple[float, float]:
-    all_sites, single = asking(gateway, services, "all", 3), asking(gateway, services, "east", 1)
+    return compare(asking(gateway, services, "all", 3), asking(gateway, services, "east", 1), label)
+
+
+def compare(all_sites: Callable, single: Callable, label: str) -> tuple[float, float]:
     median_ms(all_sites, 10)  # warm connections and workers
     median_ms(single, 10)
     # Interleaved, so the load other processes put on the machine drifts alike for both.
@@ -131,7 +181,7 @@ def all_vs_single(gateway: Gateway, services: list[RemoteService], label: str) -
         singles.append(median_ms(single, 1))
         alls.append(median_ms(all_sites, 1))
     single_ms, all_ms = statistics.median(singles), statistics.median(alls)
-    print(f"{label}: single-site median {single_ms:.2f} ms, all {len(SITES)} sites median {all_ms:.2f} ms, "
+    print(f"{label}: single-site median {single_ms:.2f} ms, all sites median {all_ms:.2f} ms, "
           f"ratio {all_ms / single_ms:.2f} ({ROUNDS} rounds, GET {PATH})")
     return single_ms, all_ms
 
@@ -140,7 +190,8 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="srm-bench-gateway-"))
     redis = RedisServer().start()
     processes: dict[str, ManagedProcess] = {}
-    delay_line = None
+    delay_line = gateway_service = None
+    http = urllib3.PoolManager(maxsize=4)
     gateway = Gateway("bench-gateway", parse_allowed_hosts(["127.0.0.1"]), lambda site: SiteAccess(TIMEOUT_S))
     try:
         ports = {}
@@ -153,16 +204,26 @@ def main() -> int:
         delay_line.start()
         for port in delayed.values():
             wait_for_port(port, 30)
-        all_vs_single(gateway, [remote(s, ports[s]) for s in SITES], "bare loopback")
+        all_vs_single(gateway, [remote(s, ports[s]) for s in SITES], "fan_out, bare loopback")
         services = [remote(s, delayed[s]) for s in SITES]
-        single_ms, all_ms = all_vs_single(gateway, services, f"{ONE_WAY_DELAY_MS:.0f} ms each way")
+        all_vs_single(gateway, services, f"fan_out, {ONE_WAY_DELAY_MS:.0f} ms each way")
+        gateway_port = free_port()
+        gateway_service = multiprocessing.get_context("spawn").Process(
+            target=run_gateway_service, args=(gateway_port, redis.url, services), daemon=True)
+        gateway_service.start()
+        wait_for_port(gateway_port, 60)  # a spawned process: its failure shows in the output above
+        base = f"http://127.0.0.1:{gateway_port}"
+        # site=all asks the three sites and the gateway's own (local) part
+        single_ms, all_ms = compare(asking_endpoint(http, base, "all", 4),
+                                    asking_endpoint(http, base, "east", 1),
+                                    f"gateway endpoint, {ONE_WAY_DELAY_MS:.0f} ms each way")
 
         processes["west"].kill()
-        dead_ms = median_ms(asking(gateway, services, "all", 2))
+        dead_ms = median_ms(asking_endpoint(http, base, "all", 3))
         print(f"all sites with west killed: median {dead_ms:.2f} ms (extra {dead_ms - all_ms:.1f} ms)")
 
         os.killpg(processes["north"].process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
-        hung_ms = median_ms(asking(gateway, services, "all", 1), 10)
+        hung_ms = median_ms(asking_endpoint(http, base, "all", 2), 10)
         os.killpg(processes["north"].process.pid, signal.SIGCONT)  # type: ignore[union-attr]
         print(f"all sites with west killed and north hung: median {hung_ms:.2f} ms (the hung site adds "
               f"{hung_ms - dead_ms:.1f} ms; its timeout is {TIMEOUT_S * 1000:.0f} ms)")
@@ -174,6 +235,9 @@ def main() -> int:
         print(f"gateway_vs_single={ratio:.2f} dead_site_extra_ms={max(0.0, dead_ms - all_ms):.1f}")
     finally:
         gateway.close()
+        if gateway_service is not None:
+            gateway_service.terminate()
+            gateway_service.join(10)
         if delay_line is not None:
             delay_line.terminate()
             delay_line.join(10)

@@ -11,6 +11,7 @@ from gunicorn.app.base import BaseApplication
 
 from driver.config import ConfigError, SrmConfig, load_config
 from service.app import create_app
+from service.discovery.advertiser import gunicorn_hooks, site_name
 from service.discovery.directory import install_discovery
 
 DEFAULT_PORT = 6670  # SRM Service's default REST port
@@ -30,7 +31,7 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
                                        default=config.get_int("service.port", default=DEFAULT_PORT)),
         "SERVICE_ROOT_PATH": config.get("service.advertised.root.path", default="/"),
         "SERVICE_TARGET_CLUSTERS": tuple(config.get_list("service.target.clusters", default=[])),
-        "SERVICE_SITE": config.get("service.site", default="local"),
+        "SERVICE_SITE": site_name(config),  # the name the advertiser and the gateway use too
     }
 
 
@@ -43,8 +44,8 @@ def check_auth_settings(settings: dict[str, Any]) -> str | None:
 
 
 class ServiceServer(BaseApplication):
-    def __init__(self, config: SrmConfig) -> None:
-        self.config_file = config
+    def __init__(self, config: SrmConfig, hooks: dict[str, Any] | None = None) -> None:
+        self.config_file, self.hooks = config, hooks or {}
         super().__init__()
 
     def load_config(self) -> None:
@@ -54,6 +55,8 @@ class ServiceServer(BaseApplication):
         self.cfg.set("workers", self.config_file.get_int("service.workers", default=2))
         self.cfg.set("threads", self.config_file.get_int("service.threads", default=4))
         self.cfg.set("accesslog", None)
+        for name, hook in self.hooks.items():  # the advertiser: one per deployment, in the master
+            self.cfg.set(name, hook)
 
     def load(self) -> Any:
         # Per worker, after the fork: discovery starts a consumer thread, which must not cross a fork.
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         settings = app_settings(config)
+        hooks = gunicorn_hooks(config)
     except ConfigError as exc:
         print(f"srm-service: {exc}", file=sys.stderr)
         return 2
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"srm-service: {args.config}: {problem}", file=sys.stderr)
         return 2
-    ServiceServer(config).run()
+    ServiceServer(config, hooks).run()
     return 0
 
 

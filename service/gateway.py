@@ -1,15 +1,16 @@
 """Gateway fan-out: one query sent to the services of several sites in parallel, answers merged.
 
-Integration point for the REST layer (one call per request)::
+Used by the REST layer once per request: ``service.api.sites`` (the ``site`` selector of the ``/v2``
+read endpoints, GET) and ``service.grafana.site_answers`` (``payload.site`` of Grafana queries, POST
+with a JSON body)::
 
-    answer = fan_out(gateway, registry.services(), "/v2/topic-metrics/east/west/orders/record_count",
-                     request.args, selector=request.args.get("site", "local"),
-                     local=lambda: (200, local_body), expired=registry.expired_services())
-    return answer.to_json()   # {"partial", "sites": [{site, status, ...}], "results": {site: body}, ...}
+    answer = fan_out(gateway, registry.services(), "/v2/replications", [("site", "local")],
+                     selector="all", local=lambda: (200, local_body), expired=registry.expired_services())
+    answer.to_json()   # {"partial", "sites": [{site, status, ...}], "results": {site: body}, ...}
 
-``gateway = Gateway.from_config(config)`` and ``registry = start_registry(config)`` are built once per
-process. ``fan_out`` raises ``UnknownSite`` (answer 404) and ``ValueError`` for a path that is not a
-plain API path (answer 400).
+``Gateway.from_config(config)`` and ``start_registry(config)`` are built once per worker process
+(``service.discovery.directory.install_discovery``). ``fan_out`` raises ``UnknownSite`` (answer 404)
+and ``ValueError`` for a path that is not a plain API path (answer 400).
 
 Safety: a remote service is called only when its advertised host matches
 ``service.remote.allowed.hosts`` (host globs such as ``*.srm.example.com``, or CIDRs matched against
@@ -258,11 +259,17 @@ def _tagged(item: Any, site: str) -> dict[str, Any]:
 
 
 def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
-            query: Mapping[str, str] | None = None, selector: str = ALL, local: LocalAnswer | None = None,
-            expired: Sequence[RemoteService] = ()) -> FanOutAnswer:
-    """Ask the selected sites in parallel; a slow or dead site becomes its own status, never an error."""
+            query: Mapping[str, str] | Sequence[tuple[str, str]] = (), selector: str = ALL,
+            local: LocalAnswer | None = None, expired: Sequence[RemoteService] = (),
+            body: Any = None) -> FanOutAnswer:
+    """Ask the selected sites in parallel; a slow or dead site becomes its own status, never an error.
+
+    ``query``: a mapping, or (name, value) pairs when a name repeats. With a ``body`` (any JSON value)
+    the sites are asked with POST, for the read endpoints that take their question as a JSON body.
+    """
     check_api_path(path)
-    suffix = f"?{urlencode([(key, query[key]) for key in query])}" if query else ""
+    pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
+    suffix = f"?{urlencode(pairs)}" if pairs else ""
     selection = select_sites(selector, gateway.local_site, local is not None, services, expired)
     started = time.monotonic()
     answers = [SiteAnswer(site, EXPIRED_STATUS) for site in selection.gone]
@@ -274,7 +281,7 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
                                             f"service.remote.allowed.hosts; not contacted"))
             continue
         access, url = gateway.access(site), service.base_url + path + suffix
-        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access),
+        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access, body),
                       started + access.timeout_s))
     if selection.local:  # in the calling thread (the REST layer's request context), while remotes run
         answers.append(_local_answer(gateway.local_site, local))
@@ -302,10 +309,15 @@ def _collect(site: str, url: str, future: Future[SiteAnswer], deadline: float, s
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(started))
 
 
-def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess) -> SiteAnswer:
+def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess, body: Any = None) -> SiteAnswer:
     began = time.monotonic()
+    headers = {"Accept": "application/json", **access.headers()}
+    method, data = "GET", None
+    if body is not None:
+        method, data = "POST", json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
     try:
-        response = http.request("GET", url, headers={"Accept": "application/json", **access.headers()},
+        response = http.request(method, url, body=data, headers=headers,
                                 timeout=urllib3.Timeout(connect=access.timeout_s, read=access.timeout_s),
                                 redirect=False)
     except NewConnectionError as exc:  # first: urllib3 makes it a subclass of its TimeoutError

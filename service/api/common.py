@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from flask import Response
+from flask_smorest import abort
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from aggregator.redis_layout import WINDOWS
 from service.metric_summary import MetricSeries
+from service.metrics_reader import NotFound
 
 DEFAULT_RANGE_MS = 2 * 3_600_000  # SRM convention: metrics default to the last two hours
 # ASCII digits only: str.isdigit() also accepts characters such as '²' that int() refuses.
@@ -87,3 +91,12 @@ def metric_response(identity: dict, answer: MetricSeries) -> Response:
             "min": answer.min, "max": answer.max, "avg": answer.avg, "sum": answer.sum, "count": answer.count,
             "series": [vars(point) for point in answer.series]}
     return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json")
+
+
+@contextmanager
+def unknown_answers_404() -> Iterator[None]:
+    """Lookups of clusters, topics, groups and metrics inside answer 404 naming what is unknown."""
+    try:
+        yield
+    except NotFound as exc:
+        abort(404, message=str(exc))

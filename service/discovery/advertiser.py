@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # APScheduler logs every run at INFO: two lines per interval drown the service's log.
+    logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
     try:
         handle = start_advertiser(load_config(args.config))
     except ConfigError as exc:

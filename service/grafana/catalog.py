@@ -6,7 +6,16 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from driver.wire.raw_metrics import METRICS
-from service.grafana.queries import ALERTS, FILTER_KEYS, STATUS_TABLE, Filter, QueryError, Subject, select
+from service.grafana.queries import (
+    ALERTS,
+    FILTER_KEYS,
+    LAG_SECONDS,
+    STATUS_TABLE,
+    Filter,
+    QueryError,
+    Subject,
+    select,
+)
 from service.metrics_reader import MetricsReader, Replication
 
 VARIABLE_QUERIES = ("clusters", "targets", "sources", "topics", "groups", "metrics")
@@ -14,7 +23,7 @@ AGGREGATES = (("per topic (or group)", "topic"), ("per replication", "replicatio
 
 
 def metric_names() -> list[str]:
-    return [*METRICS, STATUS_TABLE, ALERTS]
+    return [*METRICS, LAG_SECONDS, STATUS_TABLE, ALERTS]
 
 
 def topic_subjects(replications: Sequence[Replication]) -> list[Subject]:
@@ -94,7 +103,8 @@ def metric_descriptors() -> list[dict]:
             }
             for k in keys
         ]
-        if metric in METRICS:
+        editors.append({"name": "site", "label": "Site", "type": "select", "placeholder": "this site"})
+        if metric in METRICS or metric == LAG_SECONDS:
             editors.append(
                 {
                     "name": "aggregate",

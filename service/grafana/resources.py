@@ -9,15 +9,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from flask import Response, jsonify
+from flask import Response, current_app, jsonify
 from flask.views import MethodView
 from flask_smorest import abort
 
 from service.api.common import DEFAULT_RANGE_MS
+from service.api.sites import discovered_services, local_site, site_gateway
 from service.extensions import Blueprint, metrics_reader
+from service.gateway import ALL, LOCAL, UnknownSite
 from service.grafana import catalog, schemas
 from service.grafana.queries import FILTER_KEYS, QueryError, filters_of, payload_filters
 from service.grafana.query_answers import answer_query, current_alerts
+from service.grafana.site_answers import SITE_KEY, answer_across_sites, target_site
 
 blp = Blueprint(
     "grafana",
@@ -78,6 +81,10 @@ class MetricPayloadOptions(MethodView):
         name = body.get("name")
         if name == "aggregate":
             return jsonify([{"label": label, "value": value} for label, value in catalog.AGGREGATES])
+        if name == SITE_KEY:  # the sites a gateway can ask (a plain service: only itself)
+            live, _ = discovered_services(current_app)
+            sites = sorted({local_site(current_app), *(s.site for s in live)})
+            return jsonify([{"label": v, "value": v} for v in [LOCAL, ALL, *sites]])
         if name not in FILTER_KEYS:
             return jsonify([])
         values = catalog.values_of(metrics_reader(), name, payload_filters(body.get("payload")))
@@ -89,9 +96,20 @@ class Query(MethodView):
     @blp.arguments(schemas.QuerySchema)
     @blp.doc(responses={"200": schemas.ANSWERS["query"]})
     def post(self, body: dict) -> Response:
-        """Time series (one per topic or group, with tags), the status table and annotations."""
+        """Time series (one per topic or group, with tags), the status table and annotations.
+
+        A target's `payload.site` (a site name or `all`) asks other sites through the gateway; their
+        frames say their site (`site` tag, `<site>: ` name prefix, leading `Site` table column)."""
         from_ms, to_ms = _range(body)
-        return _answer(answer_query, metrics_reader(), body, from_ms, to_ms)
+        reader = metrics_reader()
+        if all(target_site(t) in (LOCAL, local_site(current_app)) for t in body.get("targets") or []):
+            return _answer(answer_query, reader, body, from_ms, to_ms)
+        query = {**body, "range": {"from": from_ms, "to": to_ms}}
+        try:
+            return _answer(answer_across_sites, site_gateway(current_app), *discovered_services(current_app),
+                           query, lambda b: answer_query(reader, b, from_ms, to_ms))
+        except UnknownSite as exc:
+            abort(400, message=f"payload.site: {exc}")
 
 
 @blp.route("/variable")

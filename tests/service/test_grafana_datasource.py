@@ -215,3 +215,18 @@ def test_legacy_search_and_annotations(client, scenario):
     }
     annotations = post(client, "/annotations", body)
     assert any(a["title"].endswith("FAILED") and a["annotation"]["name"] == "alerts" for a in annotations)
+
+
+def test_lag_seconds_is_the_worst_partitions_latest_value_at_its_report_time(client, scenario):
+    now = {"from": iso(scenario.first_window), "to": iso(scenario.now_ms + 60_000)}
+    per_replication = post(client, "/query", query_body(
+        scenario, [target("lag_seconds", source=scenario.east, aggregate="replication")], range=now))
+    assert [(s["target"], s["datapoints"]) for s in per_replication] == [
+        (f"lag_seconds {scenario.east}->{scenario.west}", [[12.5, scenario.now_ms]])]
+    per_topic = post(client, "/query", query_body(scenario, [target("lag_seconds", source=scenario.east)],
+                                                  range=now))
+    assert {s["tags"]["topic"]: s["datapoints"] for s in per_topic} == {
+        "orders": [[12.5, scenario.now_ms]], "payments": []}  # payments has no latest report yet
+    earlier = post(client, "/query", query_body(scenario, [target("lag_seconds", source=scenario.east)]))
+    assert all(s["datapoints"] == [] for s in earlier)  # no history kept: nothing before the last report
+    assert "lag_seconds" in {m["value"] for m in post(client, "/metrics", {})}

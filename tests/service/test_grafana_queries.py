@@ -13,12 +13,14 @@ from service.grafana.queries import (
     QueryError,
     Subject,
     filters_of,
+    latest_lag_seconds,
     payload_filters,
     plan,
     select,
     table,
     timeserie,
 )
+from service.grafana.site_answers import by_site, tagged
 
 HOUR = 3_600_000
 ORDERS = Subject("east", "west", "east.orders", "orders")
@@ -104,4 +106,39 @@ def test_frames():
 
 def test_metric_descriptors_offer_payload_editors():
     lag = next(m for m in metric_descriptors() if m["value"] == "group_lag")
-    assert {p["name"] for p in lag["payloads"]} == {"source", "target", "topic", "group", "aggregate"}
+    assert {p["name"] for p in lag["payloads"]} == {"source", "target", "topic", "group", "site", "aggregate"}
+
+
+def test_latest_lag_seconds_takes_the_worst_known_partition_inside_the_range():
+    subject = Subject("east", "west")
+    latest = [{"ts": 1_000, "lag_seconds": 2.5}, {"ts": 2_000, "lag_seconds": 7.0},
+              {"ts": 3_000, "lag_seconds": None}, {"ts": 4_000, "lag_seconds": float("nan")},
+              {"ts": 5_000, "lag_seconds": True}]
+    series = latest_lag_seconds(subject, latest, (0, 10_000), "A")
+    assert series["datapoints"] == [[7.0, 2_000]] and series["refId"] == "A"
+    assert series["target"] == "lag_seconds east->west"
+    assert latest_lag_seconds(subject, latest, (0, 1_999), None)["datapoints"] == []
+    assert latest_lag_seconds(subject, [], (0, 10_000), None)["datapoints"] == []
+
+
+def test_targets_are_grouped_by_their_site_and_forwarded_without_it():
+    targets = [{"refId": "A", "target": "x", "payload": {"site": "west", "source": "east"}},
+               {"refId": "B", "target": "y"},
+               {"refId": "C", "target": "z", "data": {"site": "west"}},
+               {"refId": "D", "target": "w", "payload": {"site": "$__all"}}]
+    groups = by_site(targets)
+    assert list(groups) == ["west", "local"]
+    assert groups["west"] == [{"refId": "A", "target": "x", "payload": {"source": "east"}},
+                              {"refId": "C", "target": "z", "data": {}}]
+    assert [t["refId"] for t in groups["local"]] == ["B", "D"]
+
+
+def test_frames_from_another_site_say_which_site():
+    frames = [{"target": "record_count east->west", "datapoints": [[1, 2]], "tags": {"source": "east"}},
+              {"type": "table", "columns": [{"text": "Time", "type": "time"}], "rows": [[5], [6]]}, "junk"]
+    series, table = tagged("north", frames)
+    assert series["target"] == "north: record_count east->west"
+    assert series["tags"] == {"source": "east", "site": "north"}
+    assert table["columns"][0] == {"text": "Site", "type": "string"}
+    assert table["rows"] == [["north", 5], ["north", 6]]
+    assert tagged("north", {"message": "not a list"}) == []

@@ -8,6 +8,7 @@ from flask_smorest import abort
 from service.api.clusters.schemas import ClusterInfoSchema, ClusterListSchema
 from service.api.common import TimeRangeArgs
 from service.api.replications.resources import status_answer
+from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
 from service.metric_summary import MetricSeries
 from service.replication_overview import replication_healths
@@ -36,7 +37,7 @@ def summary(series: MetricSeries) -> dict:
 
 @blp.route("/clusters")
 class Clusters(MethodView):
-    @blp.response(200, ClusterListSchema)
+    @site_selectable(blp, ClusterListSchema)
     def get(self) -> dict:
         """Every cluster alias that is the source or the target of a replication with metrics."""
         roles = cluster_roles(metrics_reader().replication_pairs())
@@ -46,8 +47,7 @@ class Clusters(MethodView):
 @blp.route("/cluster-info/<string:cluster>")
 class ClusterInfo(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
-    @blp.response(200, ClusterInfoSchema)
-    @blp.alt_response(404, description="Unknown cluster")
+    @site_selectable(blp, ClusterInfoSchema, not_found="unknown cluster")
     def get(self, cluster: str, from_ms: int, to_ms: int, granularity: str) -> dict:
         """Cluster info: its replications with state and metrics. The default time range is 2 hours."""
         reader = metrics_reader()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from flask import Response
 from flask.views import MethodView
-from flask_smorest import abort
 
-from service.api.common import metric_response
+from service.api.common import metric_response, unknown_answers_404
 from service.api.groups.schemas import GroupListSchema, GroupMetricArgs, GroupMetricSchema
 from service.api.replications.resources import evaluation_answer
 from service.api.replications.schemas import GroupStatusSchema, StatusArgs
+from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
-from service.metrics_reader import NotFound
 from service.replication_health import metrics_period_ms
 from service.replication_overview import group_healths
 
@@ -30,15 +29,12 @@ def _period(source: str, target: str) -> int:
 @blp.route("/groups/<string:source>/<string:target>")
 class Groups(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
-    @blp.response(200, GroupListSchema)
-    @blp.alt_response(404, description="Unknown replication")
+    @site_selectable(blp, GroupListSchema, not_found="unknown replication")
     def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
         """Every checkpointed group of a replication with its Burrow-style lag evaluation."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             replication = reader.replication(source, target)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         healths = group_healths(reader, replication, reader.groups(target, source), _period(source, target))
         return {
             "source": source,
@@ -50,16 +46,13 @@ class Groups(MethodView):
 @blp.route("/groups/<string:source>/<string:target>/<string:group>")
 class OneGroup(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
-    @blp.response(200, GroupStatusSchema)
-    @blp.alt_response(404, description="Unknown replication or group")
+    @site_selectable(blp, GroupStatusSchema, not_found="unknown replication or group")
     def get(self, source: str, target: str, group: str, all: bool) -> dict:  # noqa: A002
         """One checkpointed group's lag evaluation (Burrow's `/status`, or `/lag` with `all=true`)."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             reader.require_group(source, target, group)
             replication = reader.replication(source, target)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         health = group_healths(reader, replication, [group], _period(source, target))[0]
         return {"group": group, "lag": evaluation_answer(health.lag, all)}
 
@@ -67,8 +60,7 @@ class OneGroup(MethodView):
 @blp.route("/group-metrics/<string:source>/<string:target>/<string:group>/<string:metric>")
 class GroupMetric(MethodView):
     @blp.arguments(GroupMetricArgs, location="query", as_kwargs=True)
-    @blp.response(200, GroupMetricSchema)
-    @blp.alt_response(404, description="Unknown replication, group, topic or metric")
+    @site_selectable(blp, GroupMetricSchema, not_found="unknown replication, group, topic or metric")
     def get(
         self,
         source: str,
@@ -82,13 +74,11 @@ class GroupMetric(MethodView):
     ) -> Response:
         """One checkpoint metric of a group (checkpoint_latency_ms, group_lag, ...) over a time range."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             reader.require_metric(metric, "group")
             reader.require_group(source, target, group)
             replication = reader.replication(source, target)
             remote = None if topic is None else reader.remote_topic(source, target, topic)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         answer = reader.group_metric(replication, group, metric, from_ms, to_ms, granularity, remote)
         identity = {"source": source, "target": target, "group": group, "upstreamTopic": topic,
                     "from": from_ms, "to": to_ms}

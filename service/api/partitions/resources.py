@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from flask import Response
 from flask.views import MethodView
-from flask_smorest import abort
 
-from service.api.common import TimeRangeArgs, metric_response
+from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
 from service.api.partitions.schemas import PartitionMetricSchema
+from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
 from service.metrics_reader import NotFound
 
@@ -22,8 +22,7 @@ blp = Blueprint(
 @blp.route("/<string:source>/<string:target>/<string:upstreamTopic>/<int:partition>/<string:metric>")
 class PartitionMetric(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
-    @blp.response(200, PartitionMetricSchema)
-    @blp.alt_response(404, description="Unknown cluster, topic, partition or metric")
+    @site_selectable(blp, PartitionMetricSchema, not_found="unknown cluster, topic, partition or metric")
     def get(
         self,
         source: str,
@@ -37,13 +36,11 @@ class PartitionMetric(MethodView):
     ) -> Response:
         """One metric of a topic-partition, addressed by source, target and upstream topic name."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             reader.require_metric(metric)
             topic = reader.remote_topic(source, target, upstreamTopic)
             if partition not in reader.partitions(target, source, [topic])[topic]:
                 raise NotFound(f"no partition {partition} of {upstreamTopic!r} has metrics")
-        except NotFound as exc:
-            abort(404, message=str(exc))
         answer = reader.topic_metric(source, target, topic, metric, from_ms, to_ms, granularity, partition)
         identity = {"source": source, "target": target, "upstreamTopic": upstreamTopic, "topic": topic,
                     "partition": partition, "from": from_ms, "to": to_ms}

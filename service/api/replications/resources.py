@@ -6,9 +6,8 @@ from collections import Counter
 
 from flask import Response
 from flask.views import MethodView
-from flask_smorest import abort
 
-from service.api.common import TimeRangeArgs, metric_response
+from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
 from service.api.replications.schemas import (
     ReplicationDetailSchema,
     ReplicationListSchema,
@@ -16,9 +15,9 @@ from service.api.replications.schemas import (
     ReplicationStatusSchema,
     StatusArgs,
 )
+from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
 from service.lag_evaluation import Evaluation
-from service.metrics_reader import NotFound
 from service.replication_health import ReplicationHealth
 from service.replication_overview import group_healths, replication_healths
 
@@ -57,7 +56,7 @@ def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False
 @blp.route("/replications")
 class Replications(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
-    @blp.response(200, ReplicationListSchema)
+    @site_selectable(blp, ReplicationListSchema)
     def get(self, all: bool) -> dict:  # noqa: A002
         """Every replication with its state (ACTIVE/INACTIVE/FAILED/UNKNOWN) and lag evaluation."""
         reader = metrics_reader()
@@ -70,15 +69,12 @@ class Replications(MethodView):
 @blp.route("/replications/<string:source>/<string:target>")
 class OneReplication(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
-    @blp.response(200, ReplicationDetailSchema)
-    @blp.alt_response(404, description="Unknown replication")
+    @site_selectable(blp, ReplicationDetailSchema, not_found="unknown replication")
     def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
         """One replication: state, lag evaluation, topics and its checkpointed groups' lag evaluation."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             replication = reader.replication(source, target)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         health = replication_healths(reader, [replication])[0]
         groups = group_healths(reader, replication, reader.groups(target, source), health.metrics_period_ms)
         answer = status_answer(health, len(replication.topics), all)
@@ -92,17 +88,14 @@ class OneReplication(MethodView):
 @blp.route("/replication-metrics/<string:source>/<string:target>/<string:metric>")
 class ReplicationMetric(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
-    @blp.response(200, ReplicationMetricSchema)
-    @blp.alt_response(404, description="Unknown replication or metric")
+    @site_selectable(blp, ReplicationMetricSchema, not_found="unknown replication or metric")
     def get(self, source: str, target: str, metric: str, from_ms: int, to_ms: int,
             granularity: str) -> Response:
         """One metric of a whole replication (all its topics) over a time range."""
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             reader.require_metric(metric)
             replication = reader.replication(source, target)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         answer = reader.replication_metric(replication, metric, from_ms, to_ms, granularity)
         return metric_response({"source": source, "target": target, "from": from_ms, "to": to_ms}, answer)
 

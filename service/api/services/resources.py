@@ -6,6 +6,7 @@ from flask import current_app
 from flask.views import MethodView
 
 from service.api.services.schemas import ServiceListSchema
+from service.api.sites import site_selectable
 from service.extensions import Blueprint
 from service.service_directory import SERVICES_KEY
 
@@ -14,7 +15,7 @@ blp = Blueprint("services", __name__, url_prefix="/v2", description="Discovered 
 
 @blp.route("/services")
 class Services(MethodView):
-    @blp.response(200, ServiceListSchema)
+    @site_selectable(blp, ServiceListSchema)
     def get(self) -> dict:
         """Every known SRM service with its advertised address and status."""
         return {"services": current_app.extensions[SERVICES_KEY].services()}

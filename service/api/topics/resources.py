@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from flask import Response
 from flask.views import MethodView
-from flask_smorest import abort
 
-from service.api.common import TimeRangeArgs, metric_response
+from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
+from service.api.sites import site_selectable
 from service.api.topics.schemas import TopicMetricSchema
 from service.extensions import Blueprint, metrics_reader
-from service.metrics_reader import NotFound
 
 blp = Blueprint(
     "topic-metrics",
@@ -30,19 +29,16 @@ def topic_answer(source: str, target: str, upstream: str, topic: str, metric: st
 @blp.route("/<string:source>/<string:target>/<string:upstreamTopic>/<string:metric>")
 class TopicMetricByUpstream(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
-    @blp.response(200, TopicMetricSchema)
-    @blp.alt_response(404, description="Unknown cluster, topic or metric")
+    @site_selectable(blp, TopicMetricSchema, not_found="unknown cluster, topic or metric")
     def get(self, source: str, target: str, upstreamTopic: str, metric: str,  # noqa: N803
             from_ms: int, to_ms: int, granularity: str) -> Response:
         """One metric of a topic, addressed by source, target and upstream topic name.
 
         Works with every replication policy, including prefixless (identity) replication.
         """
-        try:
+        with unknown_answers_404():
             topic, answer = metrics_reader().upstream_topic_metric(source, target, upstreamTopic, metric,
                                                                    from_ms, to_ms, granularity)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         identity = {"source": source, "target": target, "upstreamTopic": upstreamTopic, "topic": topic,
                     "from": from_ms, "to": to_ms}
         return metric_response(identity, answer)
@@ -51,8 +47,7 @@ class TopicMetricByUpstream(MethodView):
 @blp.route("/<string:target>/<string:downstreamTopic>/<string:metric>")
 class TopicMetricByDownstream(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
-    @blp.response(200, TopicMetricSchema)
-    @blp.alt_response(404, description="Unknown cluster, topic or metric")
+    @site_selectable(blp, TopicMetricSchema, not_found="unknown cluster, topic or metric")
     def get(
         self,
         target: str,
@@ -68,9 +63,7 @@ class TopicMetricByDownstream(MethodView):
         so prefer the upstream form there (SRM convention).
         """
         reader = metrics_reader()
-        try:
+        with unknown_answers_404():
             reader.require_metric(metric)
             source, upstream = reader.downstream_topic(target, downstreamTopic)
-        except NotFound as exc:
-            abort(404, message=str(exc))
         return topic_answer(source, target, upstream, downstreamTopic, metric, from_ms, to_ms, granularity)
