@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 jars: venv  ## Kafka broker + Spark connector jars from Maven Central, cached outside git
 	$(PY) -m stack.jars
 
-demo: jars  ## two local clusters, Redis, driver, aggregator, service and sample traffic; Ctrl-C stops all
+demo: jars  ## three local sites (Kafka, driver, aggregator, service each), one gateway, Redis and sample traffic; Ctrl-C stops all
 	$(PY) -m stack.demo
 
 test: jars  ## the suite; pass pytest arguments with ARGS="..."
