@@ -23,13 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import redis
+# Run as `python bench/api.py`: the repository root must come before bench/, whose aggregator.py
+# (the aggregator's bench) would otherwise shadow the aggregator package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator import redis_layout as layout
-from stack import srm_properties
-from stack.kafka_cluster import free_port, wait_for_port
-from stack.processes import ManagedProcess
-from stack.redis_server import RedisServer
+import redis  # noqa: E402
+
+from aggregator import redis_layout as layout  # noqa: E402
+from stack import srm_properties  # noqa: E402
+from stack.kafka_cluster import free_port, wait_for_port  # noqa: E402
+from stack.processes import ManagedProcess  # noqa: E402
+from stack.redis_server import RedisServer  # noqa: E402
 
 REPLICATIONS, TOPICS, HOURS = 50, 100, 24
 TARGET = "west"

@@ -10,12 +10,14 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 
+import orjson
 import redis
 
 from aggregator import redis_layout as layout
 from driver.wire.raw_metrics import METRICS
-from service.metric_summary import MetricSeries, merge_subjects, summarize
+from service.metric_summary import MetricSeries, WindowColumns, merge_subjects, summarize, summarize_columns
 
 LOG = logging.getLogger(__name__)
 
@@ -50,6 +52,51 @@ def _decode_windows(members: Iterable[bytes | str]) -> Windows:
             # One corrupt member must not hide the rest of the series; it is logged, not served.
             LOG.warning("skipping %s", exc)
     return windows
+
+
+FIELDS_PER_MEMBER = 6  # <start>:<count>:<sum>:<min>:<max>:<last>, as layout.encode_member writes them
+NUMBER_TYPES = frozenset({int, float})
+
+
+def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
+    """A reply's members decoded column by column: the API's hot path (120 members per answer).
+
+    A member is numbers joined by ':', so the whole reply parses as one JSON array in orjson's C parser
+    (which rounds as float() does), instead of 720 float() calls and a dataclass per member. Anything that
+    is not exactly six plain numbers per member with an integer start sends the reply through the checked
+    decoder, which logs and skips only the bad members.
+    """
+    if not members:
+        return WindowColumns([], [], [], [], [], [])
+    try:
+        fields = _member_fields(members)
+    except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+        return WindowColumns.of(_decode_windows(members))
+    starts = fields[0::FIELDS_PER_MEMBER]
+    if not all(type(start) is int for start in starts):
+        return WindowColumns.of(_decode_windows(members))
+    return WindowColumns(starts, *(list(map(float, fields[i::FIELDS_PER_MEMBER]))
+                                   for i in range(1, FIELDS_PER_MEMBER)))
+
+
+def _member_fields(members: Sequence[bytes | str]) -> list[int | float]:
+    """Every field of every member in order; ValueError unless each member is six JSON numbers.
+
+    With five ':' per member and no ',' in the reply, the array has exactly six elements per member, in
+    place; a bracket or quote would make a list or a string, which the element types rule out.
+    """
+    if isinstance(members[0], bytes):
+        joined: bytes | str = b":".join(members)  # type: ignore[arg-type]
+        separator, comma, text = b":", b",", b"[%b]"
+    else:
+        joined = ":".join(members)  # type: ignore[arg-type]
+        separator, comma, text = ":", ",", "[%s]"
+    if comma in joined or set(map(methodcaller("count", separator), members)) != {FIELDS_PER_MEMBER - 1}:
+        raise ValueError("a member that is not six numbers")
+    fields = orjson.loads(text % joined.replace(separator, comma))  # type: ignore[operator]
+    if len(fields) != FIELDS_PER_MEMBER * len(members) or not set(map(type, fields)) <= NUMBER_TYPES:
+        raise ValueError("a member that is not six numbers")
+    return fields
 
 
 def _decode_latest(raw: bytes | str | None) -> dict | None:
@@ -191,8 +238,10 @@ class MetricsReader:
     ) -> MetricSeries:
         """One metric over the range, several subjects merged per window."""
         window = self.resolve_window(from_ms, to_ms, granularity)
-        found = self.windows(series, window, from_ms, to_ms)
-        return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
+        if len(series) == 1:
+            members = self.client.zrangebyscore(layout.series_key(series[0], window), from_ms, to_ms)
+            return summarize_columns(metric, window, window_columns(members))
+        return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
     def topic_metric(
         self,
@@ -224,7 +273,7 @@ class MetricsReader:
         pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
         known_target, known_source, upstream, members = pipe.execute()
         if known_target and known_source and upstream is not None and _string(upstream) == upstream_topic:
-            return guess, summarize(metric, window, _decode_windows(members))
+            return guess, summarize_columns(metric, window, window_columns(members))
         remote = self.remote_topic(source, target, upstream_topic)
         return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
 
