@@ -49,6 +49,7 @@ def test_no_members_are_empty_columns():
 @pytest.mark.parametrize("bad", [
     b"garbage", b"1:2:3:4:5", b"1:2:3:4:5:6:7", b"1.5:2:3:4:5:6", b"1:2,3:4:5:6", b"1:[2]:3:4:5:6",
     b'1:"2":3:4:5:6', b"1:true:3:4:5:6", b"1:x:3:4:5:6", b"1::3:4:5:6",
+    b"1:2:3],[4:5:6", b"1:2:3:4:5:6],[7:8:9:10:11:12", b"1e3:2:3:4:5:6", b"1:2:3:4:5:6:",
 ])
 def test_a_bad_member_is_skipped_and_logged_the_rest_served(bad, caplog):
     raw = members(4, 1)
@@ -67,9 +68,10 @@ def test_members_that_only_add_up_to_six_fields_each_are_not_realigned():
 
 def test_numbers_json_lacks_still_decode_as_float_reads_them():
     # encode_member writes repr() of a non-finite value; float() reads it back, JSON cannot.
-    decoded = window_columns([b"1:nan:inf:-inf:1e400:5", b"2:1:2:3:4:5"])
+    decoded = window_columns([b"1:nan:inf:-inf:1e400:5", b"2:1:2:3:4: 5"])
     assert decoded.starts == [1, 2] and math.isnan(decoded.counts[0])
     assert (decoded.sums, decoded.mins, decoded.maxs) == ([math.inf, 2.0], [-math.inf, 3.0], [math.inf, 4.0])
+    assert decoded.lasts == [5.0, 5.0]
 
 
 def _parses(member: bytes) -> bool:
