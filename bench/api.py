@@ -4,49 +4,60 @@ Redis is filled with 50 replications x 100 topics x 24 h of 1-min windows (recor
 members made by aggregator.redis_layout; the service runs as `srm-service --config` (gunicorn), and
 the load comes from a separate process: Debian's `wrk` when installed, else a Python load generator
 (closed loop, keep-alive connections, in its own processes). Requests pick random topics.
-Also prints where one request's time goes (in-process: Redis read, summary, JSON answer), to name
-the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms>``.
+Also prints where one request's time goes (in-process: Redis pipeline, decode, summary, JSON answer,
+Flask) and the CPU each process spends per request under load (service, Redis, load generator), to
+name the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms>``.
 Target (reported, never asserted): p99 <= 15 ms at >= 1500 req/s on 2 cores.
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
+import math
 import multiprocessing
+import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import redis
+# Run as `python bench/api.py`: the repository root must come before bench/, whose aggregator.py
+# (the aggregator's bench) would otherwise shadow the aggregator package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator import redis_layout as layout
-from stack import srm_properties
-from stack.kafka_cluster import free_port, wait_for_port
-from stack.processes import ManagedProcess
-from stack.redis_server import RedisServer
+import redis  # noqa: E402
+
+from aggregator import redis_layout as layout  # noqa: E402
+from stack import srm_properties  # noqa: E402
+from stack.kafka_cluster import free_port, wait_for_port  # noqa: E402
+from stack.processes import ManagedProcess  # noqa: E402
+from stack.redis_server import RedisServer  # noqa: E402
 
 REPLICATIONS, TOPICS, HOURS = 50, 100, 24
 TARGET = "west"
 METRIC = "record_count"
 DURATION_S, CONNECTIONS = 20, 16
-# Sync gunicorn workers, one per core: the work is CPU-bound (more workers measured slower here).
-WORKERS = 2
+# Sync gunicorn workers, one per core: the work is CPU-bound. Measured on 2 cores: 3 sync workers give
+# less (1563 vs 1619 req/s) and gthread workers (2 x 2 threads, keep-alive) the same rate with twice the p99.
+WORKERS, THREADS = 2, 1
 TARGET_P99_MS, TARGET_RPS = 15.0, 1500.0
 SEED = 7
 
 
-def fill(url: str, now_ms: int) -> int:
-    """Every topic's 1-min record_count windows for the last HOURS; returns the number of windows."""
+def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
+    """Every topic's 1-min record_count windows for the last ``hours``; returns the number of windows."""
     client = redis.Redis.from_url(url)
     rng = random.Random(SEED)
     last = layout.window_start(now_ms, "1m")
-    starts = [last - i * 60_000 for i in range(HOURS * 60)]
+    starts = [last - i * 60_000 for i in range(hours * 60)]
     written = 0
     for r in range(REPLICATIONS):
         source = f"src{r:02d}"
@@ -80,22 +91,23 @@ def paths(now_ms: int, count: int) -> list[str]:
     ]
 
 
-def _timed(calls: list, repeat: int = 1) -> float:
+def _timed(calls: list, clock: Callable[[], float] = time.perf_counter) -> float:
     """Mean seconds per call."""
-    began = time.perf_counter()
-    for _ in range(repeat):
-        for call in calls:
-            call()
-    return (time.perf_counter() - began) / (len(calls) * repeat)
+    began = clock()
+    for call in calls:
+        call()
+    return (clock() - began) / len(calls)
 
 
 def stage_breakdown(url: str, now_ms: int) -> str:
     """Per-request cost of each stage, in this process (no network, no gunicorn): which one limits."""
     from werkzeug.test import EnvironBuilder
 
+    from service.api.common import metric_response
     from service.app import create_app
     from service.extensions import metrics_reader
-    from service.metric_summary import summarize
+    from service.metric_summary import summarize_columns
+    from service.metrics_reader import window_columns
 
     app = create_app({"REDIS_URL": url})
     sample = paths(now_ms, 300)
@@ -105,23 +117,37 @@ def stage_breakdown(url: str, now_ms: int) -> str:
     def start_response(status: str, headers: list, exc_info: object = None) -> None:
         assert status.startswith("200"), status
 
-    whole = _timed([lambda e=e: b"".join(app(dict(e), start_response)) for e in environs])
-    with app.app_context():
+    requests = [lambda e=e: b"".join(app(dict(e), start_response)) for e in environs]
+    _timed(requests)  # warm-up: imports, connection
+    whole, whole_cpu = _timed(requests), _timed(requests, time.process_time)
+    since = now_ms - 7_200_000
+    subjects = [(p.split("/")[3], p.split("/")[5]) for p in sample]
+    with app.test_request_context():
         reader = metrics_reader()
-        subjects = [(p.split("/")[3], p.split("/")[5]) for p in sample]
-        since = now_ms - 7_200_000
         reads = [lambda s=s, t=t: reader.upstream_topic_metric(s, TARGET, t, METRIC, since, now_ms, "1m")
                  for s, t in subjects]
-        series = [layout.SeriesId(TARGET, s, f"{s}.{t}", layout.WHOLE_TOPIC, METRIC) for s, t in subjects]
-        windows = [reader.windows([one], "1m", since, now_ms)[0] for one in series]
-        summaries = [lambda w=w: summarize(METRIC, "1m", w) for w in windows]
-        read, summary = _timed(reads), _timed(summaries)
-    return (f"stages per request (in-process, one core): whole app {whole * 1000:.2f} ms = Redis round trip "
-            f"and decode {(read - summary) * 1000:.2f} ms + summary {summary * 1000:.2f} ms + Flask routing, "
-            f"arguments and JSON {max(0.0, whole - read) * 1000:.2f} ms")
+        keys = [layout.series_key(layout.SeriesId(TARGET, s, f"{s}.{t}", layout.WHOLE_TOPIC, METRIC), "1m")
+                for s, t in subjects]
+        replies = [reader.client.zrangebyscore(key, since, now_ms) for key in keys]
+        columns = [window_columns(reply) for reply in replies]
+        identity = {"source": "s", "target": TARGET, "upstreamTopic": "t", "topic": "s.t", "from": since,
+                    "to": now_ms}
+        read = _timed(reads)
+        decode = _timed([lambda r=r: window_columns(r) for r in replies])
+        summary = _timed([lambda c=c: summarize_columns(METRIC, "1m", c) for c in columns])
+        # Each answer written right after it is made, as in a request: 300 answers kept alive would make the
+        # garbage collector's passes, not the JSON, the cost measured.
+        answer = _timed([lambda c=c: metric_response(identity, summarize_columns(METRIC, "1m", c))
+                         for c in columns]) - summary
+    ms = 1000
+    return (f"stages per request (in-process, one core): whole app {whole * ms:.2f} ms "
+            f"({whole_cpu * ms:.2f} ms CPU) = Redis pipeline {(read - decode - summary) * ms:.2f} ms + "
+            f"decode {decode * ms:.2f} ms + summary {summary * ms:.2f} ms + JSON {answer * ms:.2f} ms + "
+            f"Flask routing, arguments and the rest {max(0.0, whole - read - answer) * ms:.2f} ms")
 
 
-def run_wrk(base: str, sample: list[str], workdir: Path) -> tuple[float, float, float]:
+def run_wrk(base: str, sample: list[str], workdir: Path, connections: int, duration_s: int
+            ) -> tuple[float, float, float]:
     script = workdir / "paths.lua"
     lua_list = ",\n".join(f'"{p}"' for p in sample)
     script.write_text(
@@ -129,10 +155,10 @@ def run_wrk(base: str, sample: list[str], workdir: Path) -> tuple[float, float, 
         "request = function() return wrk.format('GET', paths[math.random(#paths)]) end\n"
     )
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{DURATION_S}s", "--latency", "-s", str(script), base],
+        ["wrk", "-t2", f"-c{connections}", f"-d{duration_s}s", "--latency", "-s", str(script), base],
         capture_output=True,
         text=True,
-        timeout=DURATION_S + 60,
+        timeout=duration_s + 60,
         check=True,
     ).stdout
     print(out.strip())
@@ -158,33 +184,89 @@ def _load_worker(port: int, sample: list[str], stop_at: float, results: multipro
     results.put(latencies)
 
 
-def run_python_load(port: int, sample: list[str]) -> tuple[float, float, float]:
+def run_python_load(port: int, sample: list[str], connections: int, duration_s: int
+                    ) -> tuple[float, float, float]:
     results: multiprocessing.Queue = multiprocessing.Queue()
-    stop_at = time.monotonic() + DURATION_S
+    stop_at = time.monotonic() + duration_s
     workers = [
         multiprocessing.Process(target=_load_worker, args=(port, sample, stop_at, results))
-        for _ in range(CONNECTIONS)
+        for _ in range(connections)
     ]
     for worker in workers:
         worker.start()
-    latencies = [x for _ in workers for x in results.get(timeout=DURATION_S + 60)]
+    latencies = [x for _ in workers for x in results.get(timeout=duration_s + 60)]
     for worker in workers:
         worker.join(timeout=30)
     cuts = statistics.quantiles(latencies, n=100)
-    return len(latencies) / DURATION_S, cuts[49] * 1000, cuts[98] * 1000
+    return len(latencies) / duration_s, cuts[49] * 1000, cuts[98] * 1000
 
 
-def main() -> int:
+def _ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _process_tree(pid: int) -> list[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid, *(p for child in children for p in _process_tree(int(child)))]
+
+
+class CpuMeter:
+    """CPU seconds each stage spends under load: the service (gunicorn master and workers), Redis, and the
+    load generator (this process's children). Per request, it names the limiting stage even on a machine
+    other work shares, where wall-clock figures mislead."""
+
+    def __init__(self, service_pid: int, redis_pid: int) -> None:
+        self.service_pid, self.redis_pid = service_pid, redis_pid
+
+    def sample(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "service": sum(_ticks(p) for p in _process_tree(self.service_pid)) / tick,
+            "redis": _ticks(self.redis_pid) / tick,
+            "load generator": children.ru_utime + children.ru_stime,
+        }
+
+
+def cpu_report(before: dict[str, float], after: dict[str, float], requests: float) -> str:
+    per_request = {stage: (after[stage] - before[stage]) / requests * 1e6 for stage in before}
+    total = sum(per_request.values())
+    stages = ", ".join(f"{stage} {us:.0f} us" for stage, us in per_request.items())
+    limit = 2 * 1e6 / total if total else math.inf
+    return (f"CPU per request under load: {stages}; total {total:.0f} us, so at most {limit:.0f} req/s "
+            f"on 2 cores; the largest is the {max(per_request, key=per_request.__getitem__)}")
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=WORKERS, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=THREADS, help="threads per worker (gthread when > 1)")
+    parser.add_argument("--connections", type=int, default=CONNECTIONS)
+    parser.add_argument("--duration", type=int, default=DURATION_S, help="seconds of load")
+    parser.add_argument("--hours", type=int, default=HOURS, help="hours of windows per topic (fill size)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-api-"))
     server = RedisServer(workdir / "redis").start()
     service = None
     try:
         now_ms = int(time.time() * 1000)
         began = time.monotonic()
-        windows = fill(server.url, now_ms)
+        windows = fill(server.url, now_ms, args.hours)
         print(
-            f"filled {windows} windows ({REPLICATIONS} replications x {TOPICS} topics x {HOURS} h of 1-min "
-            f"windows) in {time.monotonic() - began:.1f} s"
+            f"filled {windows} windows ({REPLICATIONS} replications x {TOPICS} topics x {args.hours} h of "
+            f"1-min windows) in {time.monotonic() - began:.1f} s"
         )
         print(stage_breakdown(server.url, now_ms))
         port = free_port()
@@ -193,19 +275,26 @@ def main() -> int:
             {"east": "127.0.0.1:1", TARGET: "127.0.0.1:2"},
             [("east", TARGET)],
             server.url,
-            {"service.port": port, "service.workers": WORKERS, "service.threads": 1},
+            {"service.port": port, "service.workers": args.workers, "service.threads": args.threads},
         )
         service = ManagedProcess.python_module(
             "service", "service", ["--config", str(props)], workdir
         ).start()
         wait_for_port(port, 60, service.process)
         sample = paths(now_ms, 2000)
+        meter = CpuMeter(service.process.pid, server.process.pid)
+        before = meter.sample()
         if shutil.which("wrk"):
-            print(f"load: wrk, {CONNECTIONS} connections, {DURATION_S} s")
-            rps, p50, p99 = run_wrk(f"http://127.0.0.1:{port}", sample, workdir)
+            print(f"load: wrk, {args.connections} connections, {args.duration} s, "
+                  f"{args.workers} workers x {args.threads} threads")
+            rps, p50, p99 = run_wrk(f"http://127.0.0.1:{port}", sample, workdir, args.connections,
+                                    args.duration)
         else:
-            print(f"load: Python generator ({CONNECTIONS} processes, keep-alive), {DURATION_S} s (no wrk)")
-            rps, p50, p99 = run_python_load(port, sample)
+            print(f"load: Python generator ({args.connections} processes, keep-alive), {args.duration} s "
+                  f"(no wrk), {args.workers} workers x {args.threads} threads")
+            rps, p50, p99 = run_python_load(port, sample, args.connections, args.duration)
+        print(cpu_report(before, meter.sample(), rps * args.duration))
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"target p99 <= {TARGET_P99_MS:g} ms at >= {TARGET_RPS:g} req/s: "
             f"p99 ratio {p99 / TARGET_P99_MS:.2f}, "

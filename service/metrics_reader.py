@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import orjson
 import redis
 
 from aggregator import redis_layout as layout
 from driver.wire.raw_metrics import METRICS
-from service.metric_summary import MetricSeries, merge_subjects, summarize
+from service.metric_summary import MetricSeries, WindowColumns, merge_subjects, summarize, summarize_columns
 
 LOG = logging.getLogger(__name__)
 
@@ -50,6 +51,43 @@ def _decode_windows(members: Iterable[bytes | str]) -> Windows:
             # One corrupt member must not hide the rest of the series; it is logged, not served.
             LOG.warning("skipping %s", exc)
     return windows
+
+
+FIELDS_PER_MEMBER = 6  # <start>:<count>:<sum>:<min>:<max>:<last>, as layout.encode_member writes them
+# The bytes a member made only of JSON numbers and ':' can hold; any other (a letter of nan or inf, a space,
+# a bracket, a quote) sends the reply through the checked decoder.
+NUMBER_BYTES = b"0123456789.eE+-:"
+
+
+def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
+    """A reply's members decoded column by column: the API's hot path (120 members per answer).
+
+    A member is numbers joined by ':', so the whole reply parses as one JSON array of rows in orjson's C
+    parser (which rounds as float() does), instead of 720 float() calls and a dataclass per member. Anything
+    that is not six plain numbers per member with an integer start goes through the checked decoder, which
+    logs and skips only the bad members.
+    """
+    if not members:
+        return WindowColumns([], [], [], [], [], [])
+    raw = [m.encode() for m in members] if isinstance(members[0], str) else members
+    try:
+        rows = _member_rows(raw)  # type: ignore[arg-type]
+    except ValueError:  # orjson.JSONDecodeError is a ValueError
+        return WindowColumns.of(_decode_windows(members))
+    starts, *measures = zip(*rows, strict=True)
+    if set(map(type, starts)) != {int}:
+        return WindowColumns.of(_decode_windows(members))
+    return WindowColumns(list(starts), *(list(map(float, column)) for column in measures))
+
+
+def _member_rows(members: Sequence[bytes]) -> list[list[int | float]]:
+    """One row of numbers per member; ValueError unless every member is exactly six JSON numbers."""
+    if b":".join(members).translate(None, NUMBER_BYTES):
+        raise ValueError("a member with more than numbers")
+    rows = orjson.loads(b"[[%b]]" % b"],[".join(members).replace(b":", b","))
+    if len(rows) != len(members) or set(map(len, rows)) != {FIELDS_PER_MEMBER}:
+        raise ValueError("a member that is not six numbers")
+    return rows
 
 
 def _decode_latest(raw: bytes | str | None) -> dict | None:
@@ -191,8 +229,10 @@ class MetricsReader:
     ) -> MetricSeries:
         """One metric over the range, several subjects merged per window."""
         window = self.resolve_window(from_ms, to_ms, granularity)
-        found = self.windows(series, window, from_ms, to_ms)
-        return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
+        if len(series) == 1:
+            members = self.client.zrangebyscore(layout.series_key(series[0], window), from_ms, to_ms)
+            return summarize_columns(metric, window, window_columns(members))
+        return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
     def topic_metric(
         self,
@@ -224,7 +264,7 @@ class MetricsReader:
         pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
         known_target, known_source, upstream, members = pipe.execute()
         if known_target and known_source and upstream is not None and _string(upstream) == upstream_topic:
-            return guess, summarize(metric, window, _decode_windows(members))
+            return guess, summarize_columns(metric, window, window_columns(members))
         remote = self.remote_topic(source, target, upstream_topic)
         return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+import orjson
 from flask import Response
 from flask_smorest import abort
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
@@ -85,12 +85,13 @@ def metric_response(identity: dict, answer: MetricSeries) -> Response:
     """The metric answer as MetricSeriesSchema documents it, serialized directly.
 
     Metric answers are the hot path (a dashboard asks for hundreds of series): building the JSON by
-    hand instead of through marshmallow and dataclasses.asdict takes most of a request's CPU time off.
+    hand instead of through marshmallow and dataclasses.asdict takes most of a request's CPU time off;
+    orjson writes the points (dataclasses) itself, several times faster than json.dumps.
     """
     body = {**identity, "metric": answer.metric, "granularity": answer.granularity, "value": answer.value,
             "min": answer.min, "max": answer.max, "avg": answer.avg, "sum": answer.sum, "count": answer.count,
-            "series": [vars(point) for point in answer.series]}
-    return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json")
+            "series": answer.series}
+    return Response(orjson.dumps(body), mimetype="application/json")
 
 
 @contextmanager
