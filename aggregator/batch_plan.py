@@ -1,4 +1,4 @@
-"""One micro-batch's partial windows (rows of rollups.window_partials) sorted by what the sink does.
+"""One micro-batch's partial windows and latest records (window_partials) sorted by what the sink does.
 
 Pure: no Redis, no Spark. Partials are grouped by hash tag (target, source, topic) so the sink merges a
 whole topic's series with one script call, and Redis Cluster keeps them on one slot.
@@ -6,7 +6,6 @@ whole topic's series with one script call, and Redis Cluster keeps them on one s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import Any
 
 from aggregator import redis_layout as layout
 from aggregator.rollups import INVALID_KIND
+from aggregator.window_partials import BatchPartials
 from driver.wire.raw_metrics import METRICS
 
 LOG = logging.getLogger(__name__)
@@ -39,14 +39,20 @@ class BatchPlan:
     index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
     index_sets: dict[str, set[str]] = field(default_factory=dict)
     max_event_ts: int | None = None
-    _latest_order: dict[Subject, tuple[int, str]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rows: Iterable[Mapping[str, Any]]) -> BatchPlan:
+    def of(cls, rows: Iterable[Mapping[str, Any]], latest: Iterable[Mapping[str, Any]] = (),
+           excerpts: Mapping[tuple[str, str, int, int], str] | None = None) -> BatchPlan:
         plan = cls()
         for row in rows:
-            plan.add(row)
+            plan.add(row, excerpts or {})
+        for record in latest:
+            plan.add_latest(record)
         return plan
+
+    @classmethod
+    def of_partials(cls, batch: BatchPartials) -> BatchPlan:
+        return cls.of(batch.windows, batch.latest, batch.excerpts)
 
     def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
         return self.partials.get((series.target, series.source, series.topic), {}).get(series, [])
@@ -55,14 +61,15 @@ class BatchPlan:
         for by_series in self.partials.values():
             yield from by_series.items()
 
-    def add(self, row: Mapping[str, Any]) -> None:
+    def add(self, row: Mapping[str, Any], excerpts: Mapping[tuple[str, str, int, int], str]) -> None:
         start, partition = int(row["window_start"]), int(row["partition"])
         target, source, topic = row["target"], row["source"], row["topic"]
         if row["kind"] == INVALID_KIND:
             series = layout.SeriesId(target, source, topic, partition, layout.INVALID_RECORDS_METRIC)
             window = _window(row, layout.INVALID_RECORDS_METRIC, start)
             self._add_window(series, window)
-            self.invalid.append(InvalidWindow(series, window, row["payload"] or ""))
+            excerpt = excerpts.get((target, source, partition, start), "")
+            self.invalid.append(InvalidWindow(series, window, excerpt))
             self._index(series, None)
             return
         ts = int(row["max_ts"])
@@ -74,25 +81,18 @@ class BatchPlan:
             series = layout.SeriesId(target, source, topic, partition, name, group)
             self._add_window(series, _window(row, name, start))
             self._index(series, row["upstream_topic"])
-        if row["level"] == "p" and row["payload"] is not None:
-            self._add_latest((row["kind"], target, source, topic, str(partition), row["group"] or ""), ts,
-                             row["payload"])
 
     def _add_window(self, series: layout.SeriesId, window: layout.WindowAggregate) -> None:
         tag = (series.target, series.source, series.topic)
         self.partials.setdefault(tag, {}).setdefault(series, []).append(window)
 
-    def _add_latest(self, subject: Subject, ts: int, payload: str) -> None:
-        order = (ts, payload)  # equal ts in two windows cannot happen; the text decides, whatever the split
-        if subject in self._latest_order and self._latest_order[subject] >= order:
-            return
-        try:
-            record = json.loads(payload)
-        except ValueError:  # parsed by Spark, so this is not expected; never fatal
-            LOG.warning("latest record of %s does not decode: %r", subject, payload[:200])
-            return
-        self._latest_order[subject] = order
-        self.latest[subject] = record | {"ts": ts}
+    def add_latest(self, record: Mapping[str, Any]) -> None:
+        """The newest record of a subject in the batch (window_partials.latest_records)."""
+        subject = (record["kind"], record["target"], record["source"], record["topic"],
+                   str(record["partition"]), record.get("group") or "")
+        known = self.latest.get(subject)
+        if known is None or known["ts"] < record["ts"]:
+            self.latest[subject] = dict(record)
 
     def _index(self, series: layout.SeriesId, upstream_topic: str | None) -> None:
         if upstream_topic and series.topic != layout.ALL_TOPICS:

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from aggregator.redis_sink import RedisRollupSink
-from aggregator.rollups import level_rows, parse
+from aggregator.rollups import flat_rows, parse
 from driver.policy import metrics_topic_pattern
 
 LOG = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         reader = reader.option(f"kafka.{key}", value)
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
-    rows = level_rows(parse(reader.load(), spec.target), spec.target)
+    rows = flat_rows(parse(reader.load(), spec.target), spec.target)
     sink = RedisRollupSink(spec.redis_url, spec.query_name, duration_ms(spec.watermark_delay))
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)

@@ -1,11 +1,12 @@
 """foreachBatch sink: one Spark micro-batch -> partial windows -> one Redis transaction.
 
-The batch is aggregated on its own (rollups.window_partials) and merged into the stored windows of all
-sizes (redis_layout.MERGE_WINDOWS_LUA). Merging is not idempotent, so a batch's merges, index updates,
-latest values, invalid-record counts and the sink state (batch id and newest event ts) go in a single
-MULTI: Redis holds either all of a batch or none of it, and a batch Spark replays after a crash is
-skipped when its id is not above the stored one. Spark replays a batch with the offsets it logged, so a
-run killed mid-batch and restarted leaves Redis as an uninterrupted run does.
+The batch is collected as Arrow, aggregated on its own (window_partials) and merged into the stored
+windows of all sizes (redis_layout.MERGE_WINDOWS_LUA). Merging is not idempotent, so a batch's merges,
+index updates, invalid-record counts and the sink state (batch id and newest event ts) go in a single
+MULTI: Redis holds either all of them or none, and a batch Spark replays after a crash is skipped when
+its id is not above the stored one. Spark replays a batch with the offsets it logged, so a run killed
+mid-batch and restarted leaves Redis as an uninterrupted run does. Latest values are idempotent and go
+just before, in their own transaction (_write_latest), so they are not held up by the merges.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -18,21 +19,22 @@ those keys in between.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from pyspark.sql import DataFrame
 
-from aggregator import latest_values
+from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
-from aggregator.rollups import window_partials
+from aggregator.rollups import on_time
 from aggregator.window_history import WindowHistory
+from aggregator.window_partials import BatchPartials
 from driver.policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
@@ -101,10 +103,13 @@ class RedisRollupSink:
             return
         began = time.monotonic()
         # Arrow hands the rows over in columnar batches: several times faster than pickled Rows.
-        rows = window_partials(batch, state.watermark_ms(self.watermark_delay_ms)).toArrow().to_pylist()
-        LOG.debug("%s: batch %d: %d partial windows computed and collected in %.0f ms", self.query_name,
-                  batch_id, len(rows), (time.monotonic() - began) * 1000)
-        self.write(rows, batch_id, state)
+        flat = on_time(batch, state.watermark_ms(self.watermark_delay_ms)).toArrow()
+        collected = time.monotonic()
+        batch_partials = window_partials.partials(flat)
+        LOG.debug("%s: batch %d: %d records collected in %.0f ms, %d partial windows in %.0f ms",
+                  self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
+                  len(batch_partials.windows), (time.monotonic() - collected) * 1000)
+        self.write(batch_partials, batch_id, state)
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))
@@ -114,36 +119,54 @@ class RedisRollupSink:
     def last_batch_id(self) -> int | None:
         return self.state().batch_id
 
-    def write(self, rows: Iterable[Mapping[str, Any]], batch_id: int, state: SinkState | None = None) -> None:
-        """Merge one batch's partial windows (rows of window_partials) into Redis, once."""
+    def write(self, batch: BatchPartials, batch_id: int, state: SinkState | None = None) -> None:
+        """Merge one batch's partial windows and latest records into Redis, once."""
         began = time.monotonic()
         state = state or self.state()
         if state.batch_id is not None and batch_id <= state.batch_id:
             LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
                      state.batch_id)
             return
-        plan = BatchPlan.of(rows)
+        plan = BatchPlan.of_partials(batch)
+        planned = time.monotonic()
         latest = self._latest_values(plan)
+        self._write_latest(latest)
+        derived = time.monotonic()
         pipe = self.client.pipeline(transaction=True)
         self._write_windows(pipe, plan)
         self._write_invalid(pipe, plan)
         self._write_index(pipe, plan)
-        for key, hash_field, value in latest:
-            keys, argv = layout.latest_args(key, hash_field, value)
-            self._latest(keys=keys, args=argv, client=pipe)
         max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
         sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
         pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
         pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
+        queued = time.monotonic()
         try:
             pipe.execute()
         except Exception:
             self.history.clear()  # unknown what got through: read Redis again
             raise
+        executed = time.monotonic()
         for series, windows in plan.all_partials():
             self.history.commit(layout.series_key(series, FINEST.name), windows)
-        LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms", self.query_name, batch_id,
-                  sum(len(s) for s in plan.partials.values()), len(latest), (time.monotonic() - began) * 1000)
+        LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
+                  "%.0f, queue %.0f, Redis %.0f)", self.query_name, batch_id,
+                  sum(len(s) for s in plan.partials.values()), len(latest), (time.monotonic() - began) * 1000,
+                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, queued,
+                                                                    executed))))
+
+    def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Latest values go first, in their own transaction, so status and lag are readable before the
+        batch's windows are merged. They are idempotent: derived only from the batch and the windows
+        committed before it, and only replaced by a value of equal or newer ts, so a replay after a
+        crash between the two transactions writes them again identically."""
+        if not latest:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        for key, hash_field, value in latest:
+            keys, argv = layout.latest_args(key, hash_field, value)
+            self._latest(keys=keys, args=argv, client=pipe)
+        pipe.execute()
 
     # --- windows, indexes, invalid records ----------------------------------------------------------
 

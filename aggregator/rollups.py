@@ -1,19 +1,12 @@
-"""Raw metrics records -> partial 10-second rollups of one micro-batch, as pure DataFrame transformations.
+"""Raw metrics records -> flat typed rows, as pure DataFrame transformations (the streaming part).
 
-Stateless by design: each micro-batch is aggregated on its own (`window_partials`) and the Redis sink
-merges the partials into the stored windows of every size. Spark keeps no window state, so a batch costs
-one Kafka read, one projection and one hash/sort aggregation; the query's watermark is kept by the sink
-next to the last committed batch id (see redis_sink), which makes it as deterministic as the batch id.
+Stateless by design: the query only parses and projects; each micro-batch is aggregated on its own
+(window_partials, on Arrow) and the Redis sink merges the partial windows into the stored windows of
+every size. Spark keeps no window state, so a batch costs one Kafka read and one projection; the
+query's watermark is kept by the sink next to the last committed batch id (see redis_sink), which makes
+it as deterministic as the batch id.
 
-Each raw record becomes one wide row per level it is kept at, with five columns per metric
-(`<metric>__n/sum/min/max/last`): a counter or gauge value is one sample of itself, a latency summary is
-`count` samples with `sum = avg * count`.
-- level `p`: the record's own subject (a remote topic-partition, a group's topic-partition, or the
-  replication as a whole); carries the record text (`payload`) for the latest values;
-- level `t`: the whole remote topic (partition WHOLE_TOPIC) of partition and group records;
-- level `r`: the whole replication (topic ALL_TOPICS), counters of partition records only.
-Records that do not parse are rows of kind `invalid` (metric INVALID_RECORDS_METRIC per raw-metrics topic
-partition, count = records, min/max/last = Kafka offsets, windows by Kafka timestamp, payload = an
+Records that do not parse become rows of kind `invalid` (with their Kafka partition, offset and an
 excerpt), so bad input is counted and logged, never fatal.
 """
 
@@ -25,8 +18,6 @@ from pyspark.sql import functions as F
 from aggregator.redis_layout import (
     ALL_TOPICS,
     FINEST_WINDOW,
-    INVALID_RECORDS_METRIC,
-    REPLICATION_LEVEL_METRICS,
     WHOLE_TOPIC,
 )
 from driver.wire.raw_metrics import METRICS, SPARK_SCHEMA_DDL, MetricKind
@@ -39,9 +30,10 @@ EXCERPT_CHARS = 200
 # timestamp (not the clock) keeps the decision the same when a batch is replayed.
 MAX_FUTURE_SKEW_MS = 10 * 60_000
 INVALID_KIND = "invalid"
-ALL_METRICS = (*METRICS, INVALID_RECORDS_METRIC)
-STATS = ("n", "sum", "min", "max", "last")
-KEY_COLUMNS = ["kind", "level", "target", "source", "group", "topic", "partition"]
+LATENCY_PARTS = ("count", "avg", "min", "max", "last")
+# Fields of a replication report kept for its latest value (besides ts and period_ms).
+REPLICATION_FIELDS = ("status", "error", "workers", "tasks", "last_heartbeat_ts", "topics_replicated",
+                      "enabled")
 
 
 def parse(raw: DataFrame, target: str | None = None) -> DataFrame:
@@ -74,68 +66,42 @@ def parse(raw: DataFrame, target: str | None = None) -> DataFrame:
     return parsed.withColumn("valid", F.coalesce(valid, F.lit(False)))
 
 
-def _metric_stats(name: str, kept: Column) -> list[Column]:
-    """n, sum, min, max, last of one metric in one record (all null when absent or not kept)."""
-    if name == INVALID_RECORDS_METRIC:
-        offset = F.col("kafka_offset").cast("double")
-        present = ~F.col("valid")
-        stats = [F.lit(1.0), F.lit(1.0), offset, offset, offset]
-    else:
-        spec, source = METRICS[name], F.col(f"m.{name}")
-        present = F.col("valid") & source.isNotNull() & (F.col("m.kind") == spec.subject) & kept
-        if spec.kind is MetricKind.LATENCY:
-            count = source["count"].cast("double")
-            stats = [count, source["avg"] * count, source["min"], source["max"], source["last"]]
-        else:
-            value = source.cast("double")
-            stats = [F.lit(1.0), value, value, value, value]
-    return [F.when(present, stat).alias(f"{name}__{s}") for stat, s in zip(stats, STATS, strict=True)]
+def flat_rows(parsed: DataFrame, target: str | None = None) -> DataFrame:
+    """One row per Kafka record: its subject, event ts and the value columns of its kind (null
+    otherwise); invalid records as kind INVALID_KIND with their Kafka partition, offset and an excerpt.
 
-
-def _levels() -> Column:
-    """(level, topic, partition) of each level a record is kept at."""
-    level = "struct<level:string,topic:string,partition:int>"
-    kind = F.col("m.kind")
-    own_topic = F.when(F.col("valid") & (kind != "replication"), F.col("m.topic")) \
-        .otherwise(F.lit(ALL_TOPICS))
-    own_partition = (F.when(~F.col("valid"), F.col("kafka_partition"))
-                     .when(kind == "replication", F.lit(WHOLE_TOPIC)).otherwise(F.col("m.partition")))
-    own = F.struct(F.lit("p"), own_topic, own_partition).cast(level)
-    topic = F.struct(F.lit("t"), F.col("m.topic"), F.lit(WHOLE_TOPIC)).cast(level)
-    replication = F.struct(F.lit("r"), F.lit(ALL_TOPICS), F.lit(WHOLE_TOPIC)).cast(level)
-    return (F.when(~F.col("valid") | (kind == "replication"), F.array(own))
-            .when(kind == "group", F.array(own, topic))
-            .otherwise(F.array(own, topic, replication)))
-
-
-def level_rows(parsed: DataFrame, target: str | None = None) -> DataFrame:
-    """One wide row per record and level (see the module doc); a stateless projection."""
-    valid = F.col("valid")
+    A stateless projection: the aggregation happens per micro-batch in window_partials.
+    """
+    valid, kind = F.col("valid"), F.col("m.kind")
     invalid_target = F.lit(target) if target is not None else F.coalesce(F.col("m.target"), F.lit(""))
-    by_level = parsed.select(
-        "*",
-        F.when(valid, F.col("m.kind")).otherwise(F.lit(INVALID_KIND)).alias("kind"),
+    subject = [
+        F.when(valid, kind).otherwise(F.lit(INVALID_KIND)).alias("kind"),
         F.when(valid, F.col("m.target")).otherwise(invalid_target).alias("target"),
         F.when(valid, F.col("m.source")).otherwise(F.regexp_extract(F.col("kafka_topic"), SOURCE_OF_TOPIC, 1))
         .alias("source"),
         F.when(valid, F.coalesce(F.col("m.group"), F.lit(""))).otherwise(F.lit("")).alias("group"),
+        F.when(valid & (kind != "replication"), F.col("m.topic")).otherwise(F.lit(ALL_TOPICS)).alias("topic"),
+        F.when(valid & (kind != "replication"), F.col("m.upstream_topic")).alias("upstream_topic"),
+        F.when(~valid, F.col("kafka_partition")).when(kind == "replication", F.lit(WHOLE_TOPIC))
+        .otherwise(F.col("m.partition")).alias("partition"),
         # Unparseable records have no event time of their own: their Kafka timestamp stands in.
         F.when(valid, F.col("m.ts")).otherwise(F.col("kafka_ts")).alias("ts"),
-        F.explode(_levels()).alias("lv"),
-    )
-    own, whole = F.col("lv.level") == "p", F.col("lv.level") == "r"
-    payload = F.when(own & valid, F.col("raw_value")).when(
-        own, F.substring(F.coalesce(F.col("raw_value"), F.lit("<null value>")), 1, EXCERPT_CHARS))
-    metrics = []
-    for name in ALL_METRICS:
-        kept = ~whole | F.lit(name in REPLICATION_LEVEL_METRICS)
-        metrics += _metric_stats(name, kept)
-    return by_level.select(
-        "kind", F.col("lv.level").alias("level"), "target", "source", "group",
-        F.col("lv.topic").alias("topic"), F.col("lv.partition").alias("partition"),
-        F.when(F.col("lv.level") != "r", F.col("m.upstream_topic")).alias("upstream_topic"),
-        "ts", F.col("kafka_offset").alias("offset"), payload.alias("payload"), *metrics,
-    )
+        F.col("kafka_offset").alias("offset"),
+        F.when(~valid, F.substring(F.coalesce(F.col("raw_value"), F.lit("<null value>")), 1, EXCERPT_CHARS))
+        .alias("excerpt"),
+        F.when(valid, F.col("m.period_ms")).alias("period_ms"),
+    ]
+    values = []
+    for name, spec in METRICS.items():
+        present = valid & (kind == spec.subject)
+        if spec.kind is MetricKind.LATENCY:
+            values += [F.when(present, F.col(f"m.{name}.{part}")).alias(f"{name}__{part}")
+                       for part in LATENCY_PARTS]
+        else:
+            values.append(F.when(present, F.col(f"m.{name}")).alias(name))
+    replication = [F.when(valid & (kind == "replication"), F.col(f"m.{name}")).alias(name)
+                   for name in REPLICATION_FIELDS]
+    return parsed.select(*subject, *values, *replication)
 
 
 def window_end(ts: Column) -> Column:
@@ -143,29 +109,9 @@ def window_end(ts: Column) -> Column:
     return ts - F.pmod(ts, F.lit(size)) + size
 
 
-def window_partials(rows: DataFrame, watermark_ms: int | None = None) -> DataFrame:
-    """Per (subject, 10 s window): count/sum/min/max of every metric, its `last` and the ts of that
-    last, the newest payload and the newest event ts.
-
-    Valid records whose window ended at or before `watermark_ms` are late and dropped; invalid records
-    are always counted. `last` is the value with the greatest (ts, value): whole-topic rows share a
-    report's ts across partitions, so ties break by value and no batch split can change the result.
-    """
-    if watermark_ms is not None:
-        rows = rows.filter((F.col("kind") == INVALID_KIND) | (window_end(F.col("ts")) > F.lit(watermark_ms)))
-    aggregates = [F.max("ts").alias("max_ts"), F.max("upstream_topic").alias("upstream_topic"),
-                  # Equal ts (invalid records share Kafka's): the greater offset is the later record.
-                  F.max(F.when(F.col("payload").isNotNull(), F.struct("ts", "offset", "payload")))["payload"]
-                  .alias("payload")]
-    for name in ALL_METRICS:
-        n, total, low, high, last = (F.col(f"{name}__{s}") for s in STATS)
-        aggregates += [F.sum(n).alias(f"{name}__n"), F.sum(total).alias(f"{name}__sum"),
-                       F.min(low).alias(f"{name}__min"), F.max(high).alias(f"{name}__max"),
-                       _newest(last).alias(f"{name}__last"), _newest(last, "ts").alias(f"{name}__last_ts")]
-    start = (F.col("ts") - F.pmod(F.col("ts"), F.lit(FINEST_WINDOW.size_ms))).alias("window_start")
-    return rows.groupBy(*KEY_COLUMNS, start).agg(*aggregates)
-
-
-def _newest(value: Column, part: str = "v") -> Column:
-    """`value` (or its ts) of the row with the greatest (ts, value) among those where it is set."""
-    return F.max(F.when(value.isNotNull(), F.struct(F.col("ts").alias("ts"), value.alias("v"))))[part]
+def on_time(rows: DataFrame, watermark_ms: int | None) -> DataFrame:
+    """Drops valid records whose 10 s window ended at or before the watermark; invalid records are
+    always counted."""
+    if watermark_ms is None:
+        return rows
+    return rows.filter((F.col("kind") == INVALID_KIND) | (window_end(F.col("ts")) > F.lit(watermark_ms)))

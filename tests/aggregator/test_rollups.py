@@ -3,13 +3,13 @@ micro-batch goes through)."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 import pytest
 
+from aggregator import window_partials as wp
 from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
-from aggregator.rollups import MAX_FUTURE_SKEW_MS, level_rows, parse, window_partials
+from aggregator.rollups import MAX_FUTURE_SKEW_MS, flat_rows, on_time, parse
 from driver.wire import raw_metrics
 from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 
@@ -33,10 +33,15 @@ def partition_record(ts: int, partition: int, count: int, latency: LatencySummar
                             byte_count=count * 100, replication_latency_ms=latency, records_lag=lag)
 
 
+def flat(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
+         watermark_ms: int | None = None):
+    parsed = parse(kafka_rows(spark, records, garbage), target)
+    return on_time(flat_rows(parsed, target), watermark_ms).toArrow()
+
+
 def partials(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
              watermark_ms: int | None = None) -> list:
-    parsed = parse(kafka_rows(spark, records, garbage), target)
-    return window_partials(level_rows(parsed, target), watermark_ms).collect()
+    return wp.window_partials(flat(spark, records, garbage, target, watermark_ms)).to_pylist()
 
 
 def collect(rows: list) -> dict:
@@ -70,7 +75,7 @@ def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
     assert stats(topic, "records_lag")[4:] == (1, T0 + 6000)
     assert stats(out[(0, T0 + 10_000)], "record_count")[1] == 7
     assert stats(topic, "byte_count")[1] == 3500
-    assert first["max_ts"] == T0 + 6000 and json.loads(first["payload"])["ts"] == T0 + 6000
+    assert first["max_ts"] == T0 + 6000
 
 
 def test_equal_timestamps_break_ties_by_value(spark):
@@ -87,17 +92,19 @@ def test_replication_level_counters_and_latest_records(spark):
         partition_record(T0 + 4000, 0, 1, lag=3),
         ReplicationMetrics(ts=T0 + 4000, period_ms=5000, source="east", target="west", status="RUNNING"),
     ]
-    rows = partials(spark, records)
+    table = flat(spark, records)
+    rows = wp.window_partials(table).to_pylist()
     (whole,) = [r for r in rows if r["level"] == "r"]
     assert (whole["topic"], whole["partition"], whole["upstream_topic"]) == (ALL_TOPICS, WHOLE_TOPIC, None)
     assert (whole["record_count__sum"], whole["byte_count__sum"]) == (16, 1150)
     assert whole["records_lag__n"] is None  # gauges do not add up across topics
-    latest = {(r["kind"], r["topic"], r["partition"]): json.loads(r["payload"])
-              for r in rows if r["level"] == "p"}
+    latest = {(r["kind"], r["topic"], r["partition"]): r for r in wp.latest_records(table)}
+    assert len(latest) == 3
     assert latest[("partition", "east.orders", 0)]["records_lag"] == 3
+    assert latest[("partition", "east.orders", 0)]["ts"] == T0 + 4000
     assert latest[("replication", ALL_TOPICS, WHOLE_TOPIC)]["status"] == "RUNNING"
-    assert latest[("partition", "east.other", 1)]["kind"] == "partition"
-    assert all(r["payload"] is None for r in rows if r["level"] != "p")
+    assert "record_count" not in latest[("replication", ALL_TOPICS, WHOLE_TOPIC)]  # absent, not None
+    assert latest[("partition", "east.other", 1)]["upstream_topic"] == "other"
 
 
 def test_group_metrics_are_keyed_by_group(spark):
@@ -119,12 +126,13 @@ def test_records_that_do_not_parse_are_flagged_not_fatal(spark):
     parsed = parse(kafka_rows(spark, [partition_record(T0, 0, 1)],
                               [b"not json", b'{"v": 9}', b"{}", incomplete, elsewhere]), target="west")
     assert [r["valid"] for r in parsed.orderBy("kafka_offset").collect()] == [True] + [False] * 5
-    rows = window_partials(level_rows(parsed, "west")).collect()
+    table = flat_rows(parsed, "west").toArrow()
+    rows = wp.window_partials(table).to_pylist()
     (invalid,) = [r for r in rows if r["kind"] == "invalid"]
     assert (invalid["target"], invalid["source"], invalid["topic"], invalid["partition"]) == ("west", "east",
                                                                                               ALL_TOPICS, 0)
     assert stats(invalid, INVALID_RECORDS_METRIC)[:5] == (5, 5, 1, 5, 5)
-    assert '"target":"north"' in invalid["payload"]  # the last one, for the log
+    assert '"target":"north"' in wp.invalid_excerpts(table)[("west", "east", 0, T0)]  # the last one
     assert all(r[f"{INVALID_RECORDS_METRIC}__n"] is None for r in rows if r["kind"] != "invalid")
 
 
