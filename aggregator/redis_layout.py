@@ -280,16 +280,22 @@ def decode_latest(raw: str | bytes) -> dict:
 
 def merge_args(series_windows: list[list[WindowAggregate]]) -> list[str]:
     """ARGV of MERGE_WINDOWS_LUA for partial finest windows of several series (KEYS: each series' keys
-    at every window size, finest first, as from series_key)."""
+    at every window size, finest first, as from series_key). A partial without last ts counts as of its
+    window start."""
+    argv = merge_args_header()
+    for windows in series_windows:
+        argv.append(str(len(windows)))
+        argv += [encode_member(w if w.last_ts is not None else
+                               WindowAggregate(w.start_ms, w.count, w.sum, w.min, w.max, w.last, w.start_ms))
+                 for w in windows]
+    return argv
+
+
+def merge_args_header() -> list[str]:
+    """The window sizes part of MERGE_WINDOWS_LUA's ARGV."""
     argv = [str(len(WINDOWS))]
     for window in WINDOWS.values():
         argv += [str(window.size_ms), str(window.retention_ms), str(key_ttl_ms(window.name))]
-    for windows in series_windows:
-        argv.append(str(len(windows)))
-        for w in windows:
-            last_ts = w.start_ms if w.last_ts is None else w.last_ts
-            argv += [str(w.start_ms), _number(w.count), _number(w.sum), _number(w.min), _number(w.max),
-                     _number(w.last), str(int(last_ts))]
     return argv
 
 
@@ -318,8 +324,8 @@ return 1
 # MULTI after the batch-id check, so no partial is merged twice. Retention is trimmed relative to the
 # newest window written, not the clock, so a replay of the same input leaves the same members.
 # ARGV: the number of window sizes, size, retention, TTL of each (finest first), then per series: its
-# number of partials and 7 numbers each (start, count, sum, min, max, last, last ts). KEYS: per series,
-# its key at each window size. Members as in encode_member.
+# number of partials and each partial as a member (encode_member, with last ts). KEYS: per series, its
+# key at each window size.
 MERGE_WINDOWS_LUA = """
 local MEMBER = '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):?([^:]*)$'
 local function num(x)
@@ -347,11 +353,10 @@ for s = 0, series - 1 do
     local size, key = sizes[i][1], KEYS[s * nsizes + i]
     local acc, order = {}, {}
     for j = 0, k - 1 do
-      local b = pos + 7 * j
-      local start = tonumber(ARGV[b])
+      local start, c, sm, mn, mx, l, lt = string.match(ARGV[pos + j], MEMBER)
+      start = tonumber(start)
       local w = start - (start % size)
-      local p = {tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
-                 tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])}
+      local p = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or start}
       if acc[w] == nil then
         acc[w] = p
         order[#order + 1] = w
@@ -379,7 +384,7 @@ for s = 0, series - 1 do
       redis.call('PEXPIRE', key, sizes[i][3])
     end
   end
-  pos = pos + 7 * k
+  pos = pos + k
 end
 return 1
 """

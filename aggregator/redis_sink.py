@@ -23,6 +23,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,15 +120,19 @@ class RedisRollupSink:
     def last_batch_id(self) -> int | None:
         return self.state().batch_id
 
-    def write(self, batch: BatchPartials, batch_id: int, state: SinkState | None = None) -> None:
-        """Merge one batch's partial windows and latest records into Redis, once."""
+    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
+              state: SinkState | None = None) -> None:
+        """Merge one batch's partial windows and latest records into Redis, once. Rows of one metric
+        each are taken too (window_partials.of_windows)."""
         began = time.monotonic()
+        if not isinstance(batch, BatchPartials):
+            batch = window_partials.of_windows(batch)
         state = state or self.state()
         if state.batch_id is not None and batch_id <= state.batch_id:
             LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
                      state.batch_id)
             return
-        plan = BatchPlan.of_partials(batch)
+        plan = BatchPlan.of(batch)
         planned = time.monotonic()
         latest = self._latest_values(plan)
         self._write_latest(latest)
@@ -147,11 +152,11 @@ class RedisRollupSink:
             self.history.clear()  # unknown what got through: read Redis again
             raise
         executed = time.monotonic()
-        for series, windows in plan.all_partials():
+        for series, windows in plan.history.items():
             self.history.commit(layout.series_key(series, FINEST.name), windows)
         LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
                   "%.0f, queue %.0f, Redis %.0f)", self.query_name, batch_id,
-                  sum(len(s) for s in plan.partials.values()), len(latest), (time.monotonic() - began) * 1000,
+                  plan.series_count, len(latest), (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, queued,
                                                                     executed))))
 
@@ -172,13 +177,15 @@ class RedisRollupSink:
 
     def _write_windows(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         # One script call per topic: its series share a hash tag, so this also works on Redis Cluster.
-        for by_series in plan.partials.values():
+        header = layout.merge_args_header()
+        for merges in plan.merges.values():
             keys: list[str] = []
-            windows = []
-            for series, partials in by_series.items():
+            args = list(header)
+            for series, members in merges:
                 keys += [layout.series_key(series, name) for name in layout.WINDOWS]
-                windows.append(partials)
-            self._merge(keys=keys, args=layout.merge_args(windows), client=pipe)
+                args.append(str(len(members)))
+                args += members
+            self._merge(keys=keys, args=args, client=pipe)
 
     def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         for invalid in plan.invalid:
@@ -250,7 +257,7 @@ class RedisRollupSink:
         """Replications whose latest value the batch changes: a new report, or new record-count windows
         for the stored report (its partition records may come in a later batch than itself)."""
         records = {(s[1], s[2]): r for s, r in plan.latest.items() if s[0] == "replication"}
-        touched = sorted({(s.target, s.source) for s, _ in plan.all_partials()
+        touched = sorted({(s.target, s.source) for s in plan.history
                           if s.topic == layout.ALL_TOPICS and s.metric == "record_count"})
         if not touched:
             return records

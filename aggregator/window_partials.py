@@ -16,6 +16,7 @@ same rule (redis_layout.merge_windows).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,14 +46,33 @@ _NULL = pa.scalar(None, pa.float64())
 
 @dataclass
 class BatchPartials:
-    windows: list[dict[str, Any]]  # one per (level, subject, 10 s window); see KEY_COLUMNS and STATS
+    windows: pa.Table  # one row per (level, subject, 10 s window); see window_partials
     latest: list[dict[str, Any]]  # newest record per subject (valid records only)
     # invalid-records window (target, source, Kafka partition, window start) -> its last record's excerpt
     excerpts: dict[tuple[str, str, int, int], str]
 
 
+def of_windows(rows: Iterable[Mapping[str, Any] | Any]) -> BatchPartials:
+    """Finest windows given one metric a row (target, source, topic, upstream_topic, group, partition,
+    metric, window_start, count, sum, min, max, last; dicts or pyspark Rows), as a batch's partials:
+    how tests and tools seed Redis through the sink. `last` counts as of its window start."""
+    wide = []
+    for row in rows:
+        r = row.asDict() if hasattr(row, "asDict") else dict(row)
+        topic, partition, metric = r["topic"], int(r["partition"]), r["metric"]
+        level = "r" if topic == ALL_TOPICS else "t" if partition == WHOLE_TOPIC else "p"
+        start = int(r["window_start"])
+        wide.append({
+            "kind": "group" if r.get("group") else "partition", "level": level, "target": r["target"],
+            "source": r["source"], "group": r.get("group") or "", "topic": topic, "partition": partition,
+            "window_start": start, "max_ts": start, "upstream_topic": r.get("upstream_topic"),
+            f"{metric}__n": r["count"], f"{metric}__sum": r["sum"], f"{metric}__min": r["min"],
+            f"{metric}__max": r["max"], f"{metric}__last": r["last"], f"{metric}__last_ts": start})
+    return BatchPartials(pa.Table.from_pylist(wide, schema=partials_schema()), [], {})
+
+
 def partials(flat: pa.Table) -> BatchPartials:
-    return BatchPartials(window_partials(flat).to_pylist(), latest_records(flat), invalid_excerpts(flat))
+    return BatchPartials(window_partials(flat), latest_records(flat), invalid_excerpts(flat))
 
 
 def _samples(flat: pa.Table) -> dict[str, pa.Array]:
@@ -103,6 +123,17 @@ def _mod(ts: pa.ChunkedArray, size: int) -> pa.ChunkedArray:
     # Floor modulo for epoch ms (negative ts would need it too): ts - floor(ts / size) * size.
     floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size))), pa.int64())
     return pc.subtract(ts, pc.multiply(floor, size))
+
+
+def partials_schema() -> pa.Schema:
+    """Columns of window_partials (for building partials by hand, as the sink tests do)."""
+    text = [pa.field(c, pa.string()) for c in ("kind", "level", "target", "source", "group", "topic")]
+    fields = [*text, pa.field("partition", pa.int32()), pa.field("window_start", pa.int64()),
+              pa.field("max_ts", pa.int64()), pa.field("upstream_topic", pa.string())]
+    for m in ALL_METRICS:
+        fields += [pa.field(f"{m}__{s}", pa.float64()) for s in STATS]
+        fields.append(pa.field(f"{m}__last_ts", pa.int64()))
+    return pa.schema(fields)
 
 
 def window_partials(flat: pa.Table) -> pa.Table:

@@ -78,10 +78,9 @@ def test_merge_args_carry_every_window_size_and_the_partials():
     argv = layout.merge_args([[WindowAggregate(10_000, 1, 5, 5, 5, 5, 12_345)], two])
     sizes = 1 + 3 * len(layout.WINDOWS)
     assert argv[0] == str(len(layout.WINDOWS)) and argv[1] == "10000"
-    assert argv[sizes:sizes + 8] == ["1", "10000", "1", "5", "5", "5", "5", "12345"]
+    assert argv[sizes:sizes + 2] == ["1", "10000:1:5:5:5:5:12345"]
     # Without a last ts, a partial's last counts as of its window start.
-    assert argv[sizes + 8:] == ["2", "0", "2", "1.5", "0", "1.5", "1.5", "0",
-                                "10000", "1", "1", "1", "1", "1", "10000"]
+    assert argv[sizes + 2:] == ["2", "0:2:1.5:0:1.5:1.5:0", "10000:1:1:1:1:1:10000"]
 
 
 def test_member_keeps_the_last_ts_and_reads_members_without_it():

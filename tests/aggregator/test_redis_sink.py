@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict
 
+import pyarrow as pa
 import pytest
 import redis
 from streaming_input import snapshot
@@ -13,7 +14,7 @@ from streaming_input import snapshot
 from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.rollups import INVALID_KIND
-from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials
+from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from driver.wire.raw_metrics import PartitionMetrics, ReplicationMetrics
 
 pytestmark = pytest.mark.integration
@@ -132,7 +133,8 @@ def latest_row(record, topic: str, partition: int, source: str = "east") -> dict
 def write(sink: RedisRollupSink, rows: list[dict], batch_id: int) -> None:
     """Partial-window rows and latest records (those without a window) as one batch."""
     windows = [r for r in rows if "window_start" in r]
-    sink.write(BatchPartials(windows, [r for r in rows if "window_start" not in r], {}), batch_id)
+    table = pa.Table.from_pylist(windows, schema=partials_schema())
+    sink.write(BatchPartials(table, [r for r in rows if "window_start" not in r], {}), batch_id)
 
 
 def partition_report(ts: int, topic: str, end: int, lag: int) -> PartitionMetrics:
@@ -176,6 +178,18 @@ def test_replication_counts_follow_windows_that_come_after_the_report(sink: Redi
     value = layout.decode_latest(sink.client.hget(key, "replication"))
     assert value["recent_record_counts"][-3:] == [0, 0, 9]
     assert (value["status"], value["tasks"], value["topics_replicated"]) == ("RUNNING", 2, 3)
+
+
+def test_a_batch_of_replication_reports_only(sink: RedisRollupSink):
+    source = f"s{uuid.uuid4().hex[:6]}"
+    report = ReplicationMetrics(ts=HOUR + 1000, period_ms=10_000, source=source, target="west",
+                                status="PAUSED")
+    no_metrics = partial(HOUR, 1, 1, 1, 1, 1, topic=layout.ALL_TOPICS, partition=layout.WHOLE_TOPIC,
+                         source=source, kind="replication") | {"record_count__n": None}
+    write(sink, [no_metrics, latest_row(report, layout.ALL_TOPICS, layout.WHOLE_TOPIC, source)], batch_id=0)
+    key = layout.replication_status_key("west", source)
+    value = layout.decode_latest(sink.client.hget(key, "replication"))
+    assert value["status"] == "PAUSED" and sink.last_batch_id() == 0
 
 
 def test_invalid_records_are_counted_once(sink: RedisRollupSink):
