@@ -53,7 +53,9 @@ WINDOWS: dict[str, Window] = {
     )
 }
 FINEST_WINDOW = WINDOWS["10s"]
-# Keys outlive their last write by a few windows so a quiet series is still readable, then vanish.
+# Keys outlive the start of their newest window by retention and a slack (set when a window is
+# created, not on every merge: that halves the merge's Redis calls), so a quiet series is still
+# readable for its retention, then vanishes.
 TTL_SLACK_MS = 3_600_000
 # `auto` granularity: the finest window giving at most this many points over the range.
 AUTO_MAX_POINTS = 720
@@ -322,7 +324,8 @@ return 1
 # Merges partial finest windows (one batch's samples) into the stored windows of every size: each
 # coarser window is the merge of the partials it contains, then of what is stored. Runs in the batch's
 # MULTI after the batch-id check, so no partial is merged twice. Retention is trimmed relative to the
-# newest window written, not the clock, so a replay of the same input leaves the same members.
+# newest window written (when one is created), not the clock, so a replay of the same input leaves the
+# same members.
 # ARGV: the number of window sizes, size, retention, TTL of each (finest first), then per series: its
 # number of partials and each partial as a member (encode_member, with last ts). KEYS: per series, its
 # key at each window size.
@@ -364,22 +367,29 @@ for s = 0, series - 1 do
         merge(acc[w], p)
       end
     end
-    local newest = nil
+    local newest, created = nil, false
     for _, w in ipairs(order) do
       local a = acc[w]
-      local old = redis.call('ZRANGEBYSCORE', key, w, w)
-      if old[1] then
-        local _, c, sm, mn, mx, l, lt = string.match(old[1], MEMBER)
+      local old = redis.call('ZRANGEBYSCORE', key, w, w)[1]
+      if old then
+        local _, c, sm, mn, mx, l, lt = string.match(old, MEMBER)
         local stored = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or w}
         merge(stored, a)
         a = stored
-        redis.call('ZREMRANGEBYSCORE', key, w, w)
+      else
+        created = true
       end
-      redis.call('ZADD', key, w, table.concat({num(w), num(a[1]), num(a[2]), num(a[3]), num(a[4]), num(a[5]),
-                                                num(a[6])}, ':'))
+      local member = table.concat({num(w), num(a[1]), num(a[2]), num(a[3]), num(a[4]), num(a[5]),
+                                   num(a[6])}, ':')
+      -- Add before removing: a key left empty for a moment would be deleted and lose its TTL.
+      if member ~= old then
+        redis.call('ZADD', key, w, member)
+        if old then redis.call('ZREM', key, old) end
+      end
       if newest == nil or w > newest then newest = w end
     end
-    if newest ~= nil then
+    -- Only a new window moves the retention cut-off or the key's lifetime (see key_ttl_ms).
+    if created then
       redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (newest - sizes[i][2]))
       redis.call('PEXPIRE', key, sizes[i][3])
     end
