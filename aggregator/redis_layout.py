@@ -30,11 +30,9 @@ ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; part
 REPLICATION_LEVEL_METRICS = ("record_count", "byte_count")
 # Raw records that do not parse, per raw-metrics topic partition: a series under the source named by
 # the topic (topic ALL_TOPICS, partition = the Kafka partition), count = records, min/max/last = their
-# Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key().
+# Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key(). Records whose
+# ts is more than 10 min after their Kafka timestamp count here too (rollups.MAX_FUTURE_SKEW_MS).
 INVALID_RECORDS_METRIC = "invalid_records"
-# Internal to the aggregator: the rollup rows that carry a subject's newest record (never stored as a
-# series).
-LATEST_METRIC = "_latest"
 
 
 @dataclass(frozen=True)
