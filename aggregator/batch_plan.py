@@ -27,6 +27,8 @@ Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, pa
 TagKey = tuple[str, str, str]  # target, source, topic
 SERIES_COLUMNS = ["target", "source", "topic", "partition", "group", "metric"]
 MEMBER_PARTS = ("n", "sum", "min", "max", "last")
+# Metrics whose windows latest values read: end offsets of partitions, record counts of replications.
+HISTORY_METRICS = ("source_end_offset", "record_count")
 
 
 @dataclass
@@ -53,7 +55,9 @@ class BatchPlan:
         plan = cls()
         windows = batch.windows
         if windows.num_rows:
-            plan._add_merges(windows)
+            for metric in HISTORY_METRICS:
+                present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+                plan._add_history(present, metric, _last_ts(present, metric))
             plan._add_invalid(windows, batch.excerpts)
             plan._add_index(windows)
             valid_ts = windows.filter(pc.not_equal(windows["kind"], INVALID_KIND))["max_ts"]
@@ -62,6 +66,13 @@ class BatchPlan:
         for record in batch.latest:
             plan.add_latest(record)
         return plan
+
+    def add_merges(self, batch: BatchPartials) -> BatchPlan:
+        """Groups the batch's partial members by series: after the latest values (see redis_sink), as
+        nothing they need depends on it."""
+        if batch.windows.num_rows:
+            self._add_merges(batch.windows)
+        return self
 
     @property
     def series_count(self) -> int:
@@ -99,11 +110,9 @@ class BatchPlan:
         present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
         if present.num_rows == 0:
             return None
-        last_ts = pc.coalesce(present[f"{metric}__last_ts"], present["window_start"])
-        parts = [present["window_start"], *(present[f"{metric}__{p}"] for p in MEMBER_PARTS), last_ts]
+        parts = [present["window_start"], *(present[f"{metric}__{p}"] for p in MEMBER_PARTS),
+                 _last_ts(present, metric)]
         member = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
-        if metric in ("source_end_offset", "record_count"):
-            self._add_history(present, metric, last_ts)
         return pa.table({
             "target": present["target"], "source": present["source"], "topic": present["topic"],
             "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
@@ -154,3 +163,8 @@ class BatchPlan:
         for key, member in entries:
             self.index_sets.setdefault(key, set()).add(member)
 
+
+
+def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
+    # A partial without last ts counts as of its window start (as redis_layout.merge_windows does).
+    return pc.coalesce(present[f"{metric}__last_ts"], present["window_start"])

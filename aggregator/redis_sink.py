@@ -137,6 +137,7 @@ class RedisRollupSink:
         latest = self._latest_values(plan)
         self._write_latest(latest)
         derived = time.monotonic()
+        plan.add_merges(batch)
         pipe = self.client.pipeline(transaction=True)
         self._write_windows(pipe, plan)
         self._write_invalid(pipe, plan)
@@ -155,7 +156,7 @@ class RedisRollupSink:
         for series, windows in plan.history.items():
             self.history.commit(layout.series_key(series, FINEST.name), windows)
         LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
-                  "%.0f, queue %.0f, Redis %.0f)", self.query_name, batch_id,
+                  "%.0f, merges queued %.0f, Redis %.0f)", self.query_name, batch_id,
                   plan.series_count, len(latest), (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, queued,
                                                                     executed))))
