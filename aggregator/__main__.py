@@ -7,8 +7,9 @@ checkpoint, so one broken cluster does not stop the rollups of the others.
 
 Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.master`,
 `aggregator.trigger.interval.ms`, `aggregator.watermark.delay.seconds`,
-`aggregator.max.offsets.per.trigger`, `aggregator.metrics.topics.pattern` (Java regex of the raw
-metrics topics to read; default all), `redis.url`.
+`aggregator.max.offsets.per.trigger` (default 200000, 0 = unbounded),
+`aggregator.metrics.topics.pattern` (Java regex of the raw metrics topics to read; default all),
+`redis.url`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_schedule
 from driver.config import ConfigError, SrmConfig, load_config
 
 LOG = logging.getLogger("aggregator")
+# Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
+# from arriving as one huge batch. 0 means unbounded.
+DEFAULT_MAX_OFFSETS = 200_000
 
 
 def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
@@ -33,7 +37,7 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
     redis_url = config.get("redis.url", default="redis://127.0.0.1:6379/0") or ""
     trigger_ms = config.get_int("aggregator.trigger.interval.ms", default=2000)
     watermark_s = config.get_int("aggregator.watermark.delay.seconds", default=30)
-    max_offsets = config.get_int("aggregator.max.offsets.per.trigger", default=0)
+    max_offsets = config.get_int("aggregator.max.offsets.per.trigger", default=DEFAULT_MAX_OFFSETS)
     for key, value in (("aggregator.trigger.interval.ms", trigger_ms),
                        ("aggregator.watermark.delay.seconds", watermark_s),
                        ("aggregator.max.offsets.per.trigger", max_offsets)):

@@ -1,4 +1,9 @@
-"""Wires one target cluster's raw-metrics topics -> rollups -> Redis as one streaming query."""
+"""Wires one target cluster's raw-metrics topics -> rollups -> Redis as one streaming query.
+
+The streaming part is a stateless projection (Kafka rows -> one wide row per record and level); each
+micro-batch is aggregated and merged into Redis by the foreachBatch sink, which also keeps the
+watermark (redis_sink).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from aggregator.redis_sink import RedisRollupSink
-from aggregator.rollups import parse, rollups, samples
+from aggregator.rollups import flat_rows, parse
 from driver.policy import metrics_topic_pattern
 
 LOG = logging.getLogger(__name__)
@@ -33,6 +38,18 @@ class RollupQuerySpec:
         return f"rollup_{self.target}"
 
 
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """`30 seconds`, `1 hour`, `500 milliseconds` (Spark's interval words) -> milliseconds."""
+    try:
+        amount, unit = text.split()
+        return int(float(amount) * _UNIT_MS[unit.lower().removesuffix("s")])
+    except (ValueError, KeyError):
+        raise ValueError(f"not a duration: {text!r} (expected e.g. '30 seconds')") from None
+
+
 def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQuery:
     reader = (
         spark.readStream.format("kafka")
@@ -48,18 +65,23 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         reader = reader.option(f"kafka.{key}", value)
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
-    windows = rollups(samples(parse(reader.load(), spec.target), spec.target), spec.watermark_delay)
+    rows = flat_rows(parse(reader.load(), spec.target), spec.target)
+    sink = RedisRollupSink(spec.redis_url, spec.query_name, duration_ms(spec.watermark_delay))
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
-    query = (
-        windows.writeStream.queryName(spec.query_name)
-        .outputMode("update")
-        .option("checkpointLocation", f"{spec.checkpoint_dir}/{spec.target}")
-        .trigger(processingTime=spec.trigger_interval)
-        .foreachBatch(RedisRollupSink(spec.redis_url, spec.query_name))
-        .start()
-    )
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    try:
+        query = (
+            rows.writeStream.queryName(spec.query_name)
+            .outputMode("append")
+            .option("checkpointLocation", f"{spec.checkpoint_dir}/{spec.target}")
+            .trigger(processingTime=spec.trigger_interval)
+            .foreachBatch(sink)
+            .start()
+        )
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    # The query id is kept in the checkpoint: the sink state is scoped by it (see RedisRollupSink).
+    sink.bind(str(query.id))
     LOG.info("rollup query for target %s started (checkpoint %s/%s)", spec.target, spec.checkpoint_dir,
              spec.target)
     return query

@@ -5,8 +5,10 @@ name, member encoding, window size and retention (DESIGN.md §5).
 
 - A series is one metric of one subject (a remote topic-partition, a whole remote topic, or a consumer
   group's topic-partition) of one replication into one target, at one window size. It is a sorted set:
-  score = window start (epoch ms), member = `<start>:<count>:<sum>:<min>:<max>:<last>`. Windows are
-  written with absolute values, so a replayed Spark batch rewrites the same members.
+  score = window start (epoch ms), member = `<start>:<count>:<sum>:<min>:<max>:<last>:<last ts>` (the
+  event ts of `last`, so a later batch can merge into the window; readers accept members without it).
+  The sink merges each batch's partial windows into the stored ones in the same MULTI as the batch id,
+  so a replayed Spark batch is recognised and skipped (redis_sink).
 - Keys carry a hash tag `{target|source|topic}` so that Redis Cluster keeps a topic's series on one
   slot (one pipeline, one MULTI).
 - Index sets per target let the service discover sources, topics, partitions and groups without KEYS.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
@@ -28,11 +30,9 @@ ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; part
 REPLICATION_LEVEL_METRICS = ("record_count", "byte_count")
 # Raw records that do not parse, per raw-metrics topic partition: a series under the source named by
 # the topic (topic ALL_TOPICS, partition = the Kafka partition), count = records, min/max/last = their
-# Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key().
+# Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key(). Records whose
+# ts is more than 10 min after their Kafka timestamp count here too (rollups.MAX_FUTURE_SKEW_MS).
 INVALID_RECORDS_METRIC = "invalid_records"
-# Internal to the aggregator: the rollup rows that carry a subject's newest record (never stored as a
-# series).
-LATEST_METRIC = "_latest"
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,9 @@ WINDOWS: dict[str, Window] = {
     )
 }
 FINEST_WINDOW = WINDOWS["10s"]
-# Keys outlive their last write by a few windows so a quiet series is still readable, then vanish.
+# Keys outlive the start of their newest window by retention and a slack (set when a window is
+# created, not on every merge: that halves the merge's Redis calls), so a quiet series is still
+# readable for its retention, then vanishes.
 TTL_SLACK_MS = 3_600_000
 # `auto` granularity: the finest window giving at most this many points over the range.
 AUTO_MAX_POINTS = 720
@@ -75,6 +77,8 @@ class WindowAggregate:
     min: float
     max: float
     last: float
+    # Event ts of `last` (None when unknown): what a merge compares. Not part of a window's value.
+    last_ts: int | None = field(default=None, compare=False)
 
     @property
     def avg(self) -> float:
@@ -119,17 +123,36 @@ def _number(x: float) -> str:
 
 
 def encode_member(agg: WindowAggregate) -> str:
-    return ":".join([str(agg.start_ms)] + [_number(v) for v in (agg.count, agg.sum, agg.min, agg.max,
-                                                                 agg.last)])
+    values = [agg.count, agg.sum, agg.min, agg.max, agg.last]
+    tail = [] if agg.last_ts is None else [str(int(agg.last_ts))]
+    return ":".join([str(agg.start_ms)] + [_number(v) for v in values] + tail)
 
 
 def decode_member(member: str | bytes) -> WindowAggregate:
     text = member.decode() if isinstance(member, bytes) else member
+    parts = text.split(":")
     try:
-        start, count, total, low, high, last = text.split(":")
-        return WindowAggregate(int(start), float(count), float(total), float(low), float(high), float(last))
+        if len(parts) not in (6, 7):
+            raise ValueError(text)
+        start, count, total, low, high, last = parts[:6]
+        last_ts = int(parts[6]) if len(parts) == 7 else None
+        return WindowAggregate(int(start), float(count), float(total), float(low), float(high), float(last),
+                               last_ts)
     except ValueError:
         raise ValueError(f"not a window member: {text!r}") from None
+
+
+def merge_windows(a: WindowAggregate, b: WindowAggregate) -> WindowAggregate:
+    """The window holding the samples of both (same start); MERGE_WINDOWS_LUA does the same in Redis.
+
+    `last` is the value with the greatest (last ts, value): ties break by value, so the result does not
+    depend on the order partials are merged in. A member without last ts counts as its window's start.
+    """
+    a_last = (a.start_ms if a.last_ts is None else a.last_ts, a.last)
+    b_last = (b.start_ms if b.last_ts is None else b.last_ts, b.last)
+    last_ts, last = max(a_last, b_last)
+    return WindowAggregate(a.start_ms, a.count + b.count, a.sum + b.sum, min(a.min, b.min), max(a.max, b.max),
+                           last, last_ts)
 
 
 def window_start(ts_ms: int, window: str) -> int:
@@ -173,7 +196,8 @@ def groups_key(target: str, source: str) -> str:
 
 
 def batch_key(query_name: str) -> str:
-    """Last Spark batch id committed by a query, written in the same MULTI as the batch.
+    """Hash of a query's sink state, written in the same MULTI as each batch: `batch_id` (the last Spark
+    batch committed) and `max_event_ts` (the newest event ts seen, from which the watermark follows).
 
     The streaming sink passes `<query name>:<Spark query id>`: batch ids restart at 0 with a new
     checkpoint, and the query id (kept in the checkpoint) changes with it."""
@@ -254,13 +278,25 @@ def decode_latest(raw: str | bytes) -> dict:
     return value
 
 
-def upsert_args(series: SeriesId, agg: WindowAggregate) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of UPSERT_WINDOW_LUA for one finest-window aggregate of a series."""
-    keys = [series_key(series, name) for name in WINDOWS]
-    argv = [str(agg.start_ms), encode_member(agg)]
+def merge_args(series_windows: list[list[WindowAggregate]]) -> list[str]:
+    """ARGV of MERGE_WINDOWS_LUA for partial finest windows of several series (KEYS: each series' keys
+    at every window size, finest first, as from series_key). A partial without last ts counts as of its
+    window start."""
+    argv = merge_args_header()
+    for windows in series_windows:
+        argv.append(str(len(windows)))
+        argv += [encode_member(w if w.last_ts is not None else
+                               WindowAggregate(w.start_ms, w.count, w.sum, w.min, w.max, w.last, w.start_ms))
+                 for w in windows]
+    return argv
+
+
+def merge_args_header() -> list[str]:
+    """The window sizes part of MERGE_WINDOWS_LUA's ARGV."""
+    argv = [str(len(WINDOWS))]
     for window in WINDOWS.values():
         argv += [str(window.size_ms), str(window.retention_ms), str(key_ttl_ms(window.name))]
-    return keys, argv
+    return argv
 
 
 def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
@@ -283,55 +319,80 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# Adds to a running total the change of one finest window's count (KEYS[1] = the window's series key,
-# KEYS[2] = the total). Run before the window's upsert in the same MULTI: a replayed window changes the
-# total by 0, a window that grew adds only what is new.
-COUNT_DELTA_LUA = """
-local old = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])) do
-  old = tonumber(string.match(m, '^[^:]+:([^:]+):'))
-end
-local delta = tonumber(ARGV[2]) - old
-if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return delta
-"""
-
-
-# Writes one finest window with absolute values, then recomputes each coarser window that contains it
-# from the next finer one. Everything derives from what is stored, so replaying a batch rewrites the
-# same members. Retention is trimmed relative to the window written, not the clock, for the same
-# reason. Members are `<start>:<count>:<sum>:<min>:<max>:<last>` as in encode_member.
-UPSERT_WINDOW_LUA = """
-local function put(key, start, member, retention, ttl)
-  redis.call('ZREMRANGEBYSCORE', key, start, start)
-  redis.call('ZADD', key, start, member)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (start - retention))
-  redis.call('PEXPIRE', key, ttl)
-end
+# Merges partial finest windows (one batch's samples) into the stored windows of every size: each
+# coarser window is the merge of the partials it contains, then of what is stored. Runs in the batch's
+# MULTI after the batch-id check, so no partial is merged twice. Retention is trimmed relative to the
+# newest window written (when one is created), not the clock, so a replay of the same input leaves the
+# same members.
+# ARGV: the number of window sizes, size, retention, TTL of each (finest first), then per series: its
+# number of partials and each partial as a member (encode_member, with last ts). KEYS: per series, its
+# key at each window size.
+MERGE_WINDOWS_LUA = """
+local MEMBER = '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):?([^:]*)$'
 local function num(x)
   if x == math.floor(x) and math.abs(x) < 1e15 then return string.format('%d', x) end
   return string.format('%.17g', x)
 end
-local start = tonumber(ARGV[1])
-put(KEYS[1], start, ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
-for i = 2, #KEYS do
-  local base = 3 * i
-  local size, retention, ttl = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  local w = start - (start % size)
-  local n, total, lo, hi, last = 0, 0, nil, nil, 0
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i - 1], w, w + size - 1)) do
-    local _, c, s, mn, mx, l = string.match(m, '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):([^:]+)$')
-    n = n + tonumber(c)
-    total = total + tonumber(s)
-    if lo == nil or tonumber(mn) < lo then lo = tonumber(mn) end
-    if hi == nil or tonumber(mx) > hi then hi = tonumber(mx) end
-    last = tonumber(l)
+local function merge(a, b)
+  a[1] = a[1] + b[1]
+  a[2] = a[2] + b[2]
+  if b[3] < a[3] then a[3] = b[3] end
+  if b[4] > a[4] then a[4] = b[4] end
+  if b[6] > a[6] or (b[6] == a[6] and b[5] > a[5]) then a[5] = b[5]; a[6] = b[6] end
+end
+local nsizes = tonumber(ARGV[1])
+local sizes = {}
+for i = 1, nsizes do
+  sizes[i] = {tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])}
+end
+local pos = 3 * nsizes + 2
+local series = #KEYS / nsizes
+for s = 0, series - 1 do
+  local k = tonumber(ARGV[pos])
+  pos = pos + 1
+  for i = 1, nsizes do
+    local size, key = sizes[i][1], KEYS[s * nsizes + i]
+    local acc, order = {}, {}
+    for j = 0, k - 1 do
+      local start, c, sm, mn, mx, l, lt = string.match(ARGV[pos + j], MEMBER)
+      start = tonumber(start)
+      local w = start - (start % size)
+      local p = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or start}
+      if acc[w] == nil then
+        acc[w] = p
+        order[#order + 1] = w
+      else
+        merge(acc[w], p)
+      end
+    end
+    local newest, created = nil, false
+    for _, w in ipairs(order) do
+      local a = acc[w]
+      local old = redis.call('ZRANGEBYSCORE', key, w, w)[1]
+      if old then
+        local _, c, sm, mn, mx, l, lt = string.match(old, MEMBER)
+        local stored = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or w}
+        merge(stored, a)
+        a = stored
+      else
+        created = true
+      end
+      local member = table.concat({num(w), num(a[1]), num(a[2]), num(a[3]), num(a[4]), num(a[5]),
+                                   num(a[6])}, ':')
+      -- Add before removing: a key left empty for a moment would be deleted and lose its TTL.
+      if member ~= old then
+        redis.call('ZADD', key, w, member)
+        if old then redis.call('ZREM', key, old) end
+      end
+      if newest == nil or w > newest then newest = w end
+    end
+    -- Only a new window moves the retention cut-off or the key's lifetime (see key_ttl_ms).
+    if created then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (newest - sizes[i][2]))
+      redis.call('PEXPIRE', key, sizes[i][3])
+    end
   end
-  if lo ~= nil then
-    local member = table.concat({num(w), num(n), num(total), num(lo), num(hi), num(last)}, ':')
-    put(KEYS[i], w, member, retention, ttl)
-  end
+  pos = pos + k
 end
 return 1
 """

@@ -1,191 +1,211 @@
-"""foreachBatch sink: one Spark micro-batch of rollups -> one Redis transaction.
+"""foreachBatch sink: one Spark micro-batch -> partial windows -> one Redis transaction.
 
-A batch's windows, its discovery-index updates, latest values, invalid-record counts and the batch id
-go in a single MULTI, so Redis holds either all of a batch or none of it. A replayed batch (Spark
-re-runs the last batch after a crash) is skipped when its id is not above the stored one; and since
-windows carry absolute values, latest values only move forward in `ts` and counters only add the
-change of a window, even a replay that got through would leave Redis as it was.
+The batch is collected as Arrow, aggregated on its own (window_partials) and merged into the stored
+windows of all sizes (redis_layout.MERGE_WINDOWS_LUA). Merging is not idempotent, so a batch's merges,
+index updates, invalid-record counts and the sink state (batch id and newest event ts) go in a single
+MULTI: Redis holds either all of them or none, and a batch Spark replays after a crash is skipped when
+its id is not above the stored one. Spark replays a batch with the offsets it logged, so a run killed
+mid-batch and restarted leaves Redis as an uninterrupted run does. Latest values are idempotent and go
+just before, in their own transaction (_write_latest), so they are not held up by the merges.
 
-Latest values need history (lag in seconds, recent record counts): it is read before the MULTI from
-the windows already stored, overlaid with the batch's own windows. One query writes one target, so
-nothing else changes those keys in between.
+The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
+10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
+saw, which Spark's own (stateless queries have none to enforce) would not give.
+
+Latest values need history (lag in seconds, recent record counts): window_history keeps what the sink
+wrote, overlaid with the batch's own partials. One query writes one target, so nothing else changes
+those keys in between.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
+import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 
-from aggregator import latest_values
+from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
+from aggregator.batch_plan import BatchPlan, Subject
+from aggregator.rollups import on_time
+from aggregator.window_history import WindowHistory
+from aggregator.window_partials import BatchPartials
 from driver.policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
 FINEST = layout.FINEST_WINDOW
-QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread running a micro-batch
+BIND_TIMEOUT_S = 120.0
+# History kept per series: the longest span a latest value reads, with room for late reports.
+HISTORY_KEEP_MS = 2 * latest_values.HISTORY_SPAN_MS
 
 
-@dataclass
-class BatchPlan:
-    """A batch's rows sorted by what the sink does with them."""
+@dataclass(frozen=True)
+class SinkState:
+    batch_id: int | None = None
+    max_event_ts: int | None = None
 
-    windows: list[tuple[layout.SeriesId, layout.WindowAggregate, str | None]] = field(default_factory=list)
-    invalid: list[tuple[layout.SeriesId, layout.WindowAggregate, str]] = field(default_factory=list)
-    # subject -> newest record (decoded payload) in the batch
-    latest: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
-    # finest windows of the batch, for history reads: series -> start -> aggregate
-    fresh: dict[layout.SeriesId, dict[int, layout.WindowAggregate]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, rows: Iterable[Row | dict[str, Any]]) -> BatchPlan:
-        plan = cls()
-        for row in rows:
-            plan.add(row)
-        return plan
-
-    def add(self, row: Row | dict[str, Any]) -> None:
-        series = layout.SeriesId(row["target"], row["source"], row["topic"], int(row["partition"]),
-                                 row["metric"], row["group"] or None)
-        agg = layout.WindowAggregate(int(row["window_start"]), row["count"], row["sum"], row["min"],
-                                     row["max"], row["last"])
-        if series.metric == layout.LATEST_METRIC:
-            self._add_latest(series, row["payload"])
-        elif series.metric == layout.INVALID_RECORDS_METRIC:
-            self.invalid.append((series, agg, row["payload"] or ""))
-        else:
-            self.windows.append((series, agg, row["upstream_topic"]))
-            self.fresh.setdefault(series, {})[agg.start_ms] = agg
-
-    def _add_latest(self, series: layout.SeriesId, payload: str | None) -> None:
-        if payload is None:
-            return
-        record = json.loads(payload)
-        kind = record.get("kind", "")
-        subject = (kind, series.target, series.source, series.topic, str(series.partition),
-                   series.group or "")
-        known = self.latest.get(subject)
-        if known is None or known["ts"] < record["ts"]:
-            self.latest[subject] = record
+    def watermark_ms(self, delay_ms: int) -> int | None:
+        return None if self.max_event_ts is None else self.max_event_ts - delay_ms
 
 
-@dataclass
-class BatchIndex:
-    """Discovery-index entries of one batch, deduplicated."""
+@dataclass(frozen=True)
+class HistoryRead:
+    """One latest value to derive: its subject, record and the window range of history it needs."""
 
-    hashes: dict[str, dict[str, str]] = field(default_factory=dict)
-    sets: dict[str, set[str]] = field(default_factory=dict)
+    kind: str
+    subject: tuple[str, ...]
+    record: dict[str, Any]
+    series: layout.SeriesId
+    low_ms: int
+    high_ms: int
 
 
 class RedisRollupSink:
-    def __init__(self, redis_url: str, query_name: str) -> None:
+    def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000) -> None:
         self.redis_url = redis_url
         self.query_name = query_name
-        # Batch ids restart at 0 with a new checkpoint: the guard is per checkpoint (Spark's query id,
+        self.watermark_delay_ms = watermark_delay_ms
+        # Batch ids restart at 0 with a new checkpoint: the state is per checkpoint (Spark's query id,
         # kept in the checkpoint), or a fresh checkpoint would skip batches an old one had committed.
         self.batch_scope = query_name
+        self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._scripts: dict[str, Any] = {}
+        self._merge: Any = None
+        self._latest: Any = None
+        self.history = WindowHistory(HISTORY_KEEP_MS)
+
+    def bind(self, query_id: str | None) -> RedisRollupSink:
+        """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
+        self.batch_scope = f"{self.query_name}:{query_id}" if query_id else self.query_name
+        self._bound.set()
+        return self
 
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(self.redis_url)
-            self._scripts = {
-                "window": self._client.register_script(layout.UPSERT_WINDOW_LUA),
-                "latest": self._client.register_script(layout.UPSERT_LATEST_LUA),
-                "delta": self._client.register_script(layout.COUNT_DELTA_LUA),
-            }
+            self._merge = self._client.register_script(layout.MERGE_WINDOWS_LUA)
+            self._latest = self._client.register_script(layout.UPSERT_LATEST_LUA)
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        query_id = batch.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        self.batch_scope = f"{self.query_name}:{query_id}" if query_id else self.query_name
+        if not self._bound.wait(BIND_TIMEOUT_S):
+            raise RuntimeError(f"{self.query_name}: sink never bound to its query")
+        state = self.state()
+        if state.batch_id is not None and batch_id <= state.batch_id:
+            LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
+                     state.batch_id)
+            return
         began = time.monotonic()
         # Arrow hands the rows over in columnar batches: several times faster than pickled Rows.
-        rows = batch.toArrow().to_pylist()
-        LOG.debug("%s: batch %d: %d rows computed and collected in %.0f ms", self.query_name, batch_id,
-                  len(rows), (time.monotonic() - began) * 1000)
-        self.write(rows, batch_id)
+        flat = on_time(batch, state.watermark_ms(self.watermark_delay_ms)).toArrow()
+        collected = time.monotonic()
+        batch_partials = window_partials.partials(flat)
+        LOG.debug("%s: batch %d: %d records collected in %.0f ms, %d partial windows in %.0f ms",
+                  self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
+                  len(batch_partials.windows), (time.monotonic() - collected) * 1000)
+        self.write(batch_partials, batch_id, state)
+
+    def state(self) -> SinkState:
+        raw = self.client.hgetall(layout.batch_key(self.batch_scope))
+        batch_id, max_ts = raw.get(b"batch_id"), raw.get(b"max_event_ts")
+        return SinkState(None if batch_id is None else int(batch_id), None if max_ts is None else int(max_ts))
 
     def last_batch_id(self) -> int | None:
-        value = self.client.get(layout.batch_key(self.batch_scope))
-        return None if value is None else int(value)
+        return self.state().batch_id
 
-    def write(self, rows: Iterable[Row | dict[str, Any]], batch_id: int) -> None:
+    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
+              state: SinkState | None = None) -> None:
+        """Merge one batch's partial windows and latest records into Redis, once. Rows of one metric
+        each are taken too (window_partials.of_windows)."""
         began = time.monotonic()
-        last = self.last_batch_id()
-        if last is not None and batch_id <= last:
-            LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id, last)
+        if not isinstance(batch, BatchPartials):
+            batch = window_partials.of_windows(batch)
+        state = state or self.state()
+        if state.batch_id is not None and batch_id <= state.batch_id:
+            LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
+                     state.batch_id)
             return
-        plan = BatchPlan.of(rows)
+        plan = BatchPlan.of(batch)
+        planned = time.monotonic()
         latest = self._latest_values(plan)
+        self._write_latest(latest)
+        derived = time.monotonic()
+        plan.add_merges(batch)
         pipe = self.client.pipeline(transaction=True)
-        index = BatchIndex()
-        for series, agg, excerpt in plan.invalid:
-            self._write_invalid(pipe, series, agg, excerpt)
-            self._index_entries(index, series, None)
-        for series, agg, upstream_topic in plan.windows:
-            self._upsert_window(pipe, series, agg)
-            self._index_entries(index, series, upstream_topic)
-        self._write_index(pipe, index)
+        self._write_windows(pipe, plan)
+        self._write_invalid(pipe, plan)
+        self._write_index(pipe, plan)
+        max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
+        sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
+        pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
+        pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
+        queued = time.monotonic()
+        try:
+            pipe.execute()
+        except Exception:
+            self.history.clear()  # unknown what got through: read Redis again
+            raise
+        executed = time.monotonic()
+        for series, windows in plan.history.items():
+            self.history.commit(layout.series_key(series, FINEST.name), windows)
+        LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
+                  "%.0f, merges queued %.0f, Redis %.0f)", self.query_name, batch_id,
+                  plan.series_count, len(latest), (time.monotonic() - began) * 1000,
+                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, queued,
+                                                                    executed))))
+
+    def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Latest values go first, in their own transaction, so status and lag are readable before the
+        batch's windows are merged. They are idempotent: derived only from the batch and the windows
+        committed before it, and only replaced by a value of equal or newer ts, so a replay after a
+        crash between the two transactions writes them again identically."""
+        if not latest:
+            return
+        pipe = self.client.pipeline(transaction=True)
         for key, hash_field, value in latest:
             keys, argv = layout.latest_args(key, hash_field, value)
-            self._scripts["latest"](keys=keys, args=argv, client=pipe)
-        pipe.set(layout.batch_key(self.batch_scope), batch_id, px=layout.INDEX_TTL_MS)
+            self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
-        LOG.debug("%s: batch %d wrote %d windows, %d latest values in %.0f ms", self.query_name, batch_id,
-                  len(plan.windows), len(latest), (time.monotonic() - began) * 1000)
 
     # --- windows, indexes, invalid records ----------------------------------------------------------
 
-    def _upsert_window(self, pipe: redis.client.Pipeline, series: layout.SeriesId,
-                       agg: layout.WindowAggregate) -> None:
-        keys, argv = layout.upsert_args(series, agg)
-        self._scripts["window"](keys=keys, args=argv, client=pipe)
+    def _write_windows(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
+        # One script call per topic: its series share a hash tag, so this also works on Redis Cluster.
+        header = layout.merge_args_header()
+        for merges in plan.merges.values():
+            keys: list[str] = []
+            args = list(header)
+            for series, members in merges:
+                keys += [layout.series_key(series, name) for name in layout.WINDOWS]
+                args.append(str(len(members)))
+                args += members
+            self._merge(keys=keys, args=args, client=pipe)
 
-    def _write_invalid(self, pipe: redis.client.Pipeline, series: layout.SeriesId,
-                       agg: layout.WindowAggregate, excerpt: str) -> None:
-        LOG.warning("%s: %d raw record(s) that do not parse in %s partition %d at offsets %d..%d "
-                    "(window %d, counted so far); last: %r", self.query_name, int(agg.count),
-                    metrics_topic(series.source), series.partition, int(agg.min), int(agg.max),
-                    agg.start_ms, excerpt)
-        total = layout.invalid_records_key(series.target, series.source)
-        delta_keys = [layout.series_key(series, FINEST.name), total]
-        self._scripts["delta"](keys=delta_keys, args=[agg.start_ms, int(agg.count), layout.INDEX_TTL_MS],
-                               client=pipe)
-        self._upsert_window(pipe, series, agg)
-
-    @staticmethod
-    def _index_entries(index: BatchIndex, series: layout.SeriesId, upstream_topic: str | None) -> None:
-        if upstream_topic:
-            index.hashes.setdefault(layout.topics_key(series.target, series.source), {})[series.topic] = \
-                upstream_topic
-        entries = [
-            (layout.targets_key(), series.target),
-            (layout.sources_key(series.target), series.source),
-        ]
-        if series.group is not None:
-            entries.append((layout.groups_key(series.target, series.source), series.group))
-        if series.partition != layout.WHOLE_TOPIC and series.topic != layout.ALL_TOPICS:
-            entries.append((layout.partitions_key(series.target, series.source, series.topic),
-                            str(series.partition)))
-        for key, member in entries:
-            index.sets.setdefault(key, set()).add(member)
+    def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
+        for invalid in plan.invalid:
+            series, window = invalid.series, invalid.window
+            LOG.warning("%s: %d raw record(s) that do not parse in %s partition %d at offsets %d..%d "
+                        "(window %d); last: %r", self.query_name, int(window.count),
+                        metrics_topic(series.source), series.partition, int(window.min), int(window.max),
+                        window.start_ms, invalid.excerpt)
+            total = layout.invalid_records_key(series.target, series.source)
+            pipe.incrby(total, int(window.count))
+            pipe.pexpire(total, layout.INDEX_TTL_MS)
 
     @staticmethod
-    def _write_index(pipe: redis.client.Pipeline, index: BatchIndex) -> None:
+    def _write_index(pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         # Once per key and batch: a batch touches the same few index keys from thousands of windows.
-        for key, mapping in sorted(index.hashes.items()):
+        for key, mapping in sorted(plan.index_hashes.items()):
             pipe.hset(key, mapping=mapping)
             pipe.pexpire(key, layout.INDEX_TTL_MS)
-        for key, members in sorted(index.sets.items()):
+        for key, members in sorted(plan.index_sets.items()):
             pipe.sadd(key, *sorted(members))
             pipe.pexpire(key, layout.INDEX_TTL_MS)
 
@@ -193,32 +213,52 @@ class RedisRollupSink:
 
     def _latest_values(self, plan: BatchPlan) -> list[tuple[str, str, dict[str, Any]]]:
         """(hash key, field, value) of every latest value the batch changes."""
-        replications = self._replication_records(plan)
-        reads = self.client.pipeline(transaction=False)
-        wanted: list[tuple[str, tuple[str, ...], dict[str, Any], layout.SeriesId, int, int]] = []
+        reads = self._history_reads(plan)
+        self._load_history(reads)
+        out = []
+        for read in reads:
+            key = layout.series_key(read.series, FINEST.name)
+            history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
+            out.append(_latest_value(read.kind, read.subject, read.record, history))
+        return out
+
+    def _history_reads(self, plan: BatchPlan) -> list[HistoryRead]:
+        reads = []
         for subject, record in plan.latest.items():
             kind, target, source, topic, partition, _ = subject
             if kind in ("partition", "group"):
                 series = layout.SeriesId(target, source, topic, int(partition), "source_end_offset")
                 ts = int(record["ts"])
-                wanted.append((kind, subject, record, series, ts - latest_values.HISTORY_SPAN_MS, ts))
-        for (target, source), record in replications.items():
+                low = ts - latest_values.HISTORY_SPAN_MS
+                reads.append(HistoryRead(kind, subject, record, series, low, ts))
+        for (target, source), record in self._replication_records(plan).items():
             series = layout.SeriesId(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
             ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))
-            subject = ("replication", target, source)
-            wanted.append(("replication", subject, record, series,
-                           ts - latest_values.recent_span_ms(period) + 1, ts))
-        for _, _, _, series, low, high in wanted:
-            reads.zrangebyscore(layout.series_key(series, FINEST.name), low, high)
-        stored = reads.execute() if wanted else []
-        return [self._latest_value(kind, subject, record, self._history(plan, series, members, low, high))
-                for (kind, subject, record, series, low, high), members in zip(wanted, stored, strict=True)]
+            reads.append(HistoryRead("replication", ("replication", target, source), record, series,
+                                     ts - latest_values.recent_span_ms(period) + 1, ts))
+        return reads
+
+    def _load_history(self, reads: list[HistoryRead]) -> None:
+        """Reads from Redis the history of series not kept yet (or kept over too short a range)."""
+        wanted: dict[str, int] = {}
+        for read in reads:
+            key = layout.series_key(read.series, FINEST.name)
+            low = min(wanted.get(key, read.low_ms), read.low_ms)
+            if not self.history.covers(key, low):
+                wanted[key] = low
+        if not wanted:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for key, low in wanted.items():
+            pipe.zrangebyscore(key, low, "+inf")
+        for (key, low), members in zip(wanted.items(), pipe.execute(), strict=True):
+            self.history.load(key, low, map(layout.decode_member, members))
 
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows
         for the stored report (its partition records may come in a later batch than itself)."""
         records = {(s[1], s[2]): r for s, r in plan.latest.items() if s[0] == "replication"}
-        touched = sorted({(s.target, s.source) for s in plan.fresh
+        touched = sorted({(s.target, s.source) for s in plan.history
                           if s.topic == layout.ALL_TOPICS and s.metric == "record_count"})
         if not touched:
             return records
@@ -233,23 +273,16 @@ class RedisRollupSink:
                 records[subject] = stored
         return records
 
-    @staticmethod
-    def _history(plan: BatchPlan, series: layout.SeriesId, members: list[bytes], low: int,
-                 high: int) -> list[layout.WindowAggregate]:
-        windows = {w.start_ms: w for w in map(layout.decode_member, members)}
-        windows.update({start: w for start, w in plan.fresh.get(series, {}).items() if low <= start <= high})
-        return [windows[start] for start in sorted(windows)]
 
-    @staticmethod
-    def _latest_value(kind: str, subject: tuple[str, ...], record: dict[str, Any],
-                      history: list[layout.WindowAggregate]) -> tuple[str, str, dict[str, Any]]:
-        if kind == "replication":
-            _, target, source = subject
-            return (layout.replication_status_key(target, source), "replication",
-                    latest_values.replication_latest(record, history))
-        _, target, source, topic, partition, group = subject
-        if kind == "partition":
-            return (layout.partition_latest_key(target, source, topic), partition,
-                    latest_values.partition_latest(record, history))
-        return (layout.group_latest_key(target, source, group),
-                layout.group_latest_field(topic, int(partition)), latest_values.group_latest(record, history))
+def _latest_value(kind: str, subject: tuple[str, ...] | Subject, record: dict[str, Any],
+                  history: list[layout.WindowAggregate]) -> tuple[str, str, dict[str, Any]]:
+    if kind == "replication":
+        _, target, source = subject
+        return (layout.replication_status_key(target, source), "replication",
+                latest_values.replication_latest(record, history))
+    _, target, source, topic, partition, group = subject
+    if kind == "partition":
+        return (layout.partition_latest_key(target, source, topic), partition,
+                latest_values.partition_latest(record, history))
+    return (layout.group_latest_key(target, source, group),
+            layout.group_latest_field(topic, int(partition)), latest_values.group_latest(record, history))

@@ -32,6 +32,13 @@ def test_one_spec_per_target_with_the_aggregator_settings():
     assert specs["east"].query_name == "rollup_east" and west.watermark_delay == "30 seconds"
 
 
+def test_batches_are_bounded_by_default_and_zero_unbounds_them():
+    (spec, *_) = query_specs(parse_config(BASE))
+    assert spec.max_offsets_per_trigger == 200_000
+    (spec, *_) = query_specs(parse_config(BASE + "aggregator.max.offsets.per.trigger = 0\n"))
+    assert spec.max_offsets_per_trigger is None
+
+
 def test_spark_master_precedence(monkeypatch):
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     assert spark_master(parse_config(BASE), None) == "local[2]"

@@ -73,11 +73,32 @@ def test_coarser_windows_are_exact_multiples_of_the_finest():
     assert all(w.retention_ms < layout.key_ttl_ms(w.name) for w in layout.WINDOWS.values())
 
 
-def test_upsert_args_carry_every_window():
-    keys, argv = layout.upsert_args(SeriesId("w", "e", "e.t", 0, "record_count"),
-                                    WindowAggregate(10_000, 1, 5, 5, 5, 5))
-    assert [layout.parse_series_key(k)[1] for k in keys] == list(layout.WINDOWS)
-    assert argv[:2] == ["10000", "10000:1:5:5:5:5"] and len(argv) == 2 + 3 * len(layout.WINDOWS)
+def test_merge_args_carry_every_window_size_and_the_partials():
+    two = [WindowAggregate(0, 2, 1.5, 0, 1.5, 1.5), WindowAggregate(10_000, 1, 1, 1, 1, 1)]
+    argv = layout.merge_args([[WindowAggregate(10_000, 1, 5, 5, 5, 5, 12_345)], two])
+    sizes = 1 + 3 * len(layout.WINDOWS)
+    assert argv[0] == str(len(layout.WINDOWS)) and argv[1] == "10000"
+    assert argv[sizes:sizes + 2] == ["1", "10000:1:5:5:5:5:12345"]
+    # Without a last ts, a partial's last counts as of its window start.
+    assert argv[sizes + 2:] == ["2", "0:2:1.5:0:1.5:1.5:0", "10000:1:1:1:1:1:10000"]
+
+
+def test_member_keeps_the_last_ts_and_reads_members_without_it():
+    agg = WindowAggregate(10_000, 2, 3, 1, 2, 2, 15_000)
+    assert layout.encode_member(agg) == "10000:2:3:1:2:2:15000"
+    assert layout.decode_member("10000:2:3:1:2:2:15000").last_ts == 15_000
+    assert layout.decode_member("10000:2:3:1:2:2").last_ts is None
+    assert layout.decode_member("10000:2:3:1:2:2") == agg  # the last ts is not part of the value
+
+
+def test_merge_keeps_the_newest_last_and_breaks_ties_by_value():
+    a = WindowAggregate(0, 2, 10, 4, 6, 6, 5_000)
+    b = WindowAggregate(0, 1, 3, 3, 3, 3, 7_000)
+    tie = WindowAggregate(0, 1, 9, 9, 9, 9, 7_000)
+    assert layout.merge_windows(a, b) == WindowAggregate(0, 3, 13, 3, 6, 3)
+    assert layout.merge_windows(b, a).last_ts == 7_000
+    assert layout.merge_windows(b, tie).last == layout.merge_windows(tie, b).last == 9
+    assert layout.merge_windows(WindowAggregate(0, 1, 1, 1, 1, 8), b).last == 3  # no last ts: the start
 
 
 def test_latest_keys_and_values():

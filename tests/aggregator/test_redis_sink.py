@@ -1,17 +1,20 @@
-"""The rollup sink on a real Redis: coarser windows derived exactly, replays change nothing."""
+"""The rollup sink on a real Redis: partials merged into every window size exactly, replays change
+nothing, latest values derived from the merged history."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import asdict
 
+import pyarrow as pa
 import pytest
 import redis
-from pyspark.sql import Row
+from streaming_input import snapshot
 
 from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink
+from aggregator.rollups import INVALID_KIND
+from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from driver.wire.raw_metrics import PartitionMetrics, ReplicationMetrics
 
 pytestmark = pytest.mark.integration
@@ -19,11 +22,23 @@ pytestmark = pytest.mark.integration
 HOUR = 1_700_002_800_000  # an hour boundary
 
 
-def row(start_ms: int, count: float, total: float, low: float, high: float, last: float,
-        partition: int = 0, metric: str = "record_count", topic: str = "east.orders") -> Row:
-    return Row(target="west", source="east", topic=topic, upstream_topic="orders", group="",
-               partition=partition, metric=metric, window_start=start_ms, count=count, sum=total,
-               min=low, max=high, last=last, payload=None)
+def partial(start_ms: int, count: float, total: float, low: float, high: float, last: float,
+            partition: int = 0, metric: str = "record_count", topic: str = "east.orders",
+            source: str = "east",
+            last_ts: int | None = None, kind: str = "partition", level: str = "p",
+            max_ts: int | None = None) -> dict:
+    """A row of rollups.window_partials with one metric set."""
+    row = {"kind": kind, "level": level, "target": "west", "source": source, "group": "", "topic": topic,
+           "partition": partition, "window_start": start_ms, "max_ts": max_ts or last_ts or start_ms,
+           "upstream_topic": None if topic == layout.ALL_TOPICS else "orders"}
+    row |= {f"{name}__{s}": None for name in ALL_METRICS for s in (*STATS, "last_ts")}
+    row |= {f"{metric}__n": count, f"{metric}__sum": total, f"{metric}__min": low, f"{metric}__max": high,
+            f"{metric}__last": last, f"{metric}__last_ts": last_ts or start_ms}
+    return row
+
+
+def row(start_ms: int, count: float, total: float, low: float, high: float, last: float, **kw) -> dict:
+    return partial(start_ms, count, total, low, high, last, **kw)
 
 
 @pytest.fixture
@@ -37,43 +52,62 @@ def members(client: redis.Redis, window: str, metric: str = "record_count", part
     return [layout.decode_member(m) for m in client.zrange(key, 0, -1)]
 
 
-def test_coarser_windows_are_merged_from_finer_ones(sink: RedisRollupSink):
+def test_partials_merge_into_every_window_size(sink: RedisRollupSink):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    sink.write([row(HOUR, 1, 10, 10, 10, 10, topic=topic), row(HOUR + 10_000, 2, 5, 1, 4, 4, topic=topic),
+    write(sink, [row(HOUR, 1, 10, 10, 10, 10, topic=topic), row(HOUR + 10_000, 2, 5, 1, 4, 4, topic=topic),
                 row(HOUR + 60_000, 1, 7, 7, 7, 7, topic=topic)], batch_id=0)
     client = sink.client
     assert members(client, "1m", topic=topic) == [
         layout.WindowAggregate(HOUR, 3, 15, 1, 10, 4), layout.WindowAggregate(HOUR + 60_000, 1, 7, 7, 7, 7)]
     assert members(client, "1h", topic=topic) == [layout.WindowAggregate(HOUR, 4, 22, 1, 10, 7)]
-    # A later batch updates a 10 s window in place (absolute values): the parents follow.
-    sink.write([row(HOUR + 10_000, 3, 9, 1, 6, 6, topic=topic)], batch_id=1)
-    assert members(client, "10s", topic=topic)[1] == layout.WindowAggregate(HOUR + 10_000, 3, 9, 1, 6, 6)
-    assert members(client, "1h", topic=topic) == [layout.WindowAggregate(HOUR, 5, 26, 1, 10, 7)]
+    # A later batch brings more samples of a 10 s window: they merge in, and the parents follow. Its
+    # `last` is older than the stored one, so the stored last stays.
+    write(sink, [row(HOUR + 10_000, 1, 6, 6, 6, 6, topic=topic, last_ts=HOUR + 10_001)], batch_id=1)
+    assert members(client, "10s", topic=topic)[1] == layout.WindowAggregate(HOUR + 10_000, 3, 11, 1, 6, 6)
+    assert members(client, "1h", topic=topic) == [layout.WindowAggregate(HOUR, 5, 28, 1, 10, 7)]
+    assert members(client, "1h", topic=topic)[0].last_ts == HOUR + 60_000
+
+
+def snapshot_of(sink: RedisRollupSink, topic: str) -> dict:
+    return snapshot(sink.client, match=f"*{topic}*")
 
 
 def test_replayed_batches_leave_redis_identical(sink: RedisRollupSink):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
     batch = [row(HOUR + i * 10_000, 1, i, i, i, i, partition=i % 2, topic=topic) for i in range(12)]
-    sink.write(batch, batch_id=5)
-
-    def snapshot() -> dict:
-        keys = sorted(k for k in sink.client.scan_iter(match=f"*{topic}*"))
-        return {k: sink.client.dump(k) for k in keys}
-
-    before = snapshot()
-    sink.write(batch, batch_id=5)  # Spark re-runs the last batch after a crash
-    sink.write(batch, batch_id=4)
+    write(sink, batch, batch_id=5)
+    before = snapshot_of(sink, topic)
+    write(sink, batch, batch_id=5)  # Spark re-runs the last batch after a crash
+    write(sink, batch, batch_id=4)
     assert sink.last_batch_id() == 5
-    assert snapshot() == before
-    sink.write(batch, batch_id=6)  # same content under a new id: absolute values, same result
-    assert snapshot() == before
+    assert snapshot_of(sink, topic) == before
+
+
+def test_one_batch_or_many_give_the_same_windows(redis_url: str):
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    # Two partials per window in the split run: the same samples, differently cut.
+    starts = [HOUR + i * 10_000 for i in range(9)]
+    whole = [row(t, 2, 2 * i + 1, i, i + 1, i + 1, topic=topics[0], last_ts=t + 5)
+             for i, t in enumerate(starts)]
+    halves = [[row(t, 1, i, i, i, i, topic=topics[1], last_ts=t + 1) for i, t in enumerate(starts)],
+              [row(t, 1, i + 1, i + 1, i + 1, i + 1, topic=topics[1], last_ts=t + 5)
+               for i, t in enumerate(starts)]]
+    one, many = (RedisRollupSink(redis_url, f"test_{uuid.uuid4().hex[:8]}") for _ in range(2))
+    write(one, whole, batch_id=0)
+    write(many, halves[1], batch_id=0)
+    write(many, halves[0], batch_id=1)
+
+    def rename(snapshot: dict, topic: str) -> dict:
+        return {k.replace(topic, "T"): v for k, v in snapshot.items()}
+
+    assert rename(snapshot_of(one, topics[0]), topics[0]) == rename(snapshot_of(many, topics[1]), topics[1])
 
 
 def test_retention_trims_old_windows_and_keys_expire(sink: RedisRollupSink):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
     retention = layout.WINDOWS["10s"].retention_ms
-    sink.write([row(HOUR, 1, 1, 1, 1, 1, topic=topic)], batch_id=0)
-    sink.write([row(HOUR + retention + 10_000, 1, 2, 2, 2, 2, topic=topic)], batch_id=1)
+    write(sink, [row(HOUR, 1, 1, 1, 1, 1, topic=topic)], batch_id=0)
+    write(sink, [row(HOUR + retention + 10_000, 1, 2, 2, 2, 2, topic=topic)], batch_id=1)
     assert [m.start_ms for m in members(sink.client, "10s", topic=topic)] == [HOUR + retention + 10_000]
     key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), "10s")
     assert 0 < sink.client.pttl(key) <= layout.key_ttl_ms("10s")
@@ -81,7 +115,7 @@ def test_retention_trims_old_windows_and_keys_expire(sink: RedisRollupSink):
 
 def test_discovery_indexes(sink: RedisRollupSink):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    sink.write([row(HOUR, 1, 1, 1, 1, 1, partition=3, topic=topic),
+    write(sink, [row(HOUR, 1, 1, 1, 1, 1, partition=3, topic=topic),
                 row(HOUR, 1, 1, 1, 1, 1, partition=layout.WHOLE_TOPIC, topic=topic)], batch_id=0)
     client = sink.client
     assert b"west" in client.smembers(layout.targets_key())
@@ -90,11 +124,17 @@ def test_discovery_indexes(sink: RedisRollupSink):
     assert client.smembers(layout.partitions_key("west", "east", topic)) == {b"3"}
 
 
-def latest_row(record, start_ms: int, topic: str, partition: int, group: str = "") -> Row:
-    payload = json.dumps(asdict(record) | {"v": 1})
-    return Row(target="west", source="east", topic=topic, upstream_topic=None, group=group,
-               partition=partition, metric=layout.LATEST_METRIC, window_start=start_ms, count=0.0, sum=0.0,
-               min=0.0, max=0.0, last=0.0, payload=payload)
+def latest_row(record, topic: str, partition: int, source: str = "east") -> dict:
+    """A record as window_partials.latest_records gives it."""
+    fields = {k: v for k, v in asdict(record).items() if v is not None and not isinstance(v, dict)}
+    return fields | {"source": source, "topic": topic, "partition": partition, "group": ""}
+
+
+def write(sink: RedisRollupSink, rows: list[dict], batch_id: int) -> None:
+    """Partial-window rows and latest records (those without a window) as one batch."""
+    windows = [r for r in rows if "window_start" in r]
+    table = pa.Table.from_pylist(windows, schema=partials_schema())
+    sink.write(BatchPartials(table, [r for r in rows if "window_start" not in r], {}), batch_id)
 
 
 def partition_report(ts: int, topic: str, end: int, lag: int) -> PartitionMetrics:
@@ -107,18 +147,18 @@ def partition_report(ts: int, topic: str, end: int, lag: int) -> PartitionMetric
 def test_latest_values_never_go_back_in_time(sink: RedisRollupSink):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
     key = layout.partition_latest_key("west", "east", topic)
-    sink.write([row(HOUR, 1, 100, 100, 100, 100, metric="source_end_offset", topic=topic),
-                latest_row(partition_report(HOUR + 5000, topic, 100, 0), HOUR, topic, 0)], batch_id=0)
+    write(sink, [row(HOUR, 1, 100, 100, 100, 100, metric="source_end_offset", topic=topic),
+                latest_row(partition_report(HOUR + 5000, topic, 100, 0), topic, 0)], batch_id=0)
     assert layout.decode_latest(sink.client.hget(key, "0"))["lag_seconds"] == 0.0
     newer = partition_report(HOUR + 25_000, topic, 300, 150)
-    sink.write([row(HOUR + 10_000, 1, 200, 200, 200, 200, metric="source_end_offset", topic=topic),
+    write(sink, [row(HOUR + 10_000, 1, 200, 200, 200, 200, metric="source_end_offset", topic=topic),
                 row(HOUR + 20_000, 1, 300, 300, 300, 300, metric="source_end_offset", topic=topic),
-                latest_row(newer, HOUR + 20_000, topic, 0)], batch_id=1)
+                latest_row(newer, topic, 0)], batch_id=1)
     value = layout.decode_latest(sink.client.hget(key, "0"))
     # Next offset to replicate 150: half-way between 100 (HOUR+5 s) and 200 (HOUR+15 s) -> 15 s ago.
     assert value == {"ts": HOUR + 25_000, "records_lag": 150, "lag_seconds": pytest.approx(15.0),
                      "source_end_offset": 300, "upstream_offset": 149, "target_offset": 7}
-    sink.write([latest_row(partition_report(HOUR + 15_000, topic, 200, 0), HOUR + 10_000, topic, 0)],
+    write(sink, [latest_row(partition_report(HOUR + 15_000, topic, 200, 0), topic, 0)],
                batch_id=2)  # a late report
     assert layout.decode_latest(sink.client.hget(key, "0"))["ts"] == HOUR + 25_000
 
@@ -127,36 +167,72 @@ def test_replication_counts_follow_windows_that_come_after_the_report(sink: Redi
     source = f"s{uuid.uuid4().hex[:6]}"
     report = ReplicationMetrics(ts=HOUR + 20_000, period_ms=10_000, source=source, target="west",
                                 status="RUNNING", workers=1, tasks=2, topics_replicated=3)
-    replication = latest_row(report, HOUR + 20_000, layout.ALL_TOPICS, layout.WHOLE_TOPIC)
-    sink.write([Row(**{**replication.asDict(), "source": source})], batch_id=0)
+    write(sink, [latest_row(report, layout.ALL_TOPICS, layout.WHOLE_TOPIC, source)],
+               batch_id=0)
     key = layout.replication_status_key("west", source)
     assert layout.decode_latest(sink.client.hget(key, "replication"))["recent_record_counts"][-1] == 0
     # The partition records of the same report arrive in the next batch (another Kafka partition).
-    counts = Row(**{**row(HOUR + 20_000, 2, 9, 4, 5, 5, topic=layout.ALL_TOPICS,
-                          partition=layout.WHOLE_TOPIC).asDict(), "source": source, "upstream_topic": None})
-    sink.write([counts], batch_id=1)
+    counts = row(HOUR + 20_000, 2, 9, 4, 5, 5, topic=layout.ALL_TOPICS, partition=layout.WHOLE_TOPIC,
+                 source=source, level="r")
+    write(sink, [counts], batch_id=1)
     value = layout.decode_latest(sink.client.hget(key, "replication"))
     assert value["recent_record_counts"][-3:] == [0, 0, 9]
     assert (value["status"], value["tasks"], value["topics_replicated"]) == ("RUNNING", 2, 3)
 
 
-def test_invalid_records_are_counted_once_per_window(sink: RedisRollupSink):
+def test_a_batch_of_replication_reports_only(sink: RedisRollupSink):
+    source = f"s{uuid.uuid4().hex[:6]}"
+    report = ReplicationMetrics(ts=HOUR + 1000, period_ms=10_000, source=source, target="west",
+                                status="PAUSED")
+    no_metrics = partial(HOUR, 1, 1, 1, 1, 1, topic=layout.ALL_TOPICS, partition=layout.WHOLE_TOPIC,
+                         source=source, kind="replication") | {"record_count__n": None}
+    write(sink, [no_metrics, latest_row(report, layout.ALL_TOPICS, layout.WHOLE_TOPIC, source)], batch_id=0)
+    key = layout.replication_status_key("west", source)
+    value = layout.decode_latest(sink.client.hget(key, "replication"))
+    assert value["status"] == "PAUSED" and sink.last_batch_id() == 0
+
+
+def test_invalid_records_are_counted_once(sink: RedisRollupSink):
     source = f"s{uuid.uuid4().hex[:6]}"
 
-    def invalid(start: int, count: int, last_offset: int) -> Row:
-        return Row(target="west", source=source, topic=layout.ALL_TOPICS, upstream_topic=None, group="",
-                   partition=0, metric=layout.INVALID_RECORDS_METRIC, window_start=start, count=float(count),
-                   sum=float(count), min=0.0, max=float(last_offset), last=float(last_offset), payload="junk")
+    def invalid(start: int, count: int, first_offset: int, last_offset: int) -> dict:
+        return partial(start, count, count, first_offset, last_offset, last_offset, topic=layout.ALL_TOPICS,
+                       source=source, metric=layout.INVALID_RECORDS_METRIC, kind=INVALID_KIND)
 
     total = layout.invalid_records_key("west", source)
-    sink.write([invalid(HOUR, 2, 1)], batch_id=0)
-    sink.write([invalid(HOUR, 3, 2), invalid(HOUR + 10_000, 1, 3)], batch_id=1)  # the window grew
+    write(sink, [invalid(HOUR, 2, 0, 1)], batch_id=0)
+    write(sink, [invalid(HOUR, 1, 2, 2), invalid(HOUR + 10_000, 1, 3, 3)], batch_id=1)
     assert int(sink.client.get(total)) == 4
-    sink.write([invalid(HOUR, 3, 2)], batch_id=2)  # the same window again, absolute value
+    write(sink, [invalid(HOUR + 10_000, 1, 3, 3)], batch_id=1)  # replayed: skipped
     assert int(sink.client.get(total)) == 4
     key = layout.series_key(layout.SeriesId("west", source, layout.ALL_TOPICS, 0,
                                             layout.INVALID_RECORDS_METRIC), "1m")
-    assert [layout.decode_member(m).count for m in sink.client.zrange(key, 0, -1)] == [4]
+    assert [(w.count, w.min, w.max) for w in map(layout.decode_member, sink.client.zrange(key, 0, -1))] == [
+        (4, 0, 3)]
+
+
+def test_history_kept_across_batches_equals_redis(redis_url: str):
+    """A sink that kept the end-offset history and a fresh one reading it from Redis agree."""
+    topic = f"east.t{uuid.uuid4().hex[:6]}"
+    scope = f"test_{uuid.uuid4().hex[:8]}"
+    kept = RedisRollupSink(redis_url, scope)
+    first = latest_row(partition_report(HOUR + 1000, topic, 0, 0), topic, 0)
+    for k in range(5):
+        end, start = 100 * k, HOUR + k * 10_000
+        ends = row(start, 1, end, end, end, end, metric="source_end_offset", topic=topic,
+                   last_ts=start + 5000)
+        write(kept, [first] * (k == 0) + [ends], batch_id=k)
+    report = partition_report(HOUR + 55_000, topic, 600, 250)
+    fresh = RedisRollupSink(redis_url, scope)
+    assert fresh.history.series == {}
+    key = layout.partition_latest_key("west", "east", topic)
+    values = []
+    for sink in (kept, fresh):
+        sink.client.hdel(key, "0")
+        write(sink, [latest_row(report, topic, 0)], batch_id=sink.last_batch_id() + 1)
+        values.append(layout.decode_latest(sink.client.hget(key, "0")))
+    # Next offset to replicate 350: half-way between 300 (HOUR+35 s) and 400 (HOUR+45 s) -> 15 s ago.
+    assert values[0] == values[1] and values[0]["lag_seconds"] == pytest.approx(15.0)
 
 
 @pytest.mark.parametrize("window", list(layout.WINDOWS))
@@ -164,8 +240,8 @@ def test_each_window_size_keeps_its_own_retention(sink: RedisRollupSink, window:
     topic = f"east.t{uuid.uuid4().hex[:6]}"
     spec = layout.WINDOWS[window]
     later = HOUR + spec.retention_ms + spec.size_ms
-    sink.write([row(HOUR, 1, 1, 1, 1, 1, topic=topic)], batch_id=0)
-    sink.write([row(later, 1, 2, 2, 2, 2, topic=topic)], batch_id=1)
+    write(sink, [row(HOUR, 1, 1, 1, 1, 1, topic=topic)], batch_id=0)
+    write(sink, [row(later, 1, 2, 2, 2, 2, topic=topic)], batch_id=1)
     starts = {w: [m.start_ms for m in members(sink.client, w, topic=topic)] for w in layout.WINDOWS}
     assert starts[window] == [layout.window_start(later, window)]
     for coarser in list(layout.WINDOWS)[list(layout.WINDOWS).index(window) + 1:]:

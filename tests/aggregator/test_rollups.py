@@ -1,14 +1,15 @@
-"""Rollup math on a real SparkSession, fed Kafka-shaped rows (batch mode, same transformations)."""
+"""Partial-window math on a real SparkSession, fed Kafka-shaped rows (the same transformations a
+micro-batch goes through)."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 import pytest
 
-from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, LATEST_METRIC, WHOLE_TOPIC
-from aggregator.rollups import parse, rollups, samples
+from aggregator import window_partials as wp
+from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
+from aggregator.rollups import MAX_FUTURE_SKEW_MS, flat_rows, on_time, parse
 from driver.wire import raw_metrics
 from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 
@@ -32,10 +33,24 @@ def partition_record(ts: int, partition: int, count: int, latency: LatencySummar
                             byte_count=count * 100, replication_latency_ms=latency, records_lag=lag)
 
 
-def collect(df) -> dict:
-    """Topic-level and partition-level rows of east.orders, by (partition, metric, window start)."""
-    return {(r["partition"], r["metric"], r["window_start"]): r for r in df.collect()
-            if r["topic"] == "east.orders"}
+def flat(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
+         watermark_ms: int | None = None):
+    parsed = parse(kafka_rows(spark, records, garbage), target)
+    return on_time(flat_rows(parsed, target), watermark_ms).toArrow()
+
+
+def partials(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
+             watermark_ms: int | None = None) -> list:
+    return wp.window_partials(flat(spark, records, garbage, target, watermark_ms)).to_pylist()
+
+
+def collect(rows: list) -> dict:
+    """Rows of east.orders by (partition, window start)."""
+    return {(r["partition"], r["window_start"]): r for r in rows if r["topic"] == "east.orders"}
+
+
+def stats(row, metric: str) -> tuple:
+    return tuple(row[f"{metric}__{s}"] for s in ("n", "sum", "min", "max", "last", "last_ts"))
 
 
 def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
@@ -46,18 +61,27 @@ def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
         partition_record(T0 + 12_000, 0, 7),  # next window
         ReplicationMetrics(ts=T0, period_ms=5000, source="east", target="west", status="RUNNING"),
     ]
-    out = collect(rollups(samples(parse(kafka_rows(spark, records)))))
-    first = out[(0, "record_count", T0)]
-    assert (first["count"], first["sum"], first["min"], first["max"], first["last"]) == (2, 30, 10, 20, 20)
-    latency = out[(0, "replication_latency_ms", T0)]
-    assert latency["count"] == 30 and latency["sum"] == pytest.approx(10 * 2 + 20 * 4)
-    assert (latency["min"], latency["max"], latency["last"]) == (1, 8, 8)
-    assert out[(0, "records_lag", T0)]["last"] == 1
-    topic = out[(WHOLE_TOPIC, "record_count", T0)]
-    assert (topic["sum"], topic["count"]) == (35, 3)
-    assert out[(0, "record_count", T0 + 10_000)]["sum"] == 7
-    assert out[(WHOLE_TOPIC, "byte_count", T0)]["sum"] == 3500
-    assert {r[1] for r in out} <= set(raw_metrics.METRICS) | {LATEST_METRIC}
+    out = collect(partials(spark, records))
+    first = out[(0, T0)]
+    assert stats(first, "record_count") == (2, 30, 10, 20, 20, T0 + 6000)
+    latency = stats(first, "replication_latency_ms")
+    assert latency[0] == 30 and latency[1] == pytest.approx(10 * 2 + 20 * 4)
+    assert latency[2:5] == (1, 8, 8)
+    assert stats(first, "records_lag")[4] == 1
+    assert first["record_age_ms__n"] is None  # not reported: no window
+    topic = out[(WHOLE_TOPIC, T0)]
+    assert stats(topic, "record_count")[:2] == (3, 35)
+    # Partitions 0 and 1 report the lag at different times: the newest (T0+6 s) wins.
+    assert stats(topic, "records_lag")[4:] == (1, T0 + 6000)
+    assert stats(out[(0, T0 + 10_000)], "record_count")[1] == 7
+    assert stats(topic, "byte_count")[1] == 3500
+    assert first["max_ts"] == T0 + 6000
+
+
+def test_equal_timestamps_break_ties_by_value(spark):
+    records = [partition_record(T0 + 1000, p, 1, lag=lag) for p, lag in ((0, 4), (1, 9), (2, 2))]
+    topic = collect(partials(spark, records))[(WHOLE_TOPIC, T0)]
+    assert stats(topic, "records_lag")[2:] == (2, 9, 9, T0 + 1000)
 
 
 def test_replication_level_counters_and_latest_records(spark):
@@ -68,28 +92,30 @@ def test_replication_level_counters_and_latest_records(spark):
         partition_record(T0 + 4000, 0, 1, lag=3),
         ReplicationMetrics(ts=T0 + 4000, period_ms=5000, source="east", target="west", status="RUNNING"),
     ]
-    rows = rollups(samples(parse(kafka_rows(spark, records)))).collect()
-    whole = {r["metric"]: r for r in rows if r["topic"] == ALL_TOPICS and r["metric"] != LATEST_METRIC}
-    assert set(whole) == {"record_count", "byte_count"}
-    assert (whole["record_count"]["sum"], whole["byte_count"]["sum"]) == (16, 1150)
-    assert whole["record_count"]["partition"] == WHOLE_TOPIC
-    assert whole["record_count"]["upstream_topic"] is None
-    latest = {(r["topic"], r["partition"]): json.loads(r["payload"])
-              for r in rows if r["metric"] == LATEST_METRIC}
-    assert latest[("east.orders", 0)]["ts"] == T0 + 4000 and latest[("east.orders", 0)]["records_lag"] == 3
-    assert latest[(ALL_TOPICS, WHOLE_TOPIC)]["status"] == "RUNNING"
-    assert latest[("east.other", 1)]["kind"] == "partition"
-    assert all(r["payload"] is None for r in rows if r["metric"] != LATEST_METRIC)
+    table = flat(spark, records)
+    rows = wp.window_partials(table).to_pylist()
+    (whole,) = [r for r in rows if r["level"] == "r"]
+    assert (whole["topic"], whole["partition"], whole["upstream_topic"]) == (ALL_TOPICS, WHOLE_TOPIC, None)
+    assert (whole["record_count__sum"], whole["byte_count__sum"]) == (16, 1150)
+    assert whole["records_lag__n"] is None  # gauges do not add up across topics
+    latest = {(r["kind"], r["topic"], r["partition"]): r for r in wp.latest_records(table)}
+    assert len(latest) == 3
+    assert latest[("partition", "east.orders", 0)]["records_lag"] == 3
+    assert latest[("partition", "east.orders", 0)]["ts"] == T0 + 4000
+    assert latest[("replication", ALL_TOPICS, WHOLE_TOPIC)]["status"] == "RUNNING"
+    assert "record_count" not in latest[("replication", ALL_TOPICS, WHOLE_TOPIC)]  # absent, not None
+    assert latest[("partition", "east.other", 1)]["upstream_topic"] == "other"
 
 
 def test_group_metrics_are_keyed_by_group(spark):
     record = GroupMetrics(ts=T0 + 1, period_ms=5000, source="east", target="west", group="billing",
                           topic="east.orders", upstream_topic="orders", partition=2,
                           checkpoint_latency_ms=LatencySummary(3, 3, 3, 3, 1), group_lag=12)
-    rows = rollups(samples(parse(kafka_rows(spark, [record])))).collect()
-    assert {(r["group"], r["partition"], r["metric"]) for r in rows} == {
-        ("billing", p, m) for p in (2, WHOLE_TOPIC) for m in ("checkpoint_latency_ms", "group_lag")} | {
-        ("billing", 2, LATEST_METRIC)}
+    rows = partials(spark, [record])
+    assert {(r["group"], r["partition"], r["level"]) for r in rows} == {("billing", 2, "p"),
+                                                                          ("billing", WHOLE_TOPIC, "t")}
+    assert all(r["group_lag__last"] == 12 and r["checkpoint_latency_ms__n"] == 1 for r in rows)
+    assert all(r["record_count__n"] is None for r in rows)
 
 
 def test_records_that_do_not_parse_are_flagged_not_fatal(spark):
@@ -100,11 +126,26 @@ def test_records_that_do_not_parse_are_flagged_not_fatal(spark):
     parsed = parse(kafka_rows(spark, [partition_record(T0, 0, 1)],
                               [b"not json", b'{"v": 9}', b"{}", incomplete, elsewhere]), target="west")
     assert [r["valid"] for r in parsed.orderBy("kafka_offset").collect()] == [True] + [False] * 5
-    rows = rollups(samples(parsed, "west")).collect()
-    assert {r["metric"] for r in rows} == {"record_count", "byte_count", LATEST_METRIC,
-                                           INVALID_RECORDS_METRIC}
-    (invalid,) = [r for r in rows if r["metric"] == INVALID_RECORDS_METRIC]
+    table = flat_rows(parsed, "west").toArrow()
+    rows = wp.window_partials(table).to_pylist()
+    (invalid,) = [r for r in rows if r["kind"] == "invalid"]
     assert (invalid["target"], invalid["source"], invalid["topic"], invalid["partition"]) == ("west", "east",
                                                                                               ALL_TOPICS, 0)
-    assert (invalid["count"], invalid["min"], invalid["max"], invalid["last"]) == (5, 1, 5, 5)
-    assert '"target":"north"' in invalid["payload"]  # the last one, for the log
+    assert stats(invalid, INVALID_RECORDS_METRIC)[:5] == (5, 5, 1, 5, 5)
+    assert '"target":"north"' in wp.invalid_excerpts(table)[("west", "east", 0, T0)]  # the last one
+    assert all(r[f"{INVALID_RECORDS_METRIC}__n"] is None for r in rows if r["kind"] != "invalid")
+
+
+def test_a_record_from_far_in_the_future_is_invalid(spark):
+    # Kafka stamps the rows T0: a report claiming T0 + 1 day would drag the watermark a day ahead.
+    rows = partials(spark, [partition_record(T0 + MAX_FUTURE_SKEW_MS, 0, 1),
+                            partition_record(T0 + 86_400_000, 0, 2)])
+    assert sorted((r["kind"], r["level"]) for r in rows) == [("invalid", "p"), ("partition", "p"),
+                                                              ("partition", "r"), ("partition", "t")]
+
+
+def test_windows_that_ended_by_the_watermark_are_dropped_invalid_records_never(spark):
+    records = [partition_record(T0 + 9_999, 0, 1), partition_record(T0 + 10_000, 0, 2)]
+    rows = partials(spark, records, [b"junk"], watermark_ms=T0 + 10_000)
+    assert {(r["kind"], r["window_start"]) for r in rows if r["level"] == "p"} == {
+        ("partition", T0 + 10_000), ("invalid", T0)}

@@ -1,0 +1,170 @@
+"""One micro-batch's partial windows and latest records (window_partials) sorted by what the sink does.
+
+Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, window) partials, so their
+merge arguments are formatted by Arrow and Python only groups them by series. Partials are grouped by
+hash tag (target, source, topic) so the sink merges a whole topic's series with one script call, and
+Redis Cluster keeps them on one slot. Window objects are built only for the series latest values read
+(end offsets of partitions, record counts of replications).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aggregator import redis_layout as layout
+from aggregator.rollups import INVALID_KIND
+from aggregator.window_partials import ALL_METRICS, BatchPartials
+
+LOG = logging.getLogger(__name__)
+
+Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, partition, group
+TagKey = tuple[str, str, str]  # target, source, topic
+SERIES_COLUMNS = ["target", "source", "topic", "partition", "group", "metric"]
+MEMBER_PARTS = ("n", "sum", "min", "max", "last")
+# Metrics whose windows latest values read: end offsets of partitions, record counts of replications.
+HISTORY_METRICS = ("source_end_offset", "record_count")
+
+
+@dataclass
+class InvalidWindow:
+    series: layout.SeriesId
+    window: layout.WindowAggregate
+    excerpt: str
+
+
+@dataclass
+class BatchPlan:
+    # hash tag -> (series, partial members as MERGE_WINDOWS_LUA takes them) of the batch
+    merges: dict[TagKey, list[tuple[layout.SeriesId, list[str]]]] = field(default_factory=dict)
+    # partial windows of the series latest values are derived from
+    history: dict[layout.SeriesId, list[layout.WindowAggregate]] = field(default_factory=dict)
+    invalid: list[InvalidWindow] = field(default_factory=list)
+    latest: dict[Subject, dict[str, Any]] = field(default_factory=dict)  # subject -> newest record
+    index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
+    index_sets: dict[str, set[str]] = field(default_factory=dict)
+    max_event_ts: int | None = None
+
+    @classmethod
+    def of(cls, batch: BatchPartials) -> BatchPlan:
+        plan = cls()
+        windows = batch.windows
+        if windows.num_rows:
+            for metric in HISTORY_METRICS:
+                present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+                plan._add_history(present, metric, _last_ts(present, metric))
+            plan._add_invalid(windows, batch.excerpts)
+            plan._add_index(windows)
+            valid_ts = windows.filter(pc.not_equal(windows["kind"], INVALID_KIND))["max_ts"]
+            top = pc.max(valid_ts).as_py() if len(valid_ts) else None
+            plan.max_event_ts = None if top is None else int(top)
+        for record in batch.latest:
+            plan.add_latest(record)
+        return plan
+
+    def add_merges(self, batch: BatchPartials) -> BatchPlan:
+        """Groups the batch's partial members by series: after the latest values (see redis_sink), as
+        nothing they need depends on it."""
+        if batch.windows.num_rows:
+            self._add_merges(batch.windows)
+        return self
+
+    @property
+    def series_count(self) -> int:
+        return sum(len(s) for s in self.merges.values())
+
+    def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
+        return self.history.get(series, [])
+
+    def add_latest(self, record: Mapping[str, Any]) -> None:
+        """The newest record of a subject in the batch (window_partials.latest_records)."""
+        subject = (record["kind"], record["target"], record["source"], record["topic"],
+                   str(record["partition"]), record.get("group") or "")
+        known = self.latest.get(subject)
+        if known is None or known["ts"] < record["ts"]:
+            self.latest[subject] = dict(record)
+
+    def _add_merges(self, windows: pa.Table) -> None:
+        narrow = [t for m in ALL_METRICS if (t := self._metric_partials(windows, m)) is not None]
+        if not narrow:  # e.g. only replication reports: no metric windows
+            return
+        order = [(c, "ascending") for c in [*SERIES_COLUMNS, "window_start"]]
+        table = pa.concat_tables(narrow).sort_by(order)
+        columns = table.select([*SERIES_COLUMNS, "member"]).to_pydict()
+        current: tuple | None = None
+        members: list[str] = []
+        for *key, member in zip(*columns.values(), strict=True):
+            if key != current:
+                current, members = key, []
+                target, source, topic, partition, group, metric = key
+                series = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                self.merges.setdefault((target, source, topic), []).append((series, members))
+            members.append(member)
+
+    def _metric_partials(self, windows: pa.Table, metric: str) -> pa.Table | None:
+        present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+        if present.num_rows == 0:
+            return None
+        parts = [present["window_start"], *(present[f"{metric}__{p}"] for p in MEMBER_PARTS),
+                 _last_ts(present, metric)]
+        member = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+        return pa.table({
+            "target": present["target"], "source": present["source"], "topic": present["topic"],
+            "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
+            "metric": pa.array([metric] * present.num_rows, pa.string()),
+            "window_start": present["window_start"], "member": member,
+        })
+
+    def _add_history(self, present: pa.Table, metric: str, last_ts: pa.ChunkedArray) -> None:
+        # Lag in seconds reads a partition's end offsets; recent record counts a replication's counts.
+        wanted = (pc.greater_equal(present["partition"], 0) if metric == "source_end_offset"
+                  else pc.equal(present["topic"], layout.ALL_TOPICS))
+        rows = present.append_column("last_ts", last_ts).filter(wanted)
+        for r in rows.select(["target", "source", "topic", "partition", "group", "window_start",
+                              *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"]).to_pylist():
+            series = layout.SeriesId(r["target"], r["source"], r["topic"], r["partition"], metric,
+                                     r["group"] or None)
+            n, total, low, high, last = (r[f"{metric}__{p}"] for p in MEMBER_PARTS)
+            window = layout.WindowAggregate(r["window_start"], n, total, low, high, last, r["last_ts"])
+            self.history.setdefault(series, []).append(window)
+
+    def _add_invalid(self, windows: pa.Table, excerpts: Mapping[tuple[str, str, int, int], str]) -> None:
+        invalid = windows.filter(pc.equal(windows["kind"], INVALID_KIND))
+        name = layout.INVALID_RECORDS_METRIC
+        for r in invalid.to_pylist():
+            series = layout.SeriesId(r["target"], r["source"], r["topic"], r["partition"], name)
+            start = r["window_start"]
+            window = layout.WindowAggregate(start, r[f"{name}__n"], r[f"{name}__sum"], r[f"{name}__min"],
+                                            r[f"{name}__max"], r[f"{name}__last"])
+            excerpt = excerpts.get((r["target"], r["source"], r["partition"], start), "")
+            self.invalid.append(InvalidWindow(series, window, excerpt))
+
+    def _add_index(self, windows: pa.Table) -> None:
+        columns = ["target", "source", "topic", "partition", "group", "upstream_topic"]
+        distinct = windows.group_by(columns).aggregate([])
+        for r in distinct.to_pylist():
+            self._index(r["target"], r["source"], r["topic"], r["partition"], r["group"] or None,
+                        r["upstream_topic"])
+
+    def _index(self, target: str, source: str, topic: str, partition: int, group: str | None,
+               upstream_topic: str | None) -> None:
+        if upstream_topic and topic != layout.ALL_TOPICS:
+            self.index_hashes.setdefault(layout.topics_key(target, source), {})[topic] = upstream_topic
+        entries = [(layout.targets_key(), target), (layout.sources_key(target), source)]
+        if group is not None:
+            entries.append((layout.groups_key(target, source), group))
+        if partition != layout.WHOLE_TOPIC and topic != layout.ALL_TOPICS:
+            entries.append((layout.partitions_key(target, source, topic), str(partition)))
+        for key, member in entries:
+            self.index_sets.setdefault(key, set()).add(member)
+
+
+
+def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
+    # A partial without last ts counts as of its window start (as redis_layout.merge_windows does).
+    return pc.coalesce(present[f"{metric}__last_ts"], present["window_start"])

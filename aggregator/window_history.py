@@ -1,0 +1,64 @@
+"""The recent finest windows of the series that latest values are derived from, kept across batches.
+
+Lag in seconds needs ~60 windows of a partition's end-offset history per report: reading them from
+Redis for every partition of every batch would cost more than the batch itself. One query is the only
+writer of its target's series, so the sink can keep what it wrote: a series is read from Redis the
+first time it is needed (or when an older range is asked for), and after that follows the batches
+committed. Only committed batches change it, and a failed write clears it, so it always equals what
+Redis holds over its range; a restarted process starts empty and reads Redis again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aggregator.redis_layout import WindowAggregate, merge_windows
+
+
+@dataclass
+class SeriesHistory:
+    low_ms: int  # every stored window starting at or after this is here
+    windows: dict[int, WindowAggregate] = field(default_factory=dict)
+
+
+@dataclass
+class WindowHistory:
+    keep_ms: int  # how far behind a series' newest window its history is kept
+    series: dict[str, SeriesHistory] = field(default_factory=dict)
+
+    def covers(self, key: str, low_ms: int) -> bool:
+        known = self.series.get(key)
+        return known is not None and known.low_ms <= low_ms
+
+    def load(self, key: str, low_ms: int, stored: Iterable[WindowAggregate]) -> None:
+        """What Redis holds of a series from `low_ms` on."""
+        self.series[key] = SeriesHistory(low_ms, {w.start_ms: w for w in stored if w.start_ms >= low_ms})
+
+    def view(self, key: str, low_ms: int, high_ms: int,
+             partials: Iterable[WindowAggregate] = ()) -> list[WindowAggregate]:
+        """Windows in [low, high] as they will be once `partials` (not committed yet) are merged."""
+        known = self.series[key].windows
+        merged = {start: w for start, w in known.items() if low_ms <= start <= high_ms}
+        for p in partials:
+            if low_ms <= p.start_ms <= high_ms:
+                merged[p.start_ms] = merge_windows(merged[p.start_ms], p) if p.start_ms in merged else p
+        return [merged[start] for start in sorted(merged)]
+
+    def commit(self, key: str, partials: Iterable[WindowAggregate]) -> None:
+        """A committed batch merged `partials` into the series (no-op for series not kept)."""
+        known = self.series.get(key)
+        if known is None:
+            return
+        for p in partials:
+            if p.start_ms >= known.low_ms:
+                old = known.windows.get(p.start_ms)
+                known.windows[p.start_ms] = merge_windows(old, p) if old else p
+        if known.windows:
+            floor = max(known.windows) - self.keep_ms
+            if floor > known.low_ms:
+                known.low_ms = floor
+                known.windows = {s: w for s, w in known.windows.items() if s >= floor}
+
+    def clear(self) -> None:
+        self.series.clear()
