@@ -74,9 +74,9 @@ def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
             members = {}
             for start in starts:
                 value = float(rng.randint(0, 600))
-                members[layout.encode_member(layout.WindowAggregate(start, 6, value, 0, value, value))] = (
-                    start
-                )
+                # As the aggregator writes them: with the event ts of the window's last value.
+                window = layout.WindowAggregate(start, 6, value, 0, value, value, start + 55_000)
+                members[layout.encode_member(window)] = start
             pipe.zadd(layout.series_key(series, "1m"), members)
             written += len(members)
         pipe.execute()

@@ -53,7 +53,9 @@ def _decode_windows(members: Iterable[bytes | str]) -> Windows:
     return windows
 
 
-FIELDS_PER_MEMBER = 6  # <start>:<count>:<sum>:<min>:<max>:<last>, as layout.encode_member writes them
+# <start>:<count>:<sum>:<min>:<max>:<last>[:<last ts>], as layout.encode_member writes them; the summary
+# needs the first six.
+MEMBER_FIELDS = frozenset({6, 7})
 # The bytes a member made only of JSON numbers and ':' can hold; any other (a letter of nan or inf, a space,
 # a bracket, a quote) sends the reply through the checked decoder.
 NUMBER_BYTES = b"0123456789.eE+-:"
@@ -64,8 +66,8 @@ def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
 
     A member is numbers joined by ':', so the whole reply parses as one JSON array of rows in orjson's C
     parser (which rounds as float() does), instead of 720 float() calls and a dataclass per member. Anything
-    that is not six plain numbers per member with an integer start goes through the checked decoder, which
-    logs and skips only the bad members.
+    that is not six or seven plain numbers per member with an integer start (and last ts) goes through the
+    checked decoder, which logs and skips only the bad members.
     """
     if not members:
         return WindowColumns([], [], [], [], [], [])
@@ -74,19 +76,19 @@ def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
         rows = _member_rows(raw)  # type: ignore[arg-type]
     except ValueError:  # orjson.JSONDecodeError is a ValueError
         return WindowColumns.of(_decode_windows(members))
-    starts, *measures = zip(*rows, strict=True)
-    if set(map(type, starts)) != {int}:
+    starts, *measures = zip(*(row[:6] for row in rows), strict=True)
+    if set(map(type, starts)) != {int} or any(type(row[6]) is not int for row in rows if len(row) == 7):
         return WindowColumns.of(_decode_windows(members))
     return WindowColumns(list(starts), *(list(map(float, column)) for column in measures))
 
 
 def _member_rows(members: Sequence[bytes]) -> list[list[int | float]]:
-    """One row of numbers per member; ValueError unless every member is exactly six JSON numbers."""
+    """One row of numbers per member; ValueError unless every member is six or seven JSON numbers."""
     if b":".join(members).translate(None, NUMBER_BYTES):
         raise ValueError("a member with more than numbers")
     rows = orjson.loads(b"[[%b]]" % b"],[".join(members).replace(b":", b","))
-    if len(rows) != len(members) or set(map(len, rows)) != {FIELDS_PER_MEMBER}:
-        raise ValueError("a member that is not six numbers")
+    if len(rows) != len(members) or not set(map(len, rows)) <= MEMBER_FIELDS:
+        raise ValueError("a member that is not six or seven numbers")
     return rows
 
 

@@ -14,13 +14,17 @@ from service.metrics_reader import window_columns
 
 
 def members(count: int, seed: int) -> list[bytes]:
+    """Members as the aggregator writes them (with the last value's ts) and, every third, as older
+    versions did (without)."""
     rng = random.Random(seed)
     values = [0.0, 1.0, 6.0, 1 / 3, 1e-7, 1e20, 2.0**64, 123.456, -5.5, 1e300]
-    return [
-        encode_member(WindowAggregate(1_700_000_000_000 + i * 60_000, rng.choice(values), rng.choice(values),
-                                      rng.choice(values), rng.uniform(-1e9, 1e9), rng.random())).encode()
-        for i in range(count)
-    ]
+    windows = []
+    for i in range(count):
+        start = 1_700_000_000_000 + i * 60_000
+        last_ts = None if i % 3 == 0 else start + rng.randrange(60_000)
+        windows.append(WindowAggregate(start, rng.choice(values), rng.choice(values), rng.choice(values),
+                                       rng.uniform(-1e9, 1e9), rng.random(), last_ts))
+    return [encode_member(w).encode() for w in windows]
 
 
 def checked(raw: list[bytes | str]) -> WindowColumns:
@@ -47,7 +51,8 @@ def test_no_members_are_empty_columns():
 
 
 @pytest.mark.parametrize("bad", [
-    b"garbage", b"1:2:3:4:5", b"1:2:3:4:5:6:7", b"1.5:2:3:4:5:6", b"1:2,3:4:5:6", b"1:[2]:3:4:5:6",
+    b"garbage", b"1:2:3:4:5", b"1:2:3:4:5:6:7.5", b"1:2:3:4:5:6:7:8", b"1:2:3:4:5:6:7e3",
+    b"1.5:2:3:4:5:6", b"1:2,3:4:5:6", b"1:[2]:3:4:5:6",
     b'1:"2":3:4:5:6', b"1:true:3:4:5:6", b"1:x:3:4:5:6", b"1::3:4:5:6",
     b"1:2:3],[4:5:6", b"1:2:3:4:5:6],[7:8:9:10:11:12", b"1e3:2:3:4:5:6", b"1:2:3:4:5:6:",
 ])
@@ -60,9 +65,9 @@ def test_a_bad_member_is_skipped_and_logged_the_rest_served(bad, caplog):
     assert len(decoded.starts) == len(good)
 
 
-def test_members_that_only_add_up_to_six_fields_each_are_not_realigned():
-    # 5 + 7 fields make 12, as two good members would: the per-member count must catch it.
-    decoded = window_columns([b"1:2:3:4:5", b"6:7:8:9:10:11:12", b"60:1:2:3:4:5"])
+def test_members_that_only_add_up_to_good_fields_each_are_not_realigned():
+    # 4 + 8 fields make 12, as two good members would: the per-member count must catch it.
+    decoded = window_columns([b"1:2:3:4", b"6:7:8:9:10:11:12:13", b"60:1:2:3:4:5"])
     assert decoded == WindowColumns([60], [1.0], [2.0], [3.0], [4.0], [5.0])
 
 
