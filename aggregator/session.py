@@ -33,9 +33,6 @@ def build_session(master: str | None = "local[2]", app_name: str = "srm-aggregat
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.scheduler.mode", "FAIR")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "false")
     )
     for key, value in (extra or {}).items():
