@@ -3,10 +3,7 @@
 Redis is filled with 50 replications x 100 topics x 24 h of 1-min windows (record_count), keys and
 members made by aggregator.redis_layout; the service runs as `srm-service --config` (gunicorn), and
 the load comes from a separate process: Debian's `wrk` when installed, else a Python load generator
-(closed loop, keep-alive connections, in its own processes). Requests pick random topics. With wrk,
-two runs: at saturation (closed loop, no pause: the most the service answers, with latency that is
-mostly queueing behind the other connections), then at the target rate (each connection pausing so
-that the offered load is a little above 1500 req/s); the last line is the second run's.
+(closed loop, keep-alive connections, in its own processes). Requests pick random topics.
 Also prints where one request's time goes (in-process: Redis pipeline, decode, summary, JSON answer,
 Flask) and the CPU each process spends per request under load (service, Redis, load generator), to
 name the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms>``.
@@ -149,16 +146,13 @@ def stage_breakdown(url: str, now_ms: int) -> str:
             f"Flask routing, arguments and the rest {max(0.0, whole - read - answer) * ms:.2f} ms")
 
 
-def run_wrk(base: str, sample: list[str], workdir: Path, connections: int, duration_s: int,
-            pause_ms: float = 0.0) -> tuple[float, float, float]:
-    """wrk's (req/s, p50 ms, p99 ms); with `pause_ms` each connection waits that long between an answer
-    and its next request, so the offered rate stays near connections / (pause + latency)."""
+def run_wrk(base: str, sample: list[str], workdir: Path, connections: int, duration_s: int
+            ) -> tuple[float, float, float]:
     script = workdir / "paths.lua"
     lua_list = ",\n".join(f'"{p}"' for p in sample)
-    pacing = f"delay = function() return {pause_ms:.3f} end\n" if pause_ms > 0 else ""
     script.write_text(
         f"local paths = {{{lua_list}}}\nmath.randomseed({SEED})\n"
-        "request = function() return wrk.format('GET', paths[math.random(#paths)]) end\n" + pacing
+        "request = function() return wrk.format('GET', paths[math.random(#paths)]) end\n"
     )
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{duration_s}s", "--latency", "-s", str(script), base],
@@ -170,13 +164,6 @@ def run_wrk(base: str, sample: list[str], workdir: Path, connections: int, durat
     print(out.strip())
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     return rps, _wrk_ms(out, "50%"), _wrk_ms(out, "99%")
-
-
-def target_pause_ms(connections: int) -> float:
-    """The pause per connection that offers a bit more than TARGET_RPS (a fifth of each connection's
-    share of a second is left for the answer itself): latency measured at the target rate, not at
-    saturation, where it only says how long the connections queue behind each other."""
-    return 0.8 * connections * 1000 / TARGET_RPS
 
 
 def _wrk_ms(out: str, percentile: str) -> float:
@@ -302,20 +289,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.workers} workers x {args.threads} threads")
             rps, p50, p99 = run_wrk(f"http://127.0.0.1:{port}", sample, workdir, args.connections,
                                     args.duration)
-            print(cpu_report(before, meter.sample(), rps * args.duration))
-            print(f"saturation (closed loop, {args.connections} connections, no pause): "
-                  f"api_rps={rps:.0f} api_p50_ms={p50:.2f} api_p99_ms={p99:.2f}")
-            # Twice the connections: the fifth of each one's share left for the answer is then ~4 ms.
-            paced = 2 * args.connections
-            pause = target_pause_ms(paced)
-            print(f"at the target rate: {paced} connections, each pausing {pause:.2f} ms "
-                  f"between an answer and its next request")
-            rps, p50, p99 = run_wrk(f"http://127.0.0.1:{port}", sample, workdir, paced, args.duration, pause)
         else:
             print(f"load: Python generator ({args.connections} processes, keep-alive), {args.duration} s "
                   f"(no wrk), {args.workers} workers x {args.threads} threads")
             rps, p50, p99 = run_python_load(port, sample, args.connections, args.duration)
-            print(cpu_report(before, meter.sample(), rps * args.duration))
+        print(cpu_report(before, meter.sample(), rps * args.duration))
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"target p99 <= {TARGET_P99_MS:g} ms at >= {TARGET_RPS:g} req/s: "
