@@ -275,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
             {"east": "127.0.0.1:1", TARGET: "127.0.0.1:2"},
             [("east", TARGET)],
             server.url,
-            {"service.port": port, "service.workers": args.workers, "service.threads": args.threads},
+            {"service.port": port, "service.workers": args.workers, "service.threads": args.threads,
+             # Nothing to advertise to: the clusters above do not exist (a real advertisement is one
+             # small record every few seconds, not part of the request path measured here).
+             "service.target.clusters": ""},
         )
         service = ManagedProcess.python_module(
             "service", "service", ["--config", str(props)], workdir
