@@ -76,8 +76,13 @@ def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
         rows = _member_rows(raw)  # type: ignore[arg-type]
     except ValueError:  # orjson.JSONDecodeError is a ValueError
         return WindowColumns.of(_decode_windows(members))
-    starts, *measures = zip(*(row[:6] for row in rows), strict=True)
-    if set(map(type, starts)) != {int} or any(type(row[6]) is not int for row in rows if len(row) == 7):
+    if len(set(map(len, rows))) == 1:
+        columns = list(zip(*rows, strict=True))
+    else:  # members written before last ts was stored, next to newer ones
+        columns = list(zip(*(row[:6] for row in rows), strict=True))
+        columns.append([row[6] for row in rows if len(row) == 7])
+    starts, measures, last_ts = columns[0], columns[1:6], columns[6:]
+    if set(map(type, starts)) != {int} or any(set(map(type, ts)) != {int} for ts in last_ts):
         return WindowColumns.of(_decode_windows(members))
     return WindowColumns(list(starts), *(list(map(float, column)) for column in measures))
 

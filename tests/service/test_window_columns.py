@@ -91,3 +91,11 @@ def _parses(member: bytes) -> bool:
 def test_column_summary_equals_the_window_summary(metric):
     windows = [decode_member(m) for m in members(50, 3)]
     assert summarize_columns(metric, "1m", WindowColumns.of(windows)) == summarize(metric, "1m", windows)
+
+
+@pytest.mark.parametrize("bad_ts", [b"7.5", b"7e3"])
+def test_members_all_with_last_ts_decode_like_the_checked_decoder(bad_ts):
+    raw = [m for m in members(30, 4) if m.count(b":") == 6]
+    assert window_columns(raw) == checked(raw)
+    with_bad = [*raw, b"1:2:3:4:5:6:" + bad_ts]
+    assert window_columns(with_bad) == checked(raw)
