@@ -50,7 +50,7 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
         specs.append(RollupQuerySpec(
             target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
             checkpoint_dir=checkpoint_dir, kafka_options=client,
-            trigger_interval=f"{trigger_ms} milliseconds", watermark_delay=f"{watermark_s} seconds",
+            trigger_interval=f"{trigger_ms} milliseconds", watermark_delay_ms=watermark_s * 1000,
             max_offsets_per_trigger=max_offsets or None,
             topics_pattern=config.get("aggregator.metrics.topics.pattern"),
         ))

@@ -28,7 +28,7 @@ class RollupQuerySpec:
     checkpoint_dir: str
     kafka_options: dict[str, str] = field(default_factory=dict)  # client props (security) for the source
     trigger_interval: str = "2 seconds"
-    watermark_delay: str = "30 seconds"
+    watermark_delay_ms: int = 30_000  # kept by the sink (redis_sink), not by Spark
     max_offsets_per_trigger: int | None = None
     # Java regex of the raw-metrics topics to read; None: every `srm-metrics.<source>.internal`.
     topics_pattern: str | None = None
@@ -36,18 +36,6 @@ class RollupQuerySpec:
     @property
     def query_name(self) -> str:
         return f"rollup_{self.target}"
-
-
-_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
-
-
-def duration_ms(text: str) -> int:
-    """`30 seconds`, `1 hour`, `500 milliseconds` (Spark's interval words) -> milliseconds."""
-    try:
-        amount, unit = text.split()
-        return int(float(amount) * _UNIT_MS[unit.lower().removesuffix("s")])
-    except (ValueError, KeyError):
-        raise ValueError(f"not a duration: {text!r} (expected e.g. '30 seconds')") from None
 
 
 def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQuery:
@@ -66,7 +54,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
     rows = flat_rows(parse(reader.load(), spec.target), spec.target)
-    sink = RedisRollupSink(spec.redis_url, spec.query_name, duration_ms(spec.watermark_delay))
+    sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     try:

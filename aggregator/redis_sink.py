@@ -98,9 +98,7 @@ class RedisRollupSink:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
         state = self.state()
-        if state.batch_id is not None and batch_id <= state.batch_id:
-            LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
-                     state.batch_id)
+        if self._already_committed(state, batch_id):
             return
         began = time.monotonic()
         # Arrow hands the rows over in columnar batches: several times faster than pickled Rows.
@@ -120,6 +118,14 @@ class RedisRollupSink:
     def last_batch_id(self) -> int | None:
         return self.state().batch_id
 
+    def _already_committed(self, state: SinkState, batch_id: int) -> bool:
+        """A batch Spark replays after a crash: its merges are in Redis already."""
+        if state.batch_id is None or batch_id > state.batch_id:
+            return False
+        LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
+                 state.batch_id)
+        return True
+
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None) -> None:
         """Merge one batch's partial windows and latest records into Redis, once. Rows of one metric
@@ -128,9 +134,7 @@ class RedisRollupSink:
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
         state = state or self.state()
-        if state.batch_id is not None and batch_id <= state.batch_id:
-            LOG.info("%s: batch %d already in Redis (last %d), skipped", self.query_name, batch_id,
-                     state.batch_id)
+        if self._already_committed(state, batch_id):
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()

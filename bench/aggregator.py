@@ -75,7 +75,8 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, p
     producer.flush(120)
     query = start_rollup_query(spark, RollupQuerySpec(
         target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "tput"),
-        trigger_interval="100 milliseconds", watermark_delay="1 hour", max_offsets_per_trigger=max_offsets,
+        trigger_interval="100 milliseconds", watermark_delay_ms=3_600_000,
+        max_offsets_per_trigger=max_offsets,
         topics_pattern=metrics_topic(source).replace(".", r"\.")))
     try:
         query.processAllAvailable()
@@ -102,7 +103,7 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
     topic = metrics_topic(source)
     query = start_rollup_query(spark, RollupQuerySpec(
         target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "fresh"),
-        trigger_interval="200 milliseconds", watermark_delay="10 seconds",
+        trigger_interval="200 milliseconds", watermark_delay_ms=10_000,
         topics_pattern=topic.replace(".", r"\.")))
     client = redis.Redis.from_url(redis_url)
     probe_key = layout.partition_latest_key("bench", source, f"{source}.t0")

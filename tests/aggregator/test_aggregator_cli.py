@@ -29,7 +29,7 @@ def test_one_spec_per_target_with_the_aggregator_settings():
         "127.0.0.1:2", "250 milliseconds", 9)
     assert (west.topics_pattern, west.checkpoint_dir, west.redis_url) == (
         r"srm-metrics\.east\.internal", "/tmp/chk", "redis://r:1/2")
-    assert specs["east"].query_name == "rollup_east" and west.watermark_delay == "30 seconds"
+    assert specs["east"].query_name == "rollup_east" and west.watermark_delay_ms == 30_000
 
 
 def test_batches_are_bounded_by_default_and_zero_unbounds_them():

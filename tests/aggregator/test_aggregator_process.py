@@ -71,7 +71,7 @@ def scenario(spark, kafka_clusters, tmp_path_factory) -> Iterator[dict]:
     try:
         query = start_rollup_query(spark, RollupQuerySpec(
             target="west", bootstrap_servers=west, redis_url=reference.url,
-            checkpoint_dir=str(tmp / "reference-checkpoints"), watermark_delay="1 hour",
+            checkpoint_dir=str(tmp / "reference-checkpoints"), watermark_delay_ms=3_600_000,
             topics_pattern=topic_pattern(source)))
         try:
             query.processAllAvailable()

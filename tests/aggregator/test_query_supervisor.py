@@ -41,7 +41,7 @@ def test_targets_are_independent_and_a_failed_query_restarts_alone(spark, kafka_
         produce(kafka_clusters[target], source, [report(source, target, T0, 1 if target == "east" else 10)])
         specs.append(RollupQuerySpec(target=target, bootstrap_servers=kafka_clusters[target], redis_url=url,
                                      checkpoint_dir=str(tmp_path / "checkpoints"),
-                                     trigger_interval="500 milliseconds", watermark_delay="1 hour",
+                                     trigger_interval="500 milliseconds", watermark_delay_ms=3_600_000,
                                      topics_pattern=topic_pattern(source)))
     east, west = redis.Redis.from_url(flaky_redis.url), redis.Redis.from_url(redis_url)
 

@@ -28,10 +28,10 @@ def partition_report(source: str, ts: int, partition: int, count: int, end: int,
 
 
 def spec(tmp_path: Path, bootstrap: str, redis_url: str, *sources: str, target: str = "west",
-         watermark: str = "1 hour") -> RollupQuerySpec:
+         watermark_ms: int = 3_600_000) -> RollupQuerySpec:
     return RollupQuerySpec(target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
                            checkpoint_dir=str(tmp_path / "checkpoints"), trigger_interval="500 milliseconds",
-                           watermark_delay=watermark, topics_pattern=topic_pattern(*sources))
+                           watermark_delay_ms=watermark_ms, topics_pattern=topic_pattern(*sources))
 
 
 def run_once(spark, query_spec: RollupQuerySpec) -> None:
@@ -97,7 +97,7 @@ def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_
                                                                    tmp_path):
     source, west = new_source(), kafka_clusters["west"]
     create_topic(west, metrics_topic(source))
-    query_spec = spec(tmp_path, west, redis_url, source, watermark="20 seconds")
+    query_spec = spec(tmp_path, west, redis_url, source, watermark_ms=20_000)
     produce(west, source, [partition_report(source, T0 + 100_000, 0, 1, end=1, lag=0)])
     query = start_rollup_query(spark, query_spec)
     try:

@@ -62,7 +62,7 @@ def pipeline(tmp_path: Path, kafka_clusters: dict[str, str], redis_url: str, spa
         query = start_rollup_query(spark, RollupQuerySpec(
             target="west", bootstrap_servers=kafka_clusters["west"], redis_url=redis_url,
             checkpoint_dir=str(tmp_path / "checkpoints"), trigger_interval="1 second",
-            watermark_delay="1 minute"))
+            watermark_delay_ms=60_000))
         wait_for_port(port, 30, processes[-1].process)
         yield f"http://127.0.0.1:{port}"
     finally:
