@@ -91,6 +91,11 @@ def metric_response(identity: dict, answer: MetricSeries) -> Response:
     body = {**identity, "metric": answer.metric, "granularity": answer.granularity, "value": answer.value,
             "min": answer.min, "max": answer.max, "avg": answer.avg, "sum": answer.sum, "count": answer.count,
             "series": answer.series}
+    return json_response(body)
+
+
+def json_response(body: object) -> Response:
+    """A ready JSON answer (flask-smorest passes a Response through untouched)."""
     return Response(orjson.dumps(body), mimetype="application/json")
 
 

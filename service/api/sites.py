@@ -12,7 +12,6 @@ discovered answers for itself only: no request ever travels a loop.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -23,6 +22,7 @@ from flask_smorest import abort
 from marshmallow import Schema, fields
 from werkzeug.exceptions import HTTPException
 
+from service.api.common import json_response
 from service.discovery.directory import GATEWAY_KEY, REGISTRY_KEY
 from service.discovery.registry import RemoteService
 from service.extensions import Blueprint
@@ -131,7 +131,7 @@ def _fanned_out(gateway: Gateway, selector: str, local: Callable[[], tuple[int, 
         abort(404, message=str(exc))
     except ValueError as exc:  # a path the fan-out refuses to forward (e.g. a '..' segment)
         abort(400, message=str(exc))
-    return _json(answer.to_json())
+    return json_response(answer.to_json())
 
 
 def local_answer(view: Callable, schema: type[Schema], args: tuple, kwargs: dict) -> tuple[int, Any]:
@@ -147,8 +147,6 @@ def local_answer(view: Callable, schema: type[Schema], args: tuple, kwargs: dict
 
 
 def _plain(result: Any, schema: type[Schema]) -> Response:
-    return result if isinstance(result, Response) else _json(schema().dump(result))
+    return result if isinstance(result, Response) else json_response(schema().dump(result))
 
 
-def _json(body: Any) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json")
