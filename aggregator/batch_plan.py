@@ -1,10 +1,9 @@
 """One micro-batch's partial windows and latest records (window_partials) sorted by what the sink does.
 
-Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, window) partials, so their
-merge arguments are formatted by Arrow and Python only groups them by series. Partials are grouped by
-hash tag (target, source, topic) so the sink merges a whole topic's series with one script call, and
-Redis Cluster keeps them on one slot. Window objects are built only for the series latest values read
-(end offsets of partitions, record counts of replications).
+Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, window) partials, so they
+stay one Arrow table, one metric a row, with each series' Redis key at every window size (computed once
+per series, not per window); stored_windows merges them. Window objects are built only for the series
+latest values read (end offsets of partitions, record counts of replications).
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +24,6 @@ from aggregator.window_partials import ALL_METRICS, BatchPartials
 LOG = logging.getLogger(__name__)
 
 Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, partition, group
-TagKey = tuple[str, str, str]  # target, source, topic
 SERIES_COLUMNS = ["target", "source", "topic", "partition", "group", "metric"]
 MEMBER_PARTS = ("n", "sum", "min", "max", "last")
 # Metrics whose windows latest values read: end offsets of partitions, record counts of replications.
@@ -40,8 +39,10 @@ class InvalidWindow:
 
 @dataclass
 class BatchPlan:
-    # hash tag -> (series, partial members as MERGE_WINDOWS_LUA takes them) of the batch
-    merges: dict[TagKey, list[tuple[layout.SeriesId, list[str]]]] = field(default_factory=dict)
+    # partial finest windows, one metric a row: series columns, key_<window> of each size, start, n, sum,
+    # min, max, last, last_ts (stored_windows merges them into every size)
+    finest: pa.Table | None = None
+    series_count: int = 0
     # partial windows of the series latest values are derived from
     history: dict[layout.SeriesId, list[layout.WindowAggregate]] = field(default_factory=dict)
     invalid: list[InvalidWindow] = field(default_factory=list)
@@ -68,15 +69,11 @@ class BatchPlan:
         return plan
 
     def add_merges(self, batch: BatchPartials) -> BatchPlan:
-        """Groups the batch's partial members by series: after the latest values (see redis_sink), as
-        nothing they need depends on it."""
+        """The batch's partial windows by series key: after the latest values (see redis_sink), as nothing
+        they need depends on it."""
         if batch.windows.num_rows:
             self._add_merges(batch.windows)
         return self
-
-    @property
-    def series_count(self) -> int:
-        return sum(len(s) for s in self.merges.values())
 
     def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
         return self.history.get(series, [])
@@ -93,31 +90,29 @@ class BatchPlan:
         narrow = [t for m in ALL_METRICS if (t := self._metric_partials(windows, m)) is not None]
         if not narrow:  # e.g. only replication reports: no metric windows
             return
-        order = [(c, "ascending") for c in [*SERIES_COLUMNS, "window_start"]]
-        table = pa.concat_tables(narrow).sort_by(order)
-        columns = table.select([*SERIES_COLUMNS, "member"]).to_pydict()
-        current: tuple | None = None
-        members: list[str] = []
-        for *key, member in zip(*columns.values(), strict=True):
-            if key != current:
-                current, members = key, []
-                target, source, topic, partition, group, metric = key
-                series = layout.SeriesId(target, source, topic, partition, metric, group or None)
-                self.merges.setdefault((target, source, topic), []).append((series, members))
-            members.append(member)
+        table = pa.concat_tables(narrow)
+        series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
+        names = [series_keys(*s) for s in zip(*series.to_pydict().values(), strict=True)]
+        keys = series.append_column("key_id", pa.array(range(len(names)), pa.int64()))
+        with_keys = table.join(keys, SERIES_COLUMNS)
+        ids = with_keys["key_id"]
+        for i, window in enumerate(layout.WINDOWS):
+            column = pa.array([n[i] for n in names], pa.string())
+            with_keys = with_keys.append_column(f"key_{window}", pc.take(column, ids))
+        self.finest = with_keys
+        self.series_count = series.num_rows
 
     def _metric_partials(self, windows: pa.Table, metric: str) -> pa.Table | None:
         present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
         if present.num_rows == 0:
             return None
-        parts = [present["window_start"], *(present[f"{metric}__{p}"] for p in MEMBER_PARTS),
-                 _last_ts(present, metric)]
-        member = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
         return pa.table({
             "target": present["target"], "source": present["source"], "topic": present["topic"],
             "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
             "metric": pa.array([metric] * present.num_rows, pa.string()),
-            "window_start": present["window_start"], "member": member,
+            "start": present["window_start"],
+            **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
+            "last_ts": _last_ts(present, metric),
         })
 
     def _add_history(self, present: pa.Table, metric: str, last_ts: pa.ChunkedArray) -> None:
@@ -163,6 +158,14 @@ class BatchPlan:
         for key, member in entries:
             self.index_sets.setdefault(key, set()).add(member)
 
+
+
+@lru_cache(maxsize=1 << 17)  # the same series come back in every batch
+def series_keys(target: str, source: str, topic: str, partition: int, group: str, metric: str
+                ) -> tuple[str, ...]:
+    """The series' key at each window size (redis_layout.WINDOWS order)."""
+    series = layout.SeriesId(target, source, topic, partition, metric, group or None)
+    return tuple(layout.series_key(series, window) for window in layout.WINDOWS)
 
 
 def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:

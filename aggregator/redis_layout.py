@@ -7,7 +7,7 @@ name, member encoding, window size and retention (DESIGN.md §5).
   group's topic-partition) of one replication into one target, at one window size. It is a sorted set:
   score = window start (epoch ms), member = `<start>:<count>:<sum>:<min>:<max>:<last>:<last ts>` (the
   event ts of `last`, so a later batch can merge into the window; readers accept members without it).
-  The sink merges each batch's partial windows into the stored ones in the same MULTI as the batch id,
+  The sink replaces each window a batch touches by its merged value in the same MULTI as the batch id,
   so a replayed Spark batch is recognised and skipped (redis_sink).
 - Keys carry a hash tag `{target|source|topic}` so that Redis Cluster keeps a topic's series on one
   slot (one pipeline, one MULTI).
@@ -143,7 +143,7 @@ def decode_member(member: str | bytes) -> WindowAggregate:
 
 
 def merge_windows(a: WindowAggregate, b: WindowAggregate) -> WindowAggregate:
-    """The window holding the samples of both (same start); MERGE_WINDOWS_LUA does the same in Redis.
+    """The window holding the samples of both (same start); stored_windows does the same on Arrow.
 
     `last` is the value with the greatest (last ts, value): ties break by value, so the result does not
     depend on the order partials are merged in. A member without last ts counts as its window's start.
@@ -278,25 +278,13 @@ def decode_latest(raw: str | bytes) -> dict:
     return value
 
 
-def merge_args(series_windows: list[list[WindowAggregate]]) -> list[str]:
-    """ARGV of MERGE_WINDOWS_LUA for partial finest windows of several series (KEYS: each series' keys
-    at every window size, finest first, as from series_key). A partial without last ts counts as of its
-    window start."""
-    argv = merge_args_header()
-    for windows in series_windows:
-        argv.append(str(len(windows)))
-        argv += [encode_member(w if w.last_ts is not None else
-                               WindowAggregate(w.start_ms, w.count, w.sum, w.min, w.max, w.last, w.start_ms))
-                 for w in windows]
-    return argv
-
-
-def merge_args_header() -> list[str]:
-    """The window sizes part of MERGE_WINDOWS_LUA's ARGV."""
-    argv = [str(len(WINDOWS))]
-    for window in WINDOWS.values():
-        argv += [str(window.size_ms), str(window.retention_ms), str(key_ttl_ms(window.name))]
-    return argv
+def replace_args(key: str, adds: list[int | str], removes: list[str], trim_before: int | None) -> list:
+    """One key's part of REPLACE_WINDOWS_LUA's ARGV: `adds` = start, member, start, member, ...; `removes`
+    = the stored members they replace; `trim_before` (when the batch created a window there) = the
+    retention cut-off, which also resets the key's lifetime."""
+    window = key.rsplit(":", 1)[1]
+    cut = "" if trim_before is None else str(trim_before)
+    return [len(adds) // 2, len(removes), cut, key_ttl_ms(window), *adds, *removes]
 
 
 def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
@@ -319,80 +307,31 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# Merges partial finest windows (one batch's samples) into the stored windows of every size: each
-# coarser window is the merge of the partials it contains, then of what is stored. Runs in the batch's
-# MULTI after the batch-id check, so no partial is merged twice. Retention is trimmed relative to the
-# newest window written (when one is created), not the clock, so a replay of the same input leaves the
-# same members.
-# ARGV: the number of window sizes, size, retention, TTL of each (finest first), then per series: its
-# number of partials and each partial as a member (encode_member, with last ts). KEYS: per series, its
-# key at each window size.
-MERGE_WINDOWS_LUA = """
-local MEMBER = '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):([^:]+):?([^:]*)$'
-local function num(x)
-  if x == math.floor(x) and math.abs(x) < 1e15 then return string.format('%d', x) end
-  return string.format('%.17g', x)
-end
-local function merge(a, b)
-  a[1] = a[1] + b[1]
-  a[2] = a[2] + b[2]
-  if b[3] < a[3] then a[3] = b[3] end
-  if b[4] > a[4] then a[4] = b[4] end
-  if b[6] > a[6] or (b[6] == a[6] and b[5] > a[5]) then a[5] = b[5]; a[6] = b[6] end
-end
-local nsizes = tonumber(ARGV[1])
-local sizes = {}
-for i = 1, nsizes do
-  sizes[i] = {tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])}
-end
-local pos = 3 * nsizes + 2
-local series = #KEYS / nsizes
-for s = 0, series - 1 do
-  local k = tonumber(ARGV[pos])
-  pos = pos + 1
-  for i = 1, nsizes do
-    local size, key = sizes[i][1], KEYS[s * nsizes + i]
-    local acc, order = {}, {}
-    for j = 0, k - 1 do
-      local start, c, sm, mn, mx, l, lt = string.match(ARGV[pos + j], MEMBER)
-      start = tonumber(start)
-      local w = start - (start % size)
-      local p = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or start}
-      if acc[w] == nil then
-        acc[w] = p
-        order[#order + 1] = w
-      else
-        merge(acc[w], p)
-      end
-    end
-    local newest, created = nil, false
-    for _, w in ipairs(order) do
-      local a = acc[w]
-      local old = redis.call('ZRANGEBYSCORE', key, w, w)[1]
-      if old then
-        local _, c, sm, mn, mx, l, lt = string.match(old, MEMBER)
-        local stored = {tonumber(c), tonumber(sm), tonumber(mn), tonumber(mx), tonumber(l), tonumber(lt) or w}
-        merge(stored, a)
-        a = stored
-      else
-        created = true
-      end
-      local member = table.concat({num(w), num(a[1]), num(a[2]), num(a[3]), num(a[4]), num(a[5]),
-                                   num(a[6])}, ':')
-      -- Add before removing: a key left empty for a moment would be deleted and lose its TTL.
-      if member ~= old then
-        redis.call('ZADD', key, w, member)
-        if old then redis.call('ZREM', key, old) end
-      end
-      if newest == nil or w > newest then newest = w end
-    end
-    -- Only a new window moves the retention cut-off or the key's lifetime (see key_ttl_ms).
-    if created then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (newest - sizes[i][2]))
-      redis.call('PEXPIRE', key, sizes[i][3])
-    end
+# Replaces windows by their new absolute values (stored_windows computes them): per key, its new members
+# are added first and the members they replace removed after, so a key is never empty for a moment
+# (Redis would delete it and its TTL). Runs in the batch's MULTI after the batch-id check. Retention is
+# trimmed relative to the newest window written (when one is created), not the clock, so a replay of the
+# same input leaves the same members. ARGV: per key (replace_args), in KEYS order.
+REPLACE_WINDOWS_LUA = """
+local CHUNK = 1000
+local pos = 1
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local adds, removes = 2 * tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  local cut, ttl = ARGV[pos + 2], ARGV[pos + 3]
+  pos = pos + 4
+  for j = pos, pos + adds - 1, CHUNK do
+    redis.call('ZADD', key, unpack(ARGV, j, math.min(j + CHUNK - 1, pos + adds - 1)))
   end
-  pos = pos + k
+  pos = pos + adds
+  for j = pos, pos + removes - 1, CHUNK do
+    redis.call('ZREM', key, unpack(ARGV, j, math.min(j + CHUNK - 1, pos + removes - 1)))
+  end
+  pos = pos + removes
+  if cut ~= '' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cut)
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 return 1
 """

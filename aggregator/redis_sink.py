@@ -1,12 +1,13 @@
 """foreachBatch sink: one Spark micro-batch -> partial windows -> one Redis transaction.
 
-The batch is collected as Arrow, aggregated on its own (window_partials) and merged into the stored
-windows of all sizes (redis_layout.MERGE_WINDOWS_LUA). Merging is not idempotent, so a batch's merges,
-index updates, invalid-record counts and the sink state (batch id and newest event ts) go in a single
-MULTI: Redis holds either all of them or none, and a batch Spark replays after a crash is skipped when
-its id is not above the stored one. Spark replays a batch with the offsets it logged, so a run killed
-mid-batch and restarted leaves Redis as an uninterrupted run does. Latest values are idempotent and go
-just before, in their own transaction (_write_latest), so they are not held up by the merges.
+The batch is collected as Arrow, aggregated on its own (window_partials) and merged into the windows of
+all sizes (stored_windows keeps the recent ones; redis_layout.REPLACE_WINDOWS_LUA writes the new
+values). Merging is not idempotent, so a batch's windows, index updates, invalid-record counts and the
+sink state (batch id and newest event ts) go in a single MULTI: Redis holds either all of them or none,
+and a batch Spark replays after a crash is skipped when its id is not above the stored one. Spark
+replays a batch with the offsets it logged, so a run killed mid-batch and restarted leaves Redis as an
+uninterrupted run does. Latest values are idempotent and go just before, in their own transaction
+(_write_latest), so they are not held up by the merges.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -27,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 from pyspark.sql import DataFrame
 
@@ -34,6 +37,7 @@ from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.rollups import on_time
+from aggregator.stored_windows import StoredWindows, WindowUpdates, size_partials
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from driver.policy import metrics_topic
@@ -76,9 +80,10 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._merge: Any = None
+        self._replace: Any = None
         self._latest: Any = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
+        self.stored = StoredWindows()
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -90,7 +95,7 @@ class RedisRollupSink:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(self.redis_url)
-            self._merge = self._client.register_script(layout.MERGE_WINDOWS_LUA)
+            self._replace = self._client.register_script(layout.REPLACE_WINDOWS_LUA)
             self._latest = self._client.register_script(layout.UPSERT_LATEST_LUA)
         return self._client
 
@@ -142,8 +147,10 @@ class RedisRollupSink:
         self._write_latest(latest)
         derived = time.monotonic()
         plan.add_merges(batch)
+        updates = self._window_updates(plan)
+        merged = time.monotonic()
         pipe = self.client.pipeline(transaction=True)
-        self._write_windows(pipe, plan)
+        self._write_windows(pipe, updates)
         self._write_invalid(pipe, plan)
         self._write_index(pipe, plan)
         max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
@@ -154,15 +161,17 @@ class RedisRollupSink:
         try:
             pipe.execute()
         except Exception:
-            self.history.clear()  # unknown what got through: read Redis again
+            # Unknown what got through: read Redis again.
+            self.history.clear()
+            self.stored.clear()
             raise
         executed = time.monotonic()
         for series, windows in plan.history.items():
             self.history.commit(layout.series_key(series, FINEST.name), windows)
         LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
-                  "%.0f, merges queued %.0f, Redis %.0f)", self.query_name, batch_id,
+                  "%.0f, windows merged %.0f, queued %.0f, Redis %.0f)", self.query_name, batch_id,
                   plan.series_count, len(latest), (time.monotonic() - began) * 1000,
-                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, queued,
+                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, merged, queued,
                                                                     executed))))
 
     def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
@@ -180,17 +189,47 @@ class RedisRollupSink:
 
     # --- windows, indexes, invalid records ----------------------------------------------------------
 
-    def _write_windows(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
+    def _window_updates(self, plan: BatchPlan) -> list[WindowUpdates]:
+        """The batch's partials merged at every window size with the stored windows (read from Redis
+        first where they are not kept)."""
+        if plan.finest is None:
+            return []
+        updates = []
+        for window in layout.WINDOWS:
+            partials = size_partials(plan.finest, window)
+            missing = self.stored.uncovered(partials)
+            if missing:
+                pipe = self.client.pipeline(transaction=False)
+                for key, low in missing.items():
+                    pipe.zrangebyscore(key, low, "+inf")
+                stored = {key: (low, members) for (key, low), members in zip(missing.items(), pipe.execute(),
+                                                                              strict=True)}
+                self.stored.load(window, stored)
+            updates.append(self.stored.apply(partials, window))
+        return updates
+
+    def _write_windows(self, pipe: redis.client.Pipeline, updates: list[WindowUpdates]) -> None:
         # One script call per topic: its series share a hash tag, so this also works on Redis Cluster.
-        header = layout.merge_args_header()
-        for merges in plan.merges.values():
-            keys: list[str] = []
-            args = list(header)
-            for series, members in merges:
-                keys += [layout.series_key(series, name) for name in layout.WINDOWS]
-                args.append(str(len(members)))
-                args += members
-            self._merge(keys=keys, args=args, client=pipe)
+        if not updates or not any(u.changed.num_rows for u in updates):
+            return
+        trims = {key: cut for u in updates for key, cut in u.trims.items()}
+        changed = pa.concat_tables([u.changed for u in updates])
+        changed = changed.sort_by([("key", "ascending"), ("start", "ascending")])
+        runs = pc.run_end_encode(changed["key"].combine_chunks())
+        starts, members, olds = (changed[c].to_pylist() for c in ("start", "member", "old"))
+        keys, argv, tag, begin = [], [], None, 0
+        for key, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+            key_tag = key[:key.index("}") + 1]
+            if key_tag != tag and keys:
+                self._replace(keys=keys, args=argv, client=pipe)
+                keys, argv = [], []
+            tag = key_tag
+            adds = [x for pair in zip(starts[begin:end], members[begin:end], strict=True) for x in pair]
+            keys.append(key)
+            argv += layout.replace_args(key, adds, [o for o in olds[begin:end] if o is not None],
+                                        trims.get(key))
+            begin = end
+        self._replace(keys=keys, args=argv, client=pipe)
 
     def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         for invalid in plan.invalid:

@@ -73,14 +73,13 @@ def test_coarser_windows_are_exact_multiples_of_the_finest():
     assert all(w.retention_ms < layout.key_ttl_ms(w.name) for w in layout.WINDOWS.values())
 
 
-def test_merge_args_carry_every_window_size_and_the_partials():
-    two = [WindowAggregate(0, 2, 1.5, 0, 1.5, 1.5), WindowAggregate(10_000, 1, 1, 1, 1, 1)]
-    argv = layout.merge_args([[WindowAggregate(10_000, 1, 5, 5, 5, 5, 12_345)], two])
-    sizes = 1 + 3 * len(layout.WINDOWS)
-    assert argv[0] == str(len(layout.WINDOWS)) and argv[1] == "10000"
-    assert argv[sizes:sizes + 2] == ["1", "10000:1:5:5:5:5:12345"]
-    # Without a last ts, a partial's last counts as of its window start.
-    assert argv[sizes + 2:] == ["2", "0:2:1.5:0:1.5:1.5:0", "10000:1:1:1:1:1:10000"]
+def test_replace_args_carry_counts_cut_off_and_the_key_lifetime():
+    key = layout.series_key(layout.SeriesId("west", "east", "east.t", 0, "record_count"), "1m")
+    adds = [60_000, "60000:1:5:5:5:5:61000", 120_000, "120000:1:1:1:1:1:120000"]
+    assert layout.replace_args(key, adds, ["60000:1:4:4:4:4:60500"], None) == [
+        2, 1, "", layout.key_ttl_ms("1m"), *adds, "60000:1:4:4:4:4:60500"]
+    # A new window: the retention cut-off travels and resets the key's lifetime (see key_ttl_ms).
+    assert layout.replace_args(key, adds[2:], [], 5_000)[:4] == [1, 0, "5000", layout.key_ttl_ms("1m")]
 
 
 def test_member_keeps_the_last_ts_and_reads_members_without_it():

@@ -1,0 +1,190 @@
+"""The recent windows of every series the sink writes, kept across batches, so Redis only stores values.
+
+Merging a batch's partial windows inside Redis (a Lua read-modify-write of each window at each size)
+cost 15–20 us a window, the sink's slowest stage by far. One query is the only writer of its target's
+series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
+on Arrow; Redis then only replaces members (redis_layout.REPLACE_WINDOWS_LUA).
+
+Per window size a table holds (key, start, value columns, member as stored). A series key is
+*covered from* a start when every stored window from that start on is in the table: what is not
+covered is read from Redis before the batch merges (`uncovered` / `load`), so a restarted process or
+a late record for an old window reads Redis once. Only committed batches change the table, and a failed
+write clears it, so over its covered range it always equals Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aggregator import redis_layout as layout
+
+LOG = logging.getLogger(__name__)
+
+VALUES = ("n", "sum", "min", "max", "last")
+COLUMNS = ("key", "start", *VALUES, "last_ts")
+SCHEMA = pa.schema([pa.field("key", pa.string()), pa.field("start", pa.int64()),
+                    *(pa.field(v, pa.float64()) for v in VALUES), pa.field("last_ts", pa.int64()),
+                    pa.field("member", pa.string())])
+# How far behind a series' newest window its windows stay here: a few windows, and at least long
+# enough for the usual lateness (older windows are read from Redis when a record needs them).
+MIN_KEEP_MS = 5 * 60_000
+
+
+def keep_ms(window: str) -> int:
+    return max(3 * layout.WINDOWS[window].size_ms, MIN_KEEP_MS)
+
+
+def size_partials(finest: pa.Table, window: str) -> pa.Table:
+    """Partial finest windows (key_<window>, start, values, last_ts; one metric each) merged per window
+    of `window` size and key: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
+    size = layout.WINDOWS[window].size_ms
+    start = finest["start"]
+    table = pa.table({"key": finest[f"key_{window}"], "start": pc.subtract(start, _mod(start, size)),
+                      **{c: finest[c] for c in (*VALUES, "last_ts")}})
+    ordered = table.sort_by([("key", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
+                             ("last", "ascending")])
+    aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
+                  ("last_ts", "last")]
+    out = ordered.group_by(["key", "start"], use_threads=False).aggregate(aggregates)
+    names = {f"{column}_{function}": column for column, function in aggregates}
+    return out.rename_columns([names.get(c, c) for c in out.column_names])
+
+
+def _mod(ts: pa.ChunkedArray | pa.Array, size: int) -> pa.Array:
+    floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size))), pa.int64())
+    return pc.subtract(ts, pc.multiply(floor, size))
+
+
+def member_column(table: pa.Table) -> pa.ChunkedArray:
+    """`<start>:<n>:<sum>:<min>:<max>:<last>:<last ts>` (redis_layout.encode_member's fields; numbers in
+    their shortest round-trip form)."""
+    parts = [table[c] for c in ("start", *VALUES, "last_ts")]
+    return pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+
+
+@dataclass
+class WindowUpdates:
+    """One window size's changed windows: new member, the stored one it replaces (null when the window is
+    new), and per key the retention cut-off when the batch created a window there."""
+
+    window: str
+    changed: pa.Table  # key, start, member, old
+    trims: dict[str, int]  # key -> drop windows starting before this (only keys with a new window)
+
+
+@dataclass
+class StoredWindows:
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> stored windows kept here
+    covered_from: dict[str, int] = field(default_factory=dict)  # series key -> start
+
+    def uncovered(self, partials: pa.Table) -> dict[str, int]:
+        """Series keys whose stored windows the batch may touch but are not all here -> from which start
+        Redis must be read."""
+        firsts = partials.group_by("key", use_threads=False).aggregate([("start", "min")])
+        out = {}
+        for key, first in zip(firsts["key"].to_pylist(), firsts["start_min"].to_pylist(), strict=True):
+            known = self.covered_from.get(key)
+            if known is None or first < known:
+                out[key] = first
+        return out
+
+    def load(self, window: str, stored: Mapping[str, tuple[int, Iterable[bytes | str]]]) -> None:
+        """What Redis holds of some series of one window size: key -> (from start, its members there)."""
+        rows = []
+        for key, (_, members) in stored.items():
+            for raw in members:
+                member = raw.decode() if isinstance(raw, bytes) else raw
+                try:
+                    w = layout.decode_member(member)
+                except ValueError as exc:
+                    # Kept as a member to replace, with no value: the batch's partial becomes the window.
+                    LOG.warning("replacing %s in %s", exc, key)
+                    rows.append({"key": key, "start": _member_start(member), "member": member})
+                    continue
+                rows.append({"key": key, "start": w.start_ms, "n": w.count, "sum": w.sum, "min": w.min,
+                             "max": w.max, "last": w.last,
+                             "last_ts": w.start_ms if w.last_ts is None else w.last_ts, "member": member})
+        lows = pa.table({"key": pa.array(list(stored), pa.string()),
+                         "low": pa.array([low for low, _ in stored.values()], pa.int64())})
+        kept = self.tables.get(window, SCHEMA.empty_table())
+        # Windows of these keys from their low on come from Redis now; older ones stay as kept.
+        joined = kept.join(lows, "key", join_type="left outer")
+        older = joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True))
+        loaded = pa.Table.from_pylist(rows, schema=SCHEMA)
+        self.tables[window] = pa.concat_tables([older.select(SCHEMA.names).cast(SCHEMA), loaded])
+        for key, (low, _) in stored.items():
+            self.covered_from[key] = min(low, self.covered_from.get(key, low))
+
+    def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
+        """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
+        kept = self.tables.get(window, SCHEMA.empty_table())
+        old = kept.rename_columns([c if c in ("key", "start") else f"old_{c}" for c in kept.column_names])
+        joined = partials.join(old, ["key", "start"], join_type="left outer")
+        merged = _merged(joined)
+        merged = merged.append_column("member", member_column(merged))
+        created = pc.is_null(joined["old_member"])
+        changed = pc.or_kleene(created, pc.not_equal(merged["member"], joined["old_member"]))
+        updates = pa.table({"key": merged["key"], "start": merged["start"], "member": merged["member"],
+                            "old": joined["old_member"]}).filter(changed)
+        self._keep(kept, merged.select(SCHEMA.names), window)
+        return WindowUpdates(window, updates, _trims(merged.filter(created), merged, window))
+
+    def _keep(self, kept: pa.Table, merged: pa.Table, window: str) -> None:
+        rest = kept.join(merged.select(["key", "start"]), ["key", "start"], join_type="left anti")
+        table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
+        newest = merged.group_by("key", use_threads=False).aggregate([("start", "max")])
+        floors = pa.table({"key": newest["key"],
+                           "floor": pc.subtract(newest["start_max"], keep_ms(window))})
+        joined = table.join(floors, "key", join_type="left outer")
+        self.tables[window] = joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]),
+                                                         True)).select(SCHEMA.names)
+        for key, floor in zip(floors["key"].to_pylist(), floors["floor"].to_pylist(), strict=True):
+            self.covered_from[key] = max(floor, self.covered_from.get(key, floor))
+
+    def clear(self) -> None:
+        self.tables.clear()
+        self.covered_from.clear()
+
+
+def _merged(joined: pa.Table) -> pa.Table:
+    """Partials merged with their stored windows (old_* columns, null for a new window)."""
+    def add(name: str) -> pa.ChunkedArray:
+        return pc.add(joined[name], pc.fill_null(joined[f"old_{name}"], 0.0))
+
+    old_newer = pc.fill_null(pc.or_(
+        pc.greater(joined["old_last_ts"], joined["last_ts"]),
+        pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
+                                                                              joined["last"]))), False)
+    return pa.table({
+        "key": joined["key"], "start": joined["start"], "n": add("n"), "sum": add("sum"),
+        "min": pc.min_element_wise(joined["min"], joined["old_min"]),
+        "max": pc.max_element_wise(joined["max"], joined["old_max"]),
+        "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
+        "last_ts": pc.if_else(old_newer, joined["old_last_ts"], joined["last_ts"]),
+    })
+
+
+def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[str, int]:
+    """Keys that got a new window -> retention cut-off from the newest window the batch wrote there (a
+    replay of the same input trims the same windows, whatever the clock says)."""
+    if created.num_rows == 0:
+        return {}
+    keys = pc.unique(created["key"])
+    newest = merged.filter(pc.is_in(merged["key"], keys)).group_by("key", use_threads=False).aggregate(
+        [("start", "max")])
+    retention = layout.WINDOWS[window].retention_ms
+    return {k: s - retention for k, s in zip(newest["key"].to_pylist(), newest["start_max"].to_pylist(),
+                                                strict=True)}
+
+
+def _member_start(member: str) -> int:
+    head = member.split(":", 1)[0]
+    try:
+        return int(float(head))
+    except ValueError:
+        return 0

@@ -1,0 +1,92 @@
+"""Stored windows kept by the sink: partials merged into absolute window values on Arrow, what is not
+kept read from Redis first (pure: Redis replies are given as lists)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from aggregator import redis_layout as layout
+from aggregator.stored_windows import StoredWindows, keep_ms, size_partials
+
+KEY = "k"  # the tables here only need one name per series and size
+
+
+def finest(*windows: tuple[int, float, float, float, float, float, int]) -> pa.Table:
+    """Partial 10 s windows of one series: (start, n, sum, min, max, last, last_ts)."""
+    columns = list(zip(*windows, strict=True))
+    names = ("start", "n", "sum", "min", "max", "last", "last_ts")
+    table = {name: pa.array(values, pa.int64() if name in ("start", "last_ts") else pa.float64())
+             for name, values in zip(names, columns, strict=True)}
+    keys = pa.array([KEY] * len(windows), pa.string())
+    return pa.table({**table, **{f"key_{w}": keys for w in layout.WINDOWS}})
+
+
+def values(table: pa.Table) -> list[tuple]:
+    rows = table.sort_by([("key", "ascending"), ("start", "ascending")]).to_pylist()
+    return [(r["start"], r["n"], r["sum"], r["min"], r["max"], r["last"], r["last_ts"]) for r in rows]
+
+
+def members(updates) -> dict[int, tuple[str, str | None]]:
+    return {r["start"]: (r["member"], r["old"]) for r in updates.changed.to_pylist()}
+
+
+def test_partials_roll_up_per_window_size_with_the_newest_last():
+    table = finest((0, 1, 5, 5, 5, 5, 1_000), (10_000, 2, 3, 1, 2, 2, 15_000),
+                   (60_000, 1, 7, 7, 7, 7, 60_000))
+    assert values(size_partials(table, "10s")) == [
+        (0, 1, 5, 5, 5, 5, 1_000), (10_000, 2, 3, 1, 2, 2, 15_000), (60_000, 1, 7, 7, 7, 7, 60_000)]
+    assert values(size_partials(table, "1m")) == [(0, 3, 8, 1, 5, 2, 15_000), (60_000, 1, 7, 7, 7, 7, 60_000)]
+    # Equal last ts: the greater value is `last`, whatever order the partials came in.
+    tie = finest((10_000, 1, 9, 9, 9, 9, 15_000), (0, 1, 3, 3, 3, 3, 15_000))
+    assert values(size_partials(tie, "1h"))[0][5:] == (9, 15_000)
+
+
+def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
+    store = StoredWindows()
+    first = store.apply(size_partials(finest((0, 1, 5, 5, 5, 5, 1_000)), "1m"), "1m")
+    assert members(first) == {0: ("0:1:5:5:5:5:1000", None)}
+    assert first.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
+    later = store.apply(size_partials(finest((10_000, 1, 2.5, 2.5, 2.5, 2.5, 500)), "1m"), "1m")
+    # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
+    assert members(later) == {0: ("0:2:7.5:2.5:5:5:1000", "0:1:5:5:5:5:1000")}
+    assert later.trims == {}
+
+
+def test_a_stored_member_is_removed_as_redis_holds_it():
+    store = StoredWindows()
+    # Written by the former in-Redis merge (17 significant digits): removed byte for byte.
+    store.load("10s", {KEY: (0, [b"0:1:0.10000000000000001:0.10000000000000001:0.10000000000000001:"
+                                 b"0.10000000000000001:10"])})
+    updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
+    assert members(updates) == {0: ("0:2:1.1:0.1:1:0.1:10", "0:1:0.10000000000000001:0.10000000000000001:"
+                                    "0.10000000000000001:0.10000000000000001:10")}
+
+
+def test_what_is_not_kept_is_read_from_redis_first():
+    store = StoredWindows()
+    partials = size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "10s")
+    assert store.uncovered(partials) == {KEY: 20_000}
+    store.load("10s", {KEY: (20_000, [b"20000:3:30:5:15:10:25000"])})
+    assert store.uncovered(partials) == {}
+    assert members(store.apply(partials, "10s")) == {
+        20_000: ("20000:4:31:1:15:10:25000", "20000:3:30:5:15:10:25000")}
+    # A late record for a window older than what is kept: that range is read again.
+    late = size_partials(finest((0, 1, 1, 1, 1, 1, 1)), "10s")
+    assert store.uncovered(late) == {KEY: 0}
+
+
+def test_windows_older_than_the_kept_span_leave_memory_not_redis():
+    store = StoredWindows()
+    span = keep_ms("10s")
+    store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s")
+    store.apply(size_partials(finest((span + 10_000, 1, 1, 1, 1, 1, 0)), "10s"), "10s")
+    assert store.tables["10s"]["start"].to_pylist() == [span + 10_000]
+    assert store.covered_from[KEY] == 10_000
+    assert store.uncovered(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s")) == {KEY: 0}
+
+
+def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
+    store = StoredWindows()
+    store.load("10s", {KEY: (0, [b"0:not:a:window"])})
+    updates = store.apply(size_partials(finest((0, 1, 2, 2, 2, 2, 3)), "10s"), "10s")
+    assert members(updates) == {0: ("0:1:2:2:2:2:3", "0:not:a:window")}
