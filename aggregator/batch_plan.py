@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +18,7 @@ import pyarrow.compute as pc
 
 from aggregator import redis_layout as layout
 from aggregator.rollups import INVALID_KIND
+from aggregator.stored_windows import SeriesKeys
 from aggregator.window_partials import ALL_METRICS, BatchPartials
 
 LOG = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class InvalidWindow:
 
 @dataclass
 class BatchPlan:
-    # partial finest windows, one metric a row: series columns, key_<window> of each size, start, n, sum,
+    # partial finest windows, one metric a row: series (number, stored_windows.SeriesKeys), start, n, sum,
     # min, max, last, last_ts (stored_windows merges them into every size)
     finest: pa.Table | None = None
     series_count: int = 0
@@ -68,11 +68,11 @@ class BatchPlan:
             plan.add_latest(record)
         return plan
 
-    def add_merges(self, batch: BatchPartials) -> BatchPlan:
-        """The batch's partial windows by series key: after the latest values (see redis_sink), as nothing
-        they need depends on it."""
+    def add_merges(self, batch: BatchPartials, keys: SeriesKeys) -> BatchPlan:
+        """The batch's partial windows by series number: after the latest values (see redis_sink), as
+        nothing they need depends on it."""
         if batch.windows.num_rows:
-            self._add_merges(batch.windows)
+            self._add_merges(batch.windows, keys)
         return self
 
     def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
@@ -86,20 +86,15 @@ class BatchPlan:
         if known is None or known["ts"] < record["ts"]:
             self.latest[subject] = dict(record)
 
-    def _add_merges(self, windows: pa.Table) -> None:
+    def _add_merges(self, windows: pa.Table, keys: SeriesKeys) -> None:
         narrow = [t for m in ALL_METRICS if (t := self._metric_partials(windows, m)) is not None]
         if not narrow:  # e.g. only replication reports: no metric windows
             return
         table = pa.concat_tables(narrow)
         series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
-        names = [series_keys(*s) for s in zip(*series.to_pydict().values(), strict=True)]
-        keys = series.append_column("key_id", pa.array(range(len(names)), pa.int64()))
-        with_keys = table.join(keys, SERIES_COLUMNS)
-        ids = with_keys["key_id"]
-        for i, window in enumerate(layout.WINDOWS):
-            column = pa.array([n[i] for n in names], pa.string())
-            with_keys = with_keys.append_column(f"key_{window}", pc.take(column, ids))
-        self.finest = with_keys
+        numbered = series.append_column("series", pa.array(
+            keys.number(zip(*series.to_pydict().values(), strict=True)), pa.int64()))
+        self.finest = table.join(numbered, SERIES_COLUMNS).drop_columns(SERIES_COLUMNS)
         self.series_count = series.num_rows
 
     def _metric_partials(self, windows: pa.Table, metric: str) -> pa.Table | None:
@@ -158,14 +153,6 @@ class BatchPlan:
         for key, member in entries:
             self.index_sets.setdefault(key, set()).add(member)
 
-
-
-@lru_cache(maxsize=1 << 17)  # the same series come back in every batch
-def series_keys(target: str, source: str, topic: str, partition: int, group: str, metric: str
-                ) -> tuple[str, ...]:
-    """The series' key at each window size (redis_layout.WINDOWS order)."""
-    series = layout.SeriesId(target, source, topic, partition, metric, group or None)
-    return tuple(layout.series_key(series, window) for window in layout.WINDOWS)
 
 
 def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:

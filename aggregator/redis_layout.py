@@ -278,13 +278,12 @@ def decode_latest(raw: str | bytes) -> dict:
     return value
 
 
-def replace_args(key: str, adds: list[int | str], removes: list[str], trim_before: int | None) -> list:
-    """One key's part of REPLACE_WINDOWS_LUA's ARGV: `adds` = start, member, start, member, ...; `removes`
-    = the stored members they replace; `trim_before` (when the batch created a window there) = the
-    retention cut-off, which also resets the key's lifetime."""
+def replace_args(key: str, windows: int, trim_before: int | None) -> list:
+    """The head of one key's part of REPLACE_WINDOWS_LUA's ARGV: its number of windows, then (when the batch
+    created a window there) the retention cut-off, which also resets the key's lifetime. The windows follow
+    as start, new member, the stored member it replaces ('' for a new window)."""
     window = key.rsplit(":", 1)[1]
-    cut = "" if trim_before is None else str(trim_before)
-    return [len(adds) // 2, len(removes), cut, key_ttl_ms(window), *adds, *removes]
+    return [windows, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
 
 
 def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
@@ -311,23 +310,27 @@ return 1
 # are added first and the members they replace removed after, so a key is never empty for a moment
 # (Redis would delete it and its TTL). Runs in the batch's MULTI after the batch-id check. Retention is
 # trimmed relative to the newest window written (when one is created), not the clock, so a replay of the
-# same input leaves the same members. ARGV: per key (replace_args), in KEYS order.
+# same input leaves the same members. ARGV: per key, in KEYS order, replace_args and its windows.
 REPLACE_WINDOWS_LUA = """
 local CHUNK = 1000
 local pos = 1
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local adds, removes = 2 * tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  local cut, ttl = ARGV[pos + 2], ARGV[pos + 3]
-  pos = pos + 4
-  for j = pos, pos + adds - 1, CHUNK do
-    redis.call('ZADD', key, unpack(ARGV, j, math.min(j + CHUNK - 1, pos + adds - 1)))
+  local windows, cut, ttl = tonumber(ARGV[pos]), ARGV[pos + 1], ARGV[pos + 2]
+  pos = pos + 3
+  local adds, removes = {}, {}
+  for j = pos, pos + 3 * windows - 1, 3 do
+    adds[#adds + 1] = ARGV[j]
+    adds[#adds + 1] = ARGV[j + 1]
+    if ARGV[j + 2] ~= '' then removes[#removes + 1] = ARGV[j + 2] end
   end
-  pos = pos + adds
-  for j = pos, pos + removes - 1, CHUNK do
-    redis.call('ZREM', key, unpack(ARGV, j, math.min(j + CHUNK - 1, pos + removes - 1)))
+  pos = pos + 3 * windows
+  for j = 1, #adds, CHUNK do
+    redis.call('ZADD', key, unpack(adds, j, math.min(j + CHUNK - 1, #adds)))
   end
-  pos = pos + removes
+  for j = 1, #removes, CHUNK do
+    redis.call('ZREM', key, unpack(removes, j, math.min(j + CHUNK - 1, #removes)))
+  end
   if cut ~= '' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cut)
     redis.call('PEXPIRE', key, ttl)

@@ -28,8 +28,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 from pyspark.sql import DataFrame
 
@@ -37,7 +35,7 @@ from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.rollups import on_time
-from aggregator.stored_windows import StoredWindows, WindowUpdates, size_partials
+from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from driver.policy import metrics_topic
@@ -84,6 +82,7 @@ class RedisRollupSink:
         self._latest: Any = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
         self.stored = StoredWindows()
+        self.series_keys = SeriesKeys()
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -146,7 +145,7 @@ class RedisRollupSink:
         latest = self._latest_values(plan)
         self._write_latest(latest)
         derived = time.monotonic()
-        plan.add_merges(batch)
+        plan.add_merges(batch, self.series_keys)
         updates = self._window_updates(plan)
         merged = time.monotonic()
         pipe = self.client.pipeline(transaction=True)
@@ -195,41 +194,21 @@ class RedisRollupSink:
         if plan.finest is None:
             return []
         updates = []
-        for window in layout.WINDOWS:
+        for i, window in enumerate(layout.WINDOWS):
             partials = size_partials(plan.finest, window)
-            missing = self.stored.uncovered(partials)
+            missing = self.stored.uncovered(partials, window)
             if missing:
                 pipe = self.client.pipeline(transaction=False)
-                for key, low in missing.items():
-                    pipe.zrangebyscore(key, low, "+inf")
-                stored = {key: (low, members) for (key, low), members in zip(missing.items(), pipe.execute(),
-                                                                              strict=True)}
-                self.stored.load(window, stored)
+                for series, low in missing.items():
+                    pipe.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
+                replies = zip(missing.items(), pipe.execute(), strict=True)
+                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
             updates.append(self.stored.apply(partials, window))
         return updates
 
     def _write_windows(self, pipe: redis.client.Pipeline, updates: list[WindowUpdates]) -> None:
-        # One script call per topic: its series share a hash tag, so this also works on Redis Cluster.
-        if not updates or not any(u.changed.num_rows for u in updates):
-            return
-        trims = {key: cut for u in updates for key, cut in u.trims.items()}
-        changed = pa.concat_tables([u.changed for u in updates])
-        changed = changed.sort_by([("key", "ascending"), ("start", "ascending")])
-        runs = pc.run_end_encode(changed["key"].combine_chunks())
-        starts, members, olds = (changed[c].to_pylist() for c in ("start", "member", "old"))
-        keys, argv, tag, begin = [], [], None, 0
-        for key, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
-            key_tag = key[:key.index("}") + 1]
-            if key_tag != tag and keys:
-                self._replace(keys=keys, args=argv, client=pipe)
-                keys, argv = [], []
-            tag = key_tag
-            adds = [x for pair in zip(starts[begin:end], members[begin:end], strict=True) for x in pair]
-            keys.append(key)
-            argv += layout.replace_args(key, adds, [o for o in olds[begin:end] if o is not None],
-                                        trims.get(key))
-            begin = end
-        self._replace(keys=keys, args=argv, client=pipe)
+        for keys, argv in redis_calls(updates, self.series_keys):
+            self._replace(keys=keys, args=argv, client=pipe)
 
     def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         for invalid in plan.invalid:

@@ -5,11 +5,12 @@ cost 15–20 us a window, the sink's slowest stage by far. One query is the only
 series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
 on Arrow; Redis then only replaces members (redis_layout.REPLACE_WINDOWS_LUA).
 
-Per window size a table holds (key, start, value columns, member as stored). A series key is
-*covered from* a start when every stored window from that start on is in the table: what is not
-covered is read from Redis before the batch merges (`uncovered` / `load`), so a restarted process or
-a late record for an old window reads Redis once. Only committed batches change the table, and a failed
-write clears it, so over its covered range it always equals Redis.
+Series are numbered once per process (SeriesKeys), so joins and sorts run on integers, and key names are
+made once per series, not per window. Per window size a table holds (series, start, value columns,
+member as stored). A series is *covered from* a start when every stored window from that start on is in
+the table: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
+restarted process or a late record for an old window reads Redis once. Only committed batches change
+the table, and a failed write clears it, so over its covered range it always equals Redis.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from aggregator import redis_layout as layout
 LOG = logging.getLogger(__name__)
 
 VALUES = ("n", "sum", "min", "max", "last")
-COLUMNS = ("key", "start", *VALUES, "last_ts")
-SCHEMA = pa.schema([pa.field("key", pa.string()), pa.field("start", pa.int64()),
+SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
                     *(pa.field(v, pa.float64()) for v in VALUES), pa.field("last_ts", pa.int64()),
                     pa.field("member", pa.string())])
 # How far behind a series' newest window its windows stay here: a few windows, and at least long
@@ -39,18 +39,46 @@ def keep_ms(window: str) -> int:
     return max(3 * layout.WINDOWS[window].size_ms, MIN_KEEP_MS)
 
 
+SeriesColumns = tuple[str, str, str, int, str, str]  # target, source, topic, partition, group, metric
+
+
+@dataclass
+class SeriesKeys:
+    """Series numbers of this process, with each series' key at every window size and its hash tag."""
+
+    ids: dict[SeriesColumns, int] = field(default_factory=dict)
+    keys: list[tuple[str, ...]] = field(default_factory=list)  # by series: key per size (WINDOWS order)
+    tags: list[int] = field(default_factory=list)  # by series: its hash tag's number
+    tag_ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+    def number(self, series: Iterable[SeriesColumns]) -> list[int]:
+        out = []
+        for s in series:
+            known = self.ids.get(s)
+            if known is None:
+                known = self.ids[s] = len(self.keys)
+                target, source, topic, partition, group, metric = s
+                named = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                self.keys.append(tuple(layout.series_key(named, w) for w in layout.WINDOWS))
+                self.tags.append(self.tag_ids.setdefault((target, source, topic), len(self.tag_ids)))
+            out.append(known)
+        return out
+
+
 def size_partials(finest: pa.Table, window: str) -> pa.Table:
-    """Partial finest windows (key_<window>, start, values, last_ts; one metric each) merged per window
-    of `window` size and key: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
+    """Partial finest windows (series, start, values, last_ts; one metric each) merged per window of
+    `window` size and series: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
     size = layout.WINDOWS[window].size_ms
     start = finest["start"]
-    table = pa.table({"key": finest[f"key_{window}"], "start": pc.subtract(start, _mod(start, size)),
+    table = pa.table({"series": finest["series"], "start": pc.subtract(start, _mod(start, size)),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
-    ordered = table.sort_by([("key", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
+    if table.group_by(["series", "start"]).aggregate([]).num_rows == table.num_rows:
+        return table  # one partial a window already (the finest size, as window_partials gives them)
+    ordered = table.sort_by([("series", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
                              ("last", "ascending")])
     aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
                   ("last_ts", "last")]
-    out = ordered.group_by(["key", "start"], use_threads=False).aggregate(aggregates)
+    out = ordered.group_by(["series", "start"], use_threads=False).aggregate(aggregates)
     names = {f"{column}_{function}": column for column, function in aggregates}
     return out.rename_columns([names.get(c, c) for c in out.column_names])
 
@@ -73,28 +101,29 @@ class WindowUpdates:
     new), and per key the retention cut-off when the batch created a window there."""
 
     window: str
-    changed: pa.Table  # key, start, member, old
-    trims: dict[str, int]  # key -> drop windows starting before this (only keys with a new window)
+    changed: pa.Table  # series, start, member, old
+    trims: dict[int, int]  # series -> drop windows starting before this (only series with a new window)
 
 
 @dataclass
 class StoredWindows:
     tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> stored windows kept here
-    covered_from: dict[str, int] = field(default_factory=dict)  # series key -> start
+    covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
 
-    def uncovered(self, partials: pa.Table) -> dict[str, int]:
-        """Series keys whose stored windows the batch may touch but are not all here -> from which start
-        Redis must be read."""
-        firsts = partials.group_by("key", use_threads=False).aggregate([("start", "min")])
+    def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
+        """Series whose stored windows the batch may touch but are not all here -> from which start Redis
+        must be read."""
+        firsts = partials.group_by("series", use_threads=False).aggregate([("start", "min")])
+        covered = self.covered_from.get(window, {})
         out = {}
-        for key, first in zip(firsts["key"].to_pylist(), firsts["start_min"].to_pylist(), strict=True):
-            known = self.covered_from.get(key)
+        for series, first in zip(firsts["series"].to_pylist(), firsts["start_min"].to_pylist(), strict=True):
+            known = covered.get(series)
             if known is None or first < known:
-                out[key] = first
+                out[series] = first
         return out
 
-    def load(self, window: str, stored: Mapping[str, tuple[int, Iterable[bytes | str]]]) -> None:
-        """What Redis holds of some series of one window size: key -> (from start, its members there)."""
+    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
+        """What Redis holds of some series at one window size: series -> (from start, its members there)."""
         rows = []
         for key, (_, members) in stored.items():
             for raw in members:
@@ -104,51 +133,96 @@ class StoredWindows:
                 except ValueError as exc:
                     # Kept as a member to replace, with no value: the batch's partial becomes the window.
                     LOG.warning("replacing %s in %s", exc, key)
-                    rows.append({"key": key, "start": _member_start(member), "member": member})
+                    rows.append({"series": key, "start": _member_start(member), "member": member})
                     continue
-                rows.append({"key": key, "start": w.start_ms, "n": w.count, "sum": w.sum, "min": w.min,
+                rows.append({"series": key, "start": w.start_ms, "n": w.count, "sum": w.sum, "min": w.min,
                              "max": w.max, "last": w.last,
                              "last_ts": w.start_ms if w.last_ts is None else w.last_ts, "member": member})
-        lows = pa.table({"key": pa.array(list(stored), pa.string()),
+        lows = pa.table({"series": pa.array(list(stored), pa.int64()),
                          "low": pa.array([low for low, _ in stored.values()], pa.int64())})
         kept = self.tables.get(window, SCHEMA.empty_table())
-        # Windows of these keys from their low on come from Redis now; older ones stay as kept.
-        joined = kept.join(lows, "key", join_type="left outer")
+        # Windows of these series from their low on come from Redis now; older ones stay as kept.
+        joined = kept.join(lows, "series", join_type="left outer")
         older = joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True))
         loaded = pa.Table.from_pylist(rows, schema=SCHEMA)
         self.tables[window] = pa.concat_tables([older.select(SCHEMA.names).cast(SCHEMA), loaded])
-        for key, (low, _) in stored.items():
-            self.covered_from[key] = min(low, self.covered_from.get(key, low))
+        covered = self.covered_from.setdefault(window, {})
+        for series, (low, _) in stored.items():
+            covered[series] = min(low, covered.get(series, low))
 
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
-        old = kept.rename_columns([c if c in ("key", "start") else f"old_{c}" for c in kept.column_names])
-        joined = partials.join(old, ["key", "start"], join_type="left outer")
+        old = kept.rename_columns([c if c in ("series", "start") else f"old_{c}" for c in kept.column_names])
+        joined = partials.join(old, ["series", "start"], join_type="left outer")
         merged = _merged(joined)
         merged = merged.append_column("member", member_column(merged))
         created = pc.is_null(joined["old_member"])
         changed = pc.or_kleene(created, pc.not_equal(merged["member"], joined["old_member"]))
-        updates = pa.table({"key": merged["key"], "start": merged["start"], "member": merged["member"],
+        updates = pa.table({"series": merged["series"], "start": merged["start"], "member": merged["member"],
                             "old": joined["old_member"]}).filter(changed)
         self._keep(kept, merged.select(SCHEMA.names), window)
         return WindowUpdates(window, updates, _trims(merged.filter(created), merged, window))
 
     def _keep(self, kept: pa.Table, merged: pa.Table, window: str) -> None:
-        rest = kept.join(merged.select(["key", "start"]), ["key", "start"], join_type="left anti")
+        rest = kept.join(merged.select(["series", "start"]), ["series", "start"], join_type="left anti")
         table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
-        newest = merged.group_by("key", use_threads=False).aggregate([("start", "max")])
-        floors = pa.table({"key": newest["key"],
+        newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
+        floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        joined = table.join(floors, "key", join_type="left outer")
+        joined = table.join(floors, "series", join_type="left outer")
         self.tables[window] = joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]),
                                                          True)).select(SCHEMA.names)
-        for key, floor in zip(floors["key"].to_pylist(), floors["floor"].to_pylist(), strict=True):
-            self.covered_from[key] = max(floor, self.covered_from.get(key, floor))
+        covered = self.covered_from.setdefault(window, {})
+        for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
+            covered[series] = max(floor, covered.get(series, floor))
 
     def clear(self) -> None:
         self.tables.clear()
         self.covered_from.clear()
+
+
+def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list]]:
+    """(KEYS, ARGV) of REPLACE_WINDOWS_LUA calls: one per hash tag (a topic's series), so this also works on
+    Redis Cluster. The members are laid out by Arrow; Python only cuts them per key."""
+    sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
+    tables = [u.changed.append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
+              for u in updates if u.changed.num_rows]
+    if not tables:
+        return []
+    changed = pa.concat_tables(tables)
+    tags = pa.array(keys.tags, pa.int64())
+    changed = changed.append_column("tag", pc.take(tags, changed["series"])).sort_by(
+        [(c, "ascending") for c in ("tag", "series", "size", "start")])
+    rows = changed.num_rows
+    # start, member, replaced member ('' for a new window) of each row, one after the other
+    flat = pc.take(pa.concat_arrays([pc.cast(changed["start"], pa.string()).combine_chunks(),
+                                     changed["member"].combine_chunks(),
+                                     pc.fill_null(changed["old"], "").combine_chunks()]),
+                   _interleaved_indices(rows)).to_pylist()
+    trims = {(sizes[u.window], s): cut for u in updates for s, cut in u.trims.items()}
+    runs = pc.run_end_encode(pc.add(pc.multiply(changed["series"], len(sizes)), changed["size"])
+                             .combine_chunks())
+    calls: list[tuple[list[str], list]] = []
+    tag, begin = None, 0
+    for run, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        series, size = divmod(run, len(sizes))
+        if keys.tags[series] != tag:
+            tag = keys.tags[series]
+            calls.append(([], []))
+        key = keys.keys[series][size]
+        calls[-1][0].append(key)
+        calls[-1][1].extend(layout.replace_args(key, end - begin, trims.get((size, series))))
+        calls[-1][1].extend(flat[3 * begin:3 * end])
+        begin = end
+    return calls
+
+
+def _interleaved_indices(rows: int) -> pa.Array:
+    """Indices taking row r of three concatenated columns to elements 3r, 3r+1, 3r+2."""
+    i = pa.array(range(3 * rows), pa.int64())
+    row, column = pc.divide(i, 3), pc.subtract(i, pc.multiply(pc.divide(i, 3), 3))
+    return pc.add(row, pc.multiply(column, rows))
 
 
 def _merged(joined: pa.Table) -> pa.Table:
@@ -161,7 +235,7 @@ def _merged(joined: pa.Table) -> pa.Table:
         pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
                                                                               joined["last"]))), False)
     return pa.table({
-        "key": joined["key"], "start": joined["start"], "n": add("n"), "sum": add("sum"),
+        "series": joined["series"], "start": joined["start"], "n": add("n"), "sum": add("sum"),
         "min": pc.min_element_wise(joined["min"], joined["old_min"]),
         "max": pc.max_element_wise(joined["max"], joined["old_max"]),
         "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
@@ -169,16 +243,16 @@ def _merged(joined: pa.Table) -> pa.Table:
     })
 
 
-def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[str, int]:
-    """Keys that got a new window -> retention cut-off from the newest window the batch wrote there (a
+def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
+    """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
     replay of the same input trims the same windows, whatever the clock says)."""
     if created.num_rows == 0:
         return {}
-    keys = pc.unique(created["key"])
-    newest = merged.filter(pc.is_in(merged["key"], keys)).group_by("key", use_threads=False).aggregate(
-        [("start", "max")])
+    series = pc.unique(created["series"])
+    newest = merged.filter(pc.is_in(merged["series"], series)).group_by("series", use_threads=False) \
+        .aggregate([("start", "max")])
     retention = layout.WINDOWS[window].retention_ms
-    return {k: s - retention for k, s in zip(newest["key"].to_pylist(), newest["start_max"].to_pylist(),
+    return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
                                                 strict=True)}
 
 

@@ -6,9 +6,16 @@ from __future__ import annotations
 import pyarrow as pa
 
 from aggregator import redis_layout as layout
-from aggregator.stored_windows import StoredWindows, keep_ms, size_partials
+from aggregator.stored_windows import (
+    SeriesKeys,
+    StoredWindows,
+    WindowUpdates,
+    keep_ms,
+    redis_calls,
+    size_partials,
+)
 
-KEY = "k"  # the tables here only need one name per series and size
+KEY = 0  # the series' number
 
 
 def finest(*windows: tuple[int, float, float, float, float, float, int]) -> pa.Table:
@@ -17,12 +24,11 @@ def finest(*windows: tuple[int, float, float, float, float, float, int]) -> pa.T
     names = ("start", "n", "sum", "min", "max", "last", "last_ts")
     table = {name: pa.array(values, pa.int64() if name in ("start", "last_ts") else pa.float64())
              for name, values in zip(names, columns, strict=True)}
-    keys = pa.array([KEY] * len(windows), pa.string())
-    return pa.table({**table, **{f"key_{w}": keys for w in layout.WINDOWS}})
+    return pa.table({"series": pa.array([KEY] * len(windows), pa.int64()), **table})
 
 
 def values(table: pa.Table) -> list[tuple]:
-    rows = table.sort_by([("key", "ascending"), ("start", "ascending")]).to_pylist()
+    rows = table.sort_by([("series", "ascending"), ("start", "ascending")]).to_pylist()
     return [(r["start"], r["n"], r["sum"], r["min"], r["max"], r["last"], r["last_ts"]) for r in rows]
 
 
@@ -65,14 +71,15 @@ def test_a_stored_member_is_removed_as_redis_holds_it():
 def test_what_is_not_kept_is_read_from_redis_first():
     store = StoredWindows()
     partials = size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "10s")
-    assert store.uncovered(partials) == {KEY: 20_000}
+    assert store.uncovered(partials, "10s") == {KEY: 20_000}
     store.load("10s", {KEY: (20_000, [b"20000:3:30:5:15:10:25000"])})
-    assert store.uncovered(partials) == {}
+    assert store.uncovered(partials, "10s") == {}
+    assert store.uncovered(size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "1m"), "1m") == {KEY: 0}
     assert members(store.apply(partials, "10s")) == {
         20_000: ("20000:4:31:1:15:10:25000", "20000:3:30:5:15:10:25000")}
     # A late record for a window older than what is kept: that range is read again.
     late = size_partials(finest((0, 1, 1, 1, 1, 1, 1)), "10s")
-    assert store.uncovered(late) == {KEY: 0}
+    assert store.uncovered(late, "10s") == {KEY: 0}
 
 
 def test_windows_older_than_the_kept_span_leave_memory_not_redis():
@@ -81,8 +88,8 @@ def test_windows_older_than_the_kept_span_leave_memory_not_redis():
     store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s")
     store.apply(size_partials(finest((span + 10_000, 1, 1, 1, 1, 1, 0)), "10s"), "10s")
     assert store.tables["10s"]["start"].to_pylist() == [span + 10_000]
-    assert store.covered_from[KEY] == 10_000
-    assert store.uncovered(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s")) == {KEY: 0}
+    assert store.covered_from["10s"][KEY] == 10_000
+    assert store.uncovered(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s") == {KEY: 0}
 
 
 def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
@@ -90,3 +97,21 @@ def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
     store.load("10s", {KEY: (0, [b"0:not:a:window"])})
     updates = store.apply(size_partials(finest((0, 1, 2, 2, 2, 2, 3)), "10s"), "10s")
     assert members(updates) == {0: ("0:1:2:2:2:2:3", "0:not:a:window")}
+
+
+def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
+    keys = SeriesKeys()
+    orders = ("west", "east", "east.orders", 0, "", "record_count")
+    ids = keys.number([orders, ("west", "east", "east.clicks", 0, "", "record_count"),
+                       orders[:5] + ("byte_count",)])
+    assert ids == [0, 1, 2] and keys.number([orders]) == [0]
+    changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
+                        "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
+                        "old": [None, "0:1:1:1:1:1:1", None]})
+    calls = redis_calls([WindowUpdates("10s", changed, {2: -5, 1: -7})], keys)
+    orders_keys = [keys.keys[0][0], keys.keys[2][0]]
+    assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
+    ttl = layout.key_ttl_ms("10s")
+    assert calls[0][1] == [1, "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
+                           1, "-5", ttl, "0", "0:1:9:9:9:9:1", ""]
+    assert calls[1][1] == [1, "-7", ttl, "10000", "10000:1:1:1:1:1:10000", ""]
