@@ -75,11 +75,26 @@ def partials(flat: pa.Table) -> BatchPartials:
     return BatchPartials(window_partials(flat), latest_records(flat), invalid_excerpts(flat))
 
 
-def _samples(flat: pa.Table) -> dict[str, pa.Array]:
-    """n/sum/min/max/last columns of every metric, one row per flat row."""
+def _present_metrics(flat: pa.Table) -> list[str]:
+    """The metrics some record of the batch carries: aggregating the others would only make nulls."""
+    columns = {name: f"{name}__count" if spec.kind is MetricKind.LATENCY else name
+               for name, spec in METRICS.items()}
+    present = [name for name, column in columns.items() if flat[column].null_count < flat.num_rows]
+    if pc.any(pc.equal(flat["kind"], INVALID_KIND)).as_py():
+        present.append(INVALID_RECORDS_METRIC)
+    return present
+
+
+def _samples(flat: pa.Table, metrics: list[str]) -> dict[str, pa.Array]:
+    """n/sum/min/max/last columns of the given metrics, one row per flat row."""
     out: dict[str, Any] = {}
-    for name, spec in METRICS.items():
-        if spec.kind is MetricKind.LATENCY:
+    for name in metrics:
+        if name == INVALID_RECORDS_METRIC:
+            invalid = pc.equal(flat["kind"], INVALID_KIND)
+            offset = pc.cast(flat["offset"], pa.float64())
+            one = pc.if_else(invalid, 1.0, _NULL)
+            parts = [one, one] + [pc.if_else(invalid, offset, _NULL)] * 3
+        elif METRICS[name].kind is MetricKind.LATENCY:
             count = pc.cast(flat[f"{name}__count"], pa.float64())
             parts = [count, pc.multiply(flat[f"{name}__avg"], count), flat[f"{name}__min"],
                      flat[f"{name}__max"], flat[f"{name}__last"]]
@@ -87,27 +102,15 @@ def _samples(flat: pa.Table) -> dict[str, pa.Array]:
             value = pc.cast(flat[name], pa.float64())
             parts = [pc.if_else(pc.is_valid(value), 1.0, _NULL), value, value, value, value]
         out |= {f"{name}__{s}": pc.cast(p, pa.float64()) for s, p in zip(STATS, parts, strict=True)}
-    invalid = pc.equal(flat["kind"], INVALID_KIND)
-    offset = pc.cast(flat["offset"], pa.float64())
-    one = pc.if_else(invalid, 1.0, _NULL)
-    out |= {f"{INVALID_RECORDS_METRIC}__{s}": p for s, p in zip(STATS, [one, one] + [pc.if_else(
-        invalid, offset, _NULL)] * 3, strict=True)}
     return out
 
 
-def _levels(flat: pa.Table) -> pa.Table:
+def _own_rows(flat: pa.Table, metrics: list[str]) -> pa.Table:
+    """Level `p`: each record as a sample of its own subject."""
     ts = flat["ts"]
     base = {c: flat[c] for c in ("kind", "target", "source", "group", "topic", "partition", "upstream_topic")}
     base |= {"ts": ts, "window_start": pc.subtract(ts, _mod(ts, FINEST_WINDOW.size_ms))}
-    base |= _samples(flat)
-    own = pa.table(base | {"level": pa.array(["p"] * flat.num_rows, pa.string())})
-    topic = _relabel(own.filter(pc.is_in(flat["kind"], pa.array(["partition", "group"]))),
-                     level="t", partition=WHOLE_TOPIC)
-    whole = topic.filter(pc.equal(topic["kind"], "partition"))
-    # Gauges and latencies do not add up across topics: the replication level keeps counters only.
-    dropped = {f"{m}__{s}": None for m in ALL_METRICS if m not in REPLICATION_LEVEL_METRICS for s in STATS}
-    whole = _relabel(whole, level="r", topic=ALL_TOPICS, upstream_topic=None, **dropped)
-    return pa.concat_tables([own, topic, whole])
+    return pa.table(base | _samples(flat, metrics) | {"level": pa.array(["p"] * flat.num_rows, pa.string())})
 
 
 def _relabel(table: pa.Table, **values: Any) -> pa.Table:
@@ -138,25 +141,67 @@ def partials_schema() -> pa.Schema:
 
 def window_partials(flat: pa.Table) -> pa.Table:
     """Per (level, subject, 10 s window): n/sum/min/max/last and last_ts of every metric, the newest
-    event ts (`max_ts`) and the upstream topic."""
-    rows = _levels(flat)
+    event ts (`max_ts`) and the upstream topic.
+
+    The records make the `p` level; the `t` level is rolled up from its partials and the `r` level from
+    those (a topic's partitions are a few partials a window, not every record again)."""
+    metrics = _present_metrics(flat)
+    own = _subject_windows(_own_rows(flat, metrics), metrics)
+    topic = _roll_up(_relabel(own.filter(pc.is_in(own["kind"], pa.array(["partition", "group"]))),
+                              level="t", partition=WHOLE_TOPIC), metrics)
+    # Gauges and latencies do not add up across topics: the replication level keeps counters only.
+    counters = [m for m in metrics if m in REPLICATION_LEVEL_METRICS]
+    dropped = [f"{m}__{s}" for m in metrics if m not in counters for s in (*STATS, "last_ts")]
+    partition_topics = topic.filter(pc.equal(topic["kind"], "partition")).drop_columns(dropped)
+    whole = _roll_up(_relabel(partition_topics, level="r", topic=ALL_TOPICS, upstream_topic=None), counters)
+    return pa.concat_tables([_with_schema(t) for t in (own, topic, whole)])
+
+
+def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
+    """Samples -> one partial per (subject, window); `last` is the value at the greatest ts, ties broken
+    by the greater value (phase 1 keeps one row per ts)."""
     keys = [*KEY_COLUMNS, "window_start"]
-    # Phase 1, per event ts: after it a (subject, window, ts) is one row, so the `last` of phase 2 is
-    # the value at the greatest ts, ties already resolved by value.
     ops = ("sum", "sum", "min", "max", "max")
-    first = [(f"{m}__{s}", op) for m in ALL_METRICS for s, op in zip(STATS, ops, strict=True)]
+    first = [(f"{m}__{s}", op) for m in metrics for s, op in zip(STATS, ops, strict=True)]
     first.append(("upstream_topic", "max"))
-    by_ts = _renamed(rows.group_by([*keys, "ts"]).aggregate(first), first)
-    by_ts = by_ts.sort_by([(k, "ascending") for k in [*keys, "ts"]])
-    for m in ALL_METRICS:
+    if rows.group_by([*keys, "ts"]).aggregate([]).num_rows < rows.num_rows:  # several reports at one ts
+        rows = _renamed(rows.group_by([*keys, "ts"]).aggregate(first), first)
+    by_ts = rows.sort_by([(k, "ascending") for k in [*keys, "ts"]])
+    for m in metrics:
         last_ts = pc.if_else(pc.is_valid(by_ts[f"{m}__last"]), by_ts["ts"], pa.scalar(None, pa.int64()))
         by_ts = by_ts.append_column(f"{m}__last_ts", last_ts)
     second = [("ts", "max"), ("upstream_topic", "max")]
-    for m in ALL_METRICS:
+    for m in metrics:
         second += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max"),
                    (f"{m}__last", "last"), (f"{m}__last_ts", "max")]
     out = _renamed(by_ts.group_by(keys, use_threads=False).aggregate(second), second)
     return out.rename_columns(["max_ts" if c == "ts" else c for c in out.column_names])
+
+
+def _roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
+    """Partials of several subjects relabelled as one -> one partial per (subject, window): each metric's
+    `last` the one of greatest (last ts, value), as redis_layout.merge_windows merges."""
+    keys = [*KEY_COLUMNS, "window_start"]
+    order = [(k, "ascending") for k in keys]
+    ops = [("max_ts", "max"), ("upstream_topic", "max")]
+    for m in metrics:
+        ops += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max")]
+    # Every aggregation below sees the groups in key order, so their rows line up.
+    out = _renamed(partials.sort_by(order).group_by(keys, use_threads=False).aggregate(ops), ops)
+    for m in metrics:
+        lasts = [(f"{m}__last", "last"), (f"{m}__last_ts", "last")]
+        newest = partials.sort_by([*order, (f"{m}__last_ts", "ascending"), (f"{m}__last", "ascending")]) \
+            .group_by(keys, use_threads=False).aggregate(lasts)
+        for column, function in lasts:
+            out = out.append_column(column, newest[f"{column}_{function}"])
+    return out
+
+
+def _with_schema(table: pa.Table) -> pa.Table:
+    """The columns of partials_schema, absent metrics as nulls."""
+    schema = partials_schema()
+    return pa.table({f.name: table[f.name].cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
 
 
 def _renamed(table: pa.Table, aggregates: list[tuple[str, str]]) -> pa.Table:
