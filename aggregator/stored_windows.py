@@ -30,13 +30,14 @@ VALUES = ("n", "sum", "min", "max", "last")
 SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
                     *(pa.field(v, pa.float64()) for v in VALUES), pa.field("last_ts", pa.int64()),
                     pa.field("member", pa.string())])
-# How far behind a series' newest window its windows stay here: a few windows, and at least long
-# enough for the usual lateness (older windows are read from Redis when a record needs them).
-MIN_KEEP_MS = 5 * 60_000
+# How far behind a series' newest window its windows stay here: the window before the newest, and at
+# least the usual lateness (older windows are read from Redis when a late record needs them). Every kept
+# window is joined with each batch, so keeping more costs more than the rare read.
+MIN_KEEP_MS = 60_000
 
 
 def keep_ms(window: str) -> int:
-    return max(3 * layout.WINDOWS[window].size_ms, MIN_KEEP_MS)
+    return max(layout.WINDOWS[window].size_ms, MIN_KEEP_MS)
 
 
 SeriesColumns = tuple[str, str, str, int, str, str]  # target, source, topic, partition, group, metric

@@ -7,8 +7,8 @@
 
 Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms>`, targets 50 000 records/s
 and p99 2 000 ms at 20 000 records/s; the ratios to them are printed on the line before.
-Usage: python bench/aggregator.py [--series 2000] [--periods 200] [--rate 20000] [--seconds 30]
-[--max-offsets 100000]
+Usage: python bench/aggregator.py [--series 2000] [--periods 400] [--rate 20000] [--seconds 30]
+[--max-offsets 200000]
 """
 
 from __future__ import annotations
@@ -163,12 +163,13 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=2000)
-    parser.add_argument("--periods", type=int, default=200)
+    parser.add_argument("--periods", type=int, default=400)
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--seconds", type=int, default=30)
     # Redis work per batch grows with the series x windows it touches, not with its records: a backlog
-    # is drained fastest in large batches.
-    parser.add_argument("--max-offsets", type=int, default=100_000, help="maxOffsetsPerTrigger")
+    # is drained fastest in large batches. The default is the aggregator's own
+    # (aggregator.max.offsets.per.trigger).
+    parser.add_argument("--max-offsets", type=int, default=200_000, help="maxOffsetsPerTrigger")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LOG.setLevel(logging.INFO)
