@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             f"1-min windows) in {time.monotonic() - began:.1f} s"
         )
         print(stage_breakdown(server.url, now_ms))
+        # Other work on a shared machine moves the figures: the load before the run says how much.
+        print(f"load average before the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         port = free_port()
         props = srm_properties.write(
             workdir / "srm.properties",
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(no wrk), {args.workers} workers x {args.threads} threads")
             rps, p50, p99 = run_python_load(port, sample, args.connections, args.duration)
         print(cpu_report(before, meter.sample(), rps * args.duration))
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"load average after the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"target p99 <= {TARGET_P99_MS:g} ms at >= {TARGET_RPS:g} req/s: "
             f"p99 ratio {p99 / TARGET_P99_MS:.2f}, "

@@ -259,18 +259,22 @@ class MetricsReader:
     def upstream_topic_metric(self, source: str, target: str, upstream_topic: str, metric: str, from_ms: int,
                               to_ms: int, granularity: str) -> tuple[str, MetricSeries]:
         """(remote topic, metric) of a topic named upstream: the API's hot path, in one round trip when the
-        remote topic has the default policy's name (checked against the index, never assumed)."""
+        remote topic has the default policy's name (checked against the index, never assumed).
+
+        A topic found in the replication's topic index implies its target and source are known: the
+        aggregator writes the three indexes in one batch with one TTL, and the target and source sets
+        are refreshed by every topic of theirs. So the target and source are only checked (and named in
+        the 404) when the guess misses.
+        """
         self.require_metric(metric)
         window = self.resolve_window(from_ms, to_ms, granularity)
         guess = f"{source}.{upstream_topic}"
         pipe = self.client.pipeline(transaction=False)
-        pipe.sismember(layout.targets_key(), target)
-        pipe.sismember(layout.sources_key(target), source)
         pipe.hget(layout.topics_key(target, source), guess)
         series = layout.SeriesId(target, source, guess, layout.WHOLE_TOPIC, metric)
         pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
-        known_target, known_source, upstream, members = pipe.execute()
-        if known_target and known_source and upstream is not None and _string(upstream) == upstream_topic:
+        upstream, members = pipe.execute()
+        if upstream is not None and _string(upstream) == upstream_topic:
             return guess, summarize_columns(metric, window, window_columns(members))
         remote = self.remote_topic(source, target, upstream_topic)
         return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
