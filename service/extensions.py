@@ -17,36 +17,8 @@ READER_KEY = "srm.metrics_reader"
 
 
 class ArgumentsParser(FlaskParser):
-    """webargs' Flask parser, remembering the query arguments that do not depend on the clock.
-
-    A dashboard asks for many series over one time range, so one query string comes again and again:
-    marshmallow validates it once per worker, and a repeat costs a dictionary lookup. Only a schema with
-    a ``clock_free(args)`` method is remembered, and only when it says the given arguments parse to the
-    same values at any time (a default of "now" does not); a bad query is never remembered.
-    """
-
     # A bad query parameter is the caller's error: 400 with the parameter named, as the API promises.
     DEFAULT_VALIDATION_STATUS = 400
-    MEMO_SIZE = 1024
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.memo: dict[tuple[int, bytes], dict] = {}
-
-    def parse(self, argmap, req=None, *, location=None, **kwargs):  # noqa: ANN001, ANN201
-        req = req if req is not None else request
-        clock_free = getattr(argmap, "clock_free", None)
-        if location != "query" or clock_free is None or not clock_free(req.args):
-            return super().parse(argmap, req, location=location, **kwargs)
-        # One schema instance per decorated view, always parsed with that view's options.
-        key = (id(argmap), req.query_string)
-        parsed = self.memo.get(key)
-        if parsed is None:
-            parsed = super().parse(argmap, req, location=location, **kwargs)
-            if len(self.memo) >= self.MEMO_SIZE:
-                self.memo.clear()
-            self.memo[key] = parsed
-        return dict(parsed)
 
 
 class Blueprint(flask_smorest.Blueprint):

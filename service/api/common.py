@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
@@ -46,11 +46,6 @@ class TimeRangeArgs(Schema):
         "description": "Range end: epoch ms or ISO-8601 (default: now)"})
     granularity = fields.String(load_default="auto", validate=validate.OneOf([*WINDOWS, "auto"]),
                                 metadata={"description": "Window size of the series points"})
-
-    @staticmethod
-    def clock_free(args: Mapping[str, str]) -> bool:
-        """With `to` given, a query parses to the same range at any time (service.extensions' memo)."""
-        return "to" in args
 
     @post_load
     def fill_defaults(self, data: dict, **_: object) -> dict:

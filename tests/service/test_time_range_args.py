@@ -1,5 +1,5 @@
 """The time-range query arguments, parsed as the views parse them (webargs through service.extensions'
-parser): defaults, accepted forms, 400s naming the parameter, and the memo of clock-free queries."""
+parser): defaults, accepted forms, and 400s naming the parameter."""
 
 from __future__ import annotations
 
@@ -19,20 +19,9 @@ def app():
     return create_app({"REDIS_URL": "redis://127.0.0.1:1/0"})  # never connected: parsing only
 
 
-class CountingArgs(TimeRangeArgs):
-    """Counts marshmallow loads, to tell a remembered parse from a fresh one."""
-
-    loads = 0
-
-    def load(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
-        type(self).loads += 1
-        return super().load(*args, **kwargs)
-
-
-def parse(app, query: str, schema: TimeRangeArgs | None = None, parser: ArgumentsParser | None = None
-          ) -> dict:
+def parse(app, query: str) -> dict:
     with app.test_request_context(f"/v2/x?{query}"):
-        return (parser or ArgumentsParser()).parse(schema or TimeRangeArgs(), location="query")
+        return ArgumentsParser().parse(TimeRangeArgs(), location="query")
 
 
 def bad_parameters(app, query: str) -> dict:
@@ -71,38 +60,3 @@ def test_bad_parameters_are_400_naming_the_parameter(app, query, field):
 
 def test_from_after_to_says_so(app):
     assert bad_parameters(app, f"from={T0 + 1}&to={T0}") == {"from": ["`from` must not be after `to`"]}
-
-
-def test_a_query_with_to_is_parsed_once_then_remembered(app):
-    parser, schema = ArgumentsParser(), CountingArgs()
-    CountingArgs.loads = 0
-    first = parse(app, f"from={T0}&to={T0 + 1}&granularity=1m", schema, parser)
-    first["from_ms"] = 0  # each caller gets its own copy
-    again = parse(app, f"from={T0}&to={T0 + 1}&granularity=1m", schema, parser)
-    assert again == {"from_ms": T0, "to_ms": T0 + 1, "granularity": "1m"}
-    assert CountingArgs.loads == 1
-
-
-def test_a_query_without_to_follows_the_clock(app, monkeypatch):
-    parser, schema = ArgumentsParser(), CountingArgs()
-    CountingArgs.loads = 0
-    for now in (T0, T0 + 60_000):
-        monkeypatch.setattr(common.time, "time", lambda now=now: now / 1000)
-        assert parse(app, f"from={T0 - 1}", schema, parser)["to_ms"] == now
-    assert CountingArgs.loads == 2 and not parser.memo
-
-
-def test_a_bad_query_is_never_remembered(app):
-    parser = ArgumentsParser()
-    for _ in range(2):
-        with pytest.raises(HTTPException):
-            parse(app, f"from={T0 + 1}&to={T0}", parser=parser)
-    assert not parser.memo
-
-
-def test_the_memo_stays_bounded(app, monkeypatch):
-    parser, schema = ArgumentsParser(), TimeRangeArgs()
-    monkeypatch.setattr(ArgumentsParser, "MEMO_SIZE", 3)
-    for to in range(T0, T0 + 10):
-        assert parse(app, f"to={to}", schema, parser)["to_ms"] == to
-    assert 0 < len(parser.memo) <= 3
