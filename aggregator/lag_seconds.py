@@ -58,11 +58,23 @@ class OffsetTimeTable:
     def from_points(
         cls, points: Iterable[OffsetPoint], capacity: int = DEFAULT_TABLE_CAPACITY
     ) -> OffsetTimeTable:
-        """Build a table by appending ``points`` in order, under the rules of ``append``."""
-        table = cls(capacity)
+        """Build a table by appending ``points`` in order, under the rules of ``append``.
+
+        One list, checked once at the end: appending to an immutable table copies and checks every
+        point again, quadratic in the 60 points a partition's history holds, for every partition of
+        every batch the aggregator writes."""
+        kept: list[OffsetPoint] = []
         for point in points:
-            table = table.append(point.offset, point.timestamp_ms)
-        return table
+            if kept and not _is_acceptable(kept[-1], point.offset, point.timestamp_ms):
+                continue
+            if len(kept) >= _POINTS_PER_LINE and all(p.offset == point.offset
+                                                     for p in kept[-_POINTS_PER_LINE:]):
+                kept[-1] = point  # a flat run keeps its first and last points (see append)
+                continue
+            if len(kept) == capacity:
+                del kept[0]
+            kept.append(point)
+        return cls(capacity, tuple(kept))
 
     @property
     def newest(self) -> OffsetPoint | None:

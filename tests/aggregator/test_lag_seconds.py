@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from aggregator.lag_seconds import (
@@ -192,3 +194,18 @@ def test_rebuilt_table_answers_like_incrementally_built_one() -> None:
 
     assert rebuilt == incremental
     assert pairs(rebuilt) == [(20, 4), (30, 5), (40, 6), (50, 7)]
+
+
+def test_building_from_points_follows_the_append_rules():
+    rng = random.Random(5)
+    for _ in range(200):
+        points, offset, ts = [], 0, 0
+        for _ in range(rng.randrange(0, 90)):
+            # flat runs, late and lagging reads, and growth, in random order
+            offset = max(0, offset + rng.choice([0, 0, 0, 3, 50, -2]))
+            ts += rng.choice([0, 1, 10_000, -5])
+            points.append(OffsetPoint(offset, ts))
+        appended = OffsetTimeTable(capacity=5 + rng.randrange(60))
+        for point in points:
+            appended = appended.append(point.offset, point.timestamp_ms)
+        assert OffsetTimeTable.from_points(points, appended.capacity) == appended
