@@ -146,21 +146,22 @@ class RedisRollupSink:
         self._write_latest(latest)
         derived = time.monotonic()
         plan.add_merges(batch, self.series_keys)
-        updates = self._window_updates(plan)
-        merged = time.monotonic()
-        pipe = self.client.pipeline(transaction=True)
-        self._write_windows(pipe, updates)
-        self._write_invalid(pipe, plan)
-        self._write_index(pipe, plan)
-        max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
-        sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
-        pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
-        pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
-        queued = time.monotonic()
         try:
+            # The kept windows take the batch in before Redis does: any failure from here on leaves them
+            # ahead of (or, after a partial EXEC, unsure of) Redis, so they are read again.
+            updates = self._window_updates(plan)
+            merged = time.monotonic()
+            pipe = self.client.pipeline(transaction=True)
+            self._write_windows(pipe, updates)
+            self._write_invalid(pipe, plan)
+            self._write_index(pipe, plan)
+            max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
+            sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
+            pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
+            pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
+            queued = time.monotonic()
             pipe.execute()
         except Exception:
-            # Unknown what got through: read Redis again.
             self.history.clear()
             self.stored.clear()
             raise
