@@ -115,3 +115,22 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     assert calls[0][1] == [1, "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
                            1, "-5", ttl, "0", "0:1:9:9:9:9:1", ""]
     assert calls[1][1] == [1, "-7", ttl, "10000", "10000:1:1:1:1:1:10000", ""]
+
+
+def test_redis_calls_give_each_key_its_windows_in_order():
+    keys = SeriesKeys()
+    ids = keys.number([("west", "east", "east.orders", p, "", "record_count") for p in range(3)])
+    starts = [30_000, 0, 10_000, 0, 20_000]
+    series = [ids[2], ids[0], ids[2], ids[1], ids[2]]
+    changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),
+                        "member": [f"m{s}-{t}" for s, t in zip(series, starts, strict=True)],
+                        "old": pa.array([None] * 5, pa.string())})
+    ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}), WindowUpdates("1h", changed.slice(1, 1),
+                                                                                   {ids[0]: 0})], keys)
+    assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
+    ttl_1m, ttl_1h = layout.key_ttl_ms("1m"), layout.key_ttl_ms("1h")
+    assert argv == [1, "", ttl_1m, "0", "m0-0", "",
+                    1, "0", ttl_1h, "0", "m0-0", "",
+                    1, "", ttl_1m, "0", "m1-0", "",
+                    3, "", ttl_1m, "10000", "m2-10000", "", "20000", "m2-20000", "",
+                    "30000", "m2-30000", ""]
