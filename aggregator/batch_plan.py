@@ -1,9 +1,9 @@
 """One micro-batch's partial windows and latest records (window_partials) sorted by what the sink does.
 
 Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, window) partials, so they
-stay one Arrow table, one metric a row, with each series' Redis key at every window size (computed once
-per series, not per window); stored_windows merges them. Window objects are built only for the series
-latest values read (end offsets of partitions, record counts of replications).
+stay one Arrow table, one metric a row, each series by its number (stored_windows.SeriesKeys names its
+keys once per process, not per window); stored_windows merges them. Window objects are built only for
+the series latest values read (end offsets of partitions, record counts of replications).
 """
 
 from __future__ import annotations
