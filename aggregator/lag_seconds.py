@@ -65,15 +65,7 @@ class OffsetTimeTable:
         every batch the aggregator writes."""
         kept: list[OffsetPoint] = []
         for point in points:
-            if kept and not _is_acceptable(kept[-1], point.offset, point.timestamp_ms):
-                continue
-            if len(kept) >= _POINTS_PER_LINE and all(p.offset == point.offset
-                                                     for p in kept[-_POINTS_PER_LINE:]):
-                kept[-1] = point  # a flat run keeps its first and last points (see append)
-                continue
-            if len(kept) == capacity:
-                del kept[0]
-            kept.append(point)
+            _add(kept, point, capacity)
         return cls(capacity, tuple(kept))
 
     @property
@@ -85,21 +77,27 @@ class OffsetTimeTable:
 
     def append(self, offset: int, timestamp_ms: int) -> OffsetTimeTable:
         """Return the table with the observation added, or ``self`` when it must be ignored."""
-        newest = self.newest
-        if newest is not None and not _is_acceptable(newest, offset, timestamp_ms):
+        points = list(self.points)
+        if not _add(points, OffsetPoint(offset, timestamp_ms), self.capacity):
             return self
-        point = OffsetPoint(offset, timestamp_ms)
-        if self._extends_flat_run(offset):
-            # An idle partition would otherwise fill the table with identical offsets and push out
-            # the history that gives the slope; keeping the run's first and last points preserves
-            # both when the partition went idle and that it still is.
-            return OffsetTimeTable(self.capacity, (*self.points[:-1], point))
-        kept = self.points[1:] if len(self.points) == self.capacity else self.points
-        return OffsetTimeTable(self.capacity, (*kept, point))
+        return OffsetTimeTable(self.capacity, tuple(points))
 
-    def _extends_flat_run(self, offset: int) -> bool:
-        run_ends = self.points[-_POINTS_PER_LINE:]
-        return len(run_ends) == _POINTS_PER_LINE and all(p.offset == offset for p in run_ends)
+
+def _add(points: list[OffsetPoint], point: OffsetPoint, capacity: int) -> bool:
+    """Adds an observation to a table's points in place; False when it must be ignored."""
+    if points and not _is_acceptable(points[-1], point.offset, point.timestamp_ms):
+        return False
+    run_ends = points[-_POINTS_PER_LINE:]
+    if len(run_ends) == _POINTS_PER_LINE and all(p.offset == point.offset for p in run_ends):
+        # An idle partition would otherwise fill the table with identical offsets and push out the
+        # history that gives the slope; keeping the run's first and last points preserves both when
+        # the partition went idle and that it still is.
+        points[-1] = point
+        return True
+    if len(points) == capacity:
+        del points[0]
+    points.append(point)
+    return True
 
 
 def _is_acceptable(newest: OffsetPoint, offset: int, timestamp_ms: int) -> bool:
