@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator import redis_layout as layout
+from aggregator.window_partials import window_starts
 
 LOG = logging.getLogger(__name__)
 
@@ -70,11 +71,11 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     """Partial finest windows (series, start, values, last_ts; one metric each) merged per window of
     `window` size and series: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
     size = layout.WINDOWS[window].size_ms
-    start = finest["start"]
-    table = pa.table({"series": finest["series"], "start": pc.subtract(start, _mod(start, size)),
+    table = pa.table({"series": finest["series"], "start": window_starts(finest["start"], size),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
-    if table.group_by(["series", "start"]).aggregate([]).num_rows == table.num_rows:
-        return table  # one partial a window already (the finest size, as window_partials gives them)
+    if size == layout.FINEST_WINDOW.size_ms and \
+            table.group_by(["series", "start"]).aggregate([]).num_rows == table.num_rows:
+        return table  # one partial a window already, as window_partials gives them
     ordered = table.sort_by([("series", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
                              ("last", "ascending")])
     aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
@@ -82,11 +83,6 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     out = ordered.group_by(["series", "start"], use_threads=False).aggregate(aggregates)
     names = {f"{column}_{function}": column for column, function in aggregates}
     return out.rename_columns([names.get(c, c) for c in out.column_names])
-
-
-def _mod(ts: pa.ChunkedArray | pa.Array, size: int) -> pa.Array:
-    floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size))), pa.int64())
-    return pc.subtract(ts, pc.multiply(floor, size))
 
 
 def member_column(table: pa.Table) -> pa.ChunkedArray:

@@ -109,7 +109,7 @@ def _own_rows(flat: pa.Table, metrics: list[str]) -> pa.Table:
     """Level `p`: each record as a sample of its own subject."""
     ts = flat["ts"]
     base = {c: flat[c] for c in ("kind", "target", "source", "group", "topic", "partition", "upstream_topic")}
-    base |= {"ts": ts, "window_start": pc.subtract(ts, _mod(ts, FINEST_WINDOW.size_ms))}
+    base |= {"ts": ts, "window_start": window_starts(ts, FINEST_WINDOW.size_ms)}
     return pa.table(base | _samples(flat, metrics) | {"level": pa.array(["p"] * flat.num_rows, pa.string())})
 
 
@@ -122,10 +122,10 @@ def _relabel(table: pa.Table, **values: Any) -> pa.Table:
     return table
 
 
-def _mod(ts: pa.ChunkedArray, size: int) -> pa.ChunkedArray:
-    # Floor modulo for epoch ms (negative ts would need it too): ts - floor(ts / size) * size.
-    floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size))), pa.int64())
-    return pc.subtract(ts, pc.multiply(floor, size))
+def window_starts(ts: pa.ChunkedArray | pa.Array, size_ms: int) -> pa.ChunkedArray | pa.Array:
+    """Start of the `size_ms` window holding each epoch-ms ts (floor, so negative ts work too)."""
+    floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size_ms))), pa.int64())
+    return pc.multiply(floor, size_ms)
 
 
 def partials_schema() -> pa.Schema:
@@ -227,8 +227,7 @@ def invalid_excerpts(flat: pa.Table) -> dict[tuple[str, str, int, int], str]:
     invalid = flat.filter(pc.equal(flat["kind"], INVALID_KIND))
     if invalid.num_rows == 0:
         return {}
-    invalid = invalid.append_column("window_start", pc.subtract(invalid["ts"], _mod(invalid["ts"],
-                                                                                     FINEST_WINDOW.size_ms)))
+    invalid = invalid.append_column("window_start", window_starts(invalid["ts"], FINEST_WINDOW.size_ms))
     keys = ["target", "source", "partition", "window_start"]
     last = invalid.sort_by([(c, "ascending") for c in [*keys, "offset"]]).group_by(keys, use_threads=False) \
         .aggregate([("excerpt", "last")])
