@@ -8,6 +8,7 @@ import os
 
 import pytest
 import schemathesis
+import schemathesis.generation.body_overrides  # noqa: F401  (see below)
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -21,6 +22,9 @@ from service.app import create_app
 from service.openapi_export import DOCUMENT
 
 pytestmark = pytest.mark.integration
+# schemathesis imports body_overrides lazily, deep inside hypothesis' generation stack; there, CPython
+# 3.11.7 (the CI's interpreter) can fail the import's AST work with a spurious "AST constructor recursion
+# depth mismatch" SystemError (cpython#106905). Imported above, at the top of the stack, it cannot.
 
 # More examples for a deliberate hunt: SRM_FUZZ_EXAMPLES=500 make test ARGS=tests/service/test_openapi_fuzz.py
 EXAMPLES = int(os.environ.get("SRM_FUZZ_EXAMPLES", "20"))
