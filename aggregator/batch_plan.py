@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator import redis_layout as layout
-from aggregator.rollups import INVALID_KIND
+from aggregator.raw_records import INVALID_KIND
 from aggregator.stored_windows import SeriesKeys
 from aggregator.window_partials import ALL_METRICS, BatchPartials
 

@@ -1,13 +1,13 @@
 """foreachBatch sink: one Spark micro-batch -> partial windows -> one Redis transaction.
 
-The batch is collected as Arrow, aggregated on its own (window_partials) and merged into the windows of
-all sizes (stored_windows keeps the recent ones; redis_layout.REPLACE_WINDOWS_LUA writes the new
-values). Merging is not idempotent, so a batch's windows, index updates, invalid-record counts and the
-sink state (batch id and newest event ts) go in a single MULTI: Redis holds either all of them or none,
-and a batch Spark replays after a crash is skipped when its id is not above the stored one. Spark
-replays a batch with the offsets it logged, so a run killed mid-batch and restarted leaves Redis as an
-uninterrupted run does. Latest values are idempotent and go just before, in their own transaction
-(_write_latest), so they are not held up by the merges.
+The batch's Kafka records are collected as Arrow, parsed (raw_records), aggregated on their own
+(window_partials) and merged into the windows of all sizes (stored_windows keeps the recent ones;
+redis_layout.REPLACE_WINDOWS_LUA writes the new values). Merging is not idempotent, so a batch's windows,
+index updates, invalid-record counts and the sink state (batch id and newest event ts) go in a single
+MULTI: Redis holds either all of them or none, and a batch Spark replays after a crash is skipped when its
+id is not above the stored one. Spark replays a batch with the offsets it logged, so a run killed mid-
+batch and restarted leaves Redis as an uninterrupted run does. Latest values are idempotent and go just
+before, in their own transaction (_write_latest), so they are not held up by the merges.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame
 from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
-from aggregator.rollups import on_time
+from aggregator.raw_records import flat_table, on_time
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
@@ -69,8 +69,10 @@ class HistoryRead:
 
 
 class RedisRollupSink:
-    def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000) -> None:
+    def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
+                 target: str | None = None) -> None:
         self.redis_url = redis_url
+        self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
         self.watermark_delay_ms = watermark_delay_ms
         # Batch ids restart at 0 with a new checkpoint: the state is per checkpoint (Spark's query id,
@@ -107,10 +109,10 @@ class RedisRollupSink:
         began = time.monotonic()
         # Arrow hands the rows over in columnar batches: several times faster than pickled Rows.
         # One chunk per column: Spark hands 10k-row batches, and every Arrow kernel pays per chunk.
-        flat = on_time(batch, state.watermark_ms(self.watermark_delay_ms)).toArrow().combine_chunks()
+        flat = on_time(flat_table(batch.toArrow(), self.target), state.watermark_ms(self.watermark_delay_ms))
         collected = time.monotonic()
         batch_partials = window_partials.partials(flat)
-        LOG.debug("%s: batch %d: %d records collected in %.0f ms, %d partial windows in %.0f ms",
+        LOG.debug("%s: batch %d: %d records collected and parsed in %.0f ms, %d partial windows in %.0f ms",
                   self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
                   len(batch_partials.windows), (time.monotonic() - collected) * 1000)
         self.write(batch_partials, batch_id, state)

@@ -1,4 +1,4 @@
-"""One micro-batch's flat rows (rollups.flat_rows, as Arrow) -> partial 10 s windows and latest records.
+"""One micro-batch's flat rows (raw_records.flat_table) -> partial 10 s windows and latest records.
 
 Vectorized on Arrow (C++ hash aggregation): per-record Python work would cost more than the batch, and
 Spark's sort-based aggregation over a hundred aggregates took seconds for 25k records.
@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.raw_records import INVALID_KIND, REPLICATION_FIELDS
 from aggregator.redis_layout import (
     ALL_TOPICS,
     FINEST_WINDOW,
@@ -30,7 +31,6 @@ from aggregator.redis_layout import (
     REPLICATION_LEVEL_METRICS,
     WHOLE_TOPIC,
 )
-from aggregator.rollups import INVALID_KIND, REPLICATION_FIELDS
 from driver.wire.raw_metrics import METRICS, MetricKind
 
 ALL_METRICS = (*METRICS, INVALID_RECORDS_METRIC)

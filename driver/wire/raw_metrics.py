@@ -197,39 +197,37 @@ def json_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-_SUMMARY_DDL = "STRUCT<min: DOUBLE, max: DOUBLE, avg: DOUBLE, last: DOUBLE, count: BIGINT>"
-
-# The union of all kinds' fields, for Spark's from_json: absent fields parse as null.
-SPARK_SCHEMA_DDL = ", ".join(
-    [
-        "v INT",
-        "kind STRING",
-        "ts BIGINT",
-        "period_ms BIGINT",
-        "source STRING",
-        "target STRING",
-        "topic STRING",
-        "upstream_topic STRING",
-        "partition INT",
-        "`group` STRING",
-        "record_count BIGINT",
-        "byte_count BIGINT",
-        f"replication_latency_ms {_SUMMARY_DDL}",
-        f"record_age_ms {_SUMMARY_DDL}",
-        "records_lag BIGINT",
-        "source_end_offset BIGINT",
-        "upstream_offset BIGINT",
-        "target_offset BIGINT",
-        f"checkpoint_latency_ms {_SUMMARY_DDL}",
-        "group_upstream_offset BIGINT",
-        "group_downstream_offset BIGINT",
-        "group_lag BIGINT",
-        "status STRING",
-        "error STRING",
-        "workers INT",
-        "tasks INT",
-        "last_heartbeat_ts BIGINT",
-        "topics_replicated INT",
-        "enabled BOOLEAN",
-    ]
-)
+# Type of every field of every kind, for readers that parse many records at once with a fixed schema
+# (the aggregator's Arrow JSON reader): absent fields read as null. "summary" is a LatencySummary object.
+SUMMARY_FIELD_TYPES = {"min": "double", "max": "double", "avg": "double", "last": "double", "count": "long"}
+FIELD_TYPES: dict[str, str] = {
+    "v": "int",
+    "kind": "string",
+    "ts": "long",
+    "period_ms": "long",
+    "source": "string",
+    "target": "string",
+    "topic": "string",
+    "upstream_topic": "string",
+    "partition": "int",
+    "group": "string",
+    "record_count": "long",
+    "byte_count": "long",
+    "replication_latency_ms": "summary",
+    "record_age_ms": "summary",
+    "records_lag": "long",
+    "source_end_offset": "long",
+    "upstream_offset": "long",
+    "target_offset": "long",
+    "checkpoint_latency_ms": "summary",
+    "group_upstream_offset": "long",
+    "group_downstream_offset": "long",
+    "group_lag": "long",
+    "status": "string",
+    "error": "string",
+    "workers": "int",
+    "tasks": "int",
+    "last_heartbeat_ts": "long",
+    "topics_replicated": "int",
+    "enabled": "boolean",
+}

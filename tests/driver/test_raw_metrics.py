@@ -58,12 +58,18 @@ def test_bad_records_raise_a_clear_error(value, message):
         raw_metrics.decode(value)
 
 
-def test_every_metric_is_a_field_of_its_subject_and_in_the_spark_ddl():
+def test_every_metric_is_a_field_of_its_subject_with_a_type():
     fields = {"partition": PartitionMetrics, "group": GroupMetrics}
     for name, spec in raw_metrics.METRICS.items():
         assert name in fields[spec.subject].__dataclass_fields__
-        assert f"{name} " in raw_metrics.SPARK_SCHEMA_DDL
+        expected = "summary" if spec.kind is raw_metrics.MetricKind.LATENCY else "long"
+        assert raw_metrics.FIELD_TYPES[name] == expected
         assert name in raw_metrics.json_schema()["properties"]
+
+
+def test_every_field_of_every_kind_has_a_type():
+    for cls in (PartitionMetrics, GroupMetrics, ReplicationMetrics):
+        assert set(cls.__dataclass_fields__) <= set(raw_metrics.FIELD_TYPES), cls.__name__
 
 
 def test_latency_summary_of_samples():

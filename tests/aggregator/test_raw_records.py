@@ -1,29 +1,29 @@
-"""Partial-window math on a real SparkSession, fed Kafka-shaped rows (the same transformations a
-micro-batch goes through)."""
+"""Raw records -> flat rows -> partial windows, fed Kafka-shaped Arrow rows (what a micro-batch hands the
+sink): parsing, validity and the partial-window math. Pure Arrow, no Spark."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
 
+import pyarrow as pa
 import pytest
 
 from aggregator import window_partials as wp
+from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, on_time
 from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
-from aggregator.rollups import MAX_FUTURE_SKEW_MS, flat_rows, on_time, parse
 from driver.wire import raw_metrics
 from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
-
-pytestmark = pytest.mark.integration
 
 T0 = 1_700_000_000_000  # a 10 s boundary
 
 
-def kafka_rows(spark, records: list, garbage: list[bytes] = ()):
+def kafka_rows(records: list, garbage: list[bytes | None] = ()) -> pa.Table:
     values = [raw_metrics.encode(r)[1] for r in records] + list(garbage)
-    rows = [("srm-metrics.east.internal", 0, offset, datetime.fromtimestamp(T0 / 1000, UTC), bytearray(v))
-            for offset, v in enumerate(values)]
-    return spark.createDataFrame(rows, "topic string, partition int, offset long, timestamp timestamp, "
-                                       "value binary")
+    return pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
+                     "partition": pa.array([0] * len(values), pa.int32()),
+                     "offset": pa.array(range(len(values)), pa.int64()),
+                     "kafka_ts": pa.array([T0] * len(values), pa.int64()),
+                     "value": pa.array(values, pa.binary())})
 
 
 def partition_record(ts: int, partition: int, count: int, latency: LatencySummary | None = None,
@@ -33,15 +33,14 @@ def partition_record(ts: int, partition: int, count: int, latency: LatencySummar
                             byte_count=count * 100, replication_latency_ms=latency, records_lag=lag)
 
 
-def flat(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
-         watermark_ms: int | None = None):
-    parsed = parse(kafka_rows(spark, records, garbage), target)
-    return on_time(flat_rows(parsed, target), watermark_ms).toArrow()
+def flat(records: list, garbage: list[bytes | None] = (), target: str | None = None,
+         watermark_ms: int | None = None) -> pa.Table:
+    return on_time(flat_table(kafka_rows(records, garbage), target), watermark_ms)
 
 
-def partials(spark, records: list, garbage: list[bytes] = (), target: str | None = None,
+def partials(records: list, garbage: list[bytes | None] = (), target: str | None = None,
              watermark_ms: int | None = None) -> list:
-    return wp.window_partials(flat(spark, records, garbage, target, watermark_ms)).to_pylist()
+    return wp.window_partials(flat(records, garbage, target, watermark_ms)).to_pylist()
 
 
 def collect(rows: list) -> dict:
@@ -53,7 +52,7 @@ def stats(row, metric: str) -> tuple:
     return tuple(row[f"{metric}__{s}"] for s in ("n", "sum", "min", "max", "last", "last_ts"))
 
 
-def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
+def test_counts_latencies_and_gauges_per_partition_and_topic():
     records = [
         partition_record(T0 + 1000, 0, 10, LatencySummary(1, 5, 2, 3, 10), lag=4),
         partition_record(T0 + 6000, 0, 20, LatencySummary(2, 8, 4, 8, 20), lag=1),
@@ -61,7 +60,7 @@ def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
         partition_record(T0 + 12_000, 0, 7),  # next window
         ReplicationMetrics(ts=T0, period_ms=5000, source="east", target="west", status="RUNNING"),
     ]
-    out = collect(partials(spark, records))
+    out = collect(partials(records))
     first = out[(0, T0)]
     assert stats(first, "record_count") == (2, 30, 10, 20, 20, T0 + 6000)
     latency = stats(first, "replication_latency_ms")
@@ -78,13 +77,13 @@ def test_counts_latencies_and_gauges_per_partition_and_topic(spark):
     assert first["max_ts"] == T0 + 6000
 
 
-def test_equal_timestamps_break_ties_by_value(spark):
+def test_equal_timestamps_break_ties_by_value():
     records = [partition_record(T0 + 1000, p, 1, lag=lag) for p, lag in ((0, 4), (1, 9), (2, 2))]
-    topic = collect(partials(spark, records))[(WHOLE_TOPIC, T0)]
+    topic = collect(partials(records))[(WHOLE_TOPIC, T0)]
     assert stats(topic, "records_lag")[2:] == (2, 9, 9, T0 + 1000)
 
 
-def test_replication_level_counters_and_latest_records(spark):
+def test_replication_level_counters_and_latest_records():
     records = [
         partition_record(T0 + 1000, 0, 10, lag=4),
         PartitionMetrics(ts=T0 + 2000, period_ms=5000, source="east", target="west", topic="east.other",
@@ -92,7 +91,7 @@ def test_replication_level_counters_and_latest_records(spark):
         partition_record(T0 + 4000, 0, 1, lag=3),
         ReplicationMetrics(ts=T0 + 4000, period_ms=5000, source="east", target="west", status="RUNNING"),
     ]
-    table = flat(spark, records)
+    table = flat(records)
     rows = wp.window_partials(table).to_pylist()
     (whole,) = [r for r in rows if r["level"] == "r"]
     assert (whole["topic"], whole["partition"], whole["upstream_topic"]) == (ALL_TOPICS, WHOLE_TOPIC, None)
@@ -107,26 +106,25 @@ def test_replication_level_counters_and_latest_records(spark):
     assert latest[("partition", "east.other", 1)]["upstream_topic"] == "other"
 
 
-def test_group_metrics_are_keyed_by_group(spark):
+def test_group_metrics_are_keyed_by_group():
     record = GroupMetrics(ts=T0 + 1, period_ms=5000, source="east", target="west", group="billing",
                           topic="east.orders", upstream_topic="orders", partition=2,
                           checkpoint_latency_ms=LatencySummary(3, 3, 3, 3, 1), group_lag=12)
-    rows = partials(spark, [record])
+    rows = partials([record])
     assert {(r["group"], r["partition"], r["level"]) for r in rows} == {("billing", 2, "p"),
                                                                           ("billing", WHOLE_TOPIC, "t")}
     assert all(r["group_lag__last"] == 12 and r["checkpoint_latency_ms__n"] == 1 for r in rows)
     assert all(r["record_count__n"] is None for r in rows)
 
 
-def test_records_that_do_not_parse_are_flagged_not_fatal(spark):
+def test_records_that_do_not_parse_are_flagged_not_fatal():
     incomplete = b'{"v": 1, "kind": "partition", "ts": 5, "source": "east", "target": "west"}'
     elsewhere = raw_metrics.encode(PartitionMetrics(
         ts=T0, period_ms=1, source="east", target="north", topic="east.t", upstream_topic="t", partition=0,
         record_count=1, byte_count=1))[1]
-    parsed = parse(kafka_rows(spark, [partition_record(T0, 0, 1)],
-                              [b"not json", b'{"v": 9}', b"{}", incomplete, elsewhere]), target="west")
-    assert [r["valid"] for r in parsed.orderBy("kafka_offset").collect()] == [True] + [False] * 5
-    table = flat_rows(parsed, "west").toArrow()
+    table = flat_table(kafka_rows([partition_record(T0, 0, 1)],
+                                  [b"not json", b'{"v": 9}', b"{}", incomplete, elsewhere]), target="west")
+    assert table["kind"].to_pylist() == ["partition"] + ["invalid"] * 5
     rows = wp.window_partials(table).to_pylist()
     (invalid,) = [r for r in rows if r["kind"] == "invalid"]
     assert (invalid["target"], invalid["source"], invalid["topic"], invalid["partition"]) == ("west", "east",
@@ -136,16 +134,42 @@ def test_records_that_do_not_parse_are_flagged_not_fatal(spark):
     assert all(r[f"{INVALID_RECORDS_METRIC}__n"] is None for r in rows if r["kind"] != "invalid")
 
 
-def test_a_record_from_far_in_the_future_is_invalid(spark):
+def test_a_record_from_far_in_the_future_is_invalid():
     # Kafka stamps the rows T0: a report claiming T0 + 1 day would drag the watermark a day ahead.
-    rows = partials(spark, [partition_record(T0 + MAX_FUTURE_SKEW_MS, 0, 1),
+    rows = partials([partition_record(T0 + MAX_FUTURE_SKEW_MS, 0, 1),
                             partition_record(T0 + 86_400_000, 0, 2)])
     assert sorted((r["kind"], r["level"]) for r in rows) == [("invalid", "p"), ("partition", "p"),
                                                               ("partition", "r"), ("partition", "t")]
 
 
-def test_windows_that_ended_by_the_watermark_are_dropped_invalid_records_never(spark):
+def test_windows_that_ended_by_the_watermark_are_dropped_invalid_records_never():
     records = [partition_record(T0 + 9_999, 0, 1), partition_record(T0 + 10_000, 0, 2)]
-    rows = partials(spark, records, [b"junk"], watermark_ms=T0 + 10_000)
+    rows = partials(records, [b"junk"], watermark_ms=T0 + 10_000)
     assert {(r["kind"], r["window_start"]) for r in rows if r["level"] == "p"} == {
         ("partition", T0 + 10_000), ("invalid", T0)}
+
+
+def test_bad_values_among_many_are_invalid_alone_and_keep_their_offsets():
+    good = [partition_record(T0 + i, i % 3, 1) for i in range(997)]
+    table = flat_table(kafka_rows(good, [b"{}{}", b'{"v": 1, "ts": "soon"}', b"\xff\xfe"]), target="west")
+    invalid = table.filter(pa.compute.equal(table["kind"], "invalid"))
+    assert invalid["offset"].to_pylist() == [997, 998, 999]
+    assert invalid["excerpt"].to_pylist() == ["{}{}", '{"v": 1, "ts": "soon"}', "\ufffd\ufffd"]
+    valid = table.filter(pa.compute.equal(table["kind"], "partition"))
+    assert valid["ts"].to_pylist() == [T0 + i for i in range(997)]
+
+
+def test_pretty_printed_records_parse_and_empty_or_null_values_do_not():
+    pretty = json.dumps(json.loads(raw_metrics.encode(partition_record(T0, 2, 7))[1]), indent=2).encode()
+    table = flat_table(kafka_rows([], [pretty, b"", None, b"  "]), target="west")
+    assert table["kind"].to_pylist() == ["partition", "invalid", "invalid", "invalid"]
+    assert table["record_count"].to_pylist() == [7, None, None, None]
+    assert table["excerpt"].to_pylist()[1:] == ["", "<null value>", "  "]
+
+
+def test_unknown_fields_are_ignored_and_the_source_of_an_invalid_record_is_its_topic():
+    body = json.loads(raw_metrics.encode(partition_record(T0, 0, 3))[1]) | {"future_field": {"x": [1]}}
+    table = flat_table(kafka_rows([], [json.dumps(body).encode(), b"[1, 2]"]))
+    assert table.select(["kind", "source", "record_count"]).to_pylist() == [
+        {"kind": "partition", "source": "east", "record_count": 3},
+        {"kind": "invalid", "source": "east", "record_count": None}]
