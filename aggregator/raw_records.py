@@ -46,15 +46,26 @@ _PARSE = pj.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavio
 def parse_values(values: pa.Array) -> tuple[pa.Table, pa.BooleanArray]:
     """Kafka values -> one RECORD_SCHEMA row each (all null where the value is no JSON object of those
     types) and whether it parsed."""
-    one_line = pc.and_(pc.starts_with(values, "{"), pc.invert(pc.match_substring_regex(values, "[\r\n]")))
-    one_line = pc.fill_null(one_line, False)
-    if not pc.all(one_line).as_py():  # rare: pretty-printed JSON, blank or null values, garbage
+    one_line = _one_line_each(values)
+    if one_line is not None:  # rare: pretty-printed JSON, blank or null values, garbage
         values = pa.array([value if fast else _one_line(value) for value, fast
                            in zip(values.to_pylist(), one_line.to_pylist(), strict=True)], pa.binary())
     pieces = _read_lines(values)
-    table = pa.concat_tables([piece for piece, _ in pieces]) if pieces else RECORD_SCHEMA.empty_table()
-    parsed = pa.array([ok for piece, ok in pieces for _ in range(piece.num_rows)], pa.bool_())
-    return table, parsed
+    if not pieces:
+        return RECORD_SCHEMA.empty_table(), pa.array([], pa.bool_())
+    parsed = pa.concat_arrays([pa.repeat(ok, piece.num_rows) for piece, ok in pieces])
+    return pa.concat_tables([piece for piece, _ in pieces]), parsed
+
+
+def _one_line_each(values: pa.Array) -> pa.BooleanArray | None:
+    """Which values are one line starting with `{`, or None when all are: the common case, told by one
+    scan of the values' bytes (a regex per value costs ~0.5 us each)."""
+    starts = pc.fill_null(pc.starts_with(values, "{"), False)
+    data = values.buffers()[2]
+    text = data.to_pybytes() if data is not None else b""
+    if b"\n" not in text and b"\r" not in text:
+        return None if pc.all(starts).as_py() else starts
+    return pc.and_(starts, pc.invert(pc.fill_null(pc.match_substring_regex(values, "[\r\n]"), True)))
 
 
 def _one_line(value: bytes | None) -> bytes | None:
@@ -109,13 +120,12 @@ def flat_table(kafka: pa.Table, target: str | None = None) -> pa.Table:
     kind = m["kind"]
     replication = pc.fill_null(pc.equal(kind, "replication"), False)
     subject_of_topic = pc.and_(valid, pc.invert(replication))
-    source_of_topic = pc.struct_field(pc.extract_regex(kafka["topic"], SOURCE_OF_TOPIC), [0])
     invalid_target = pa.scalar(target) if target is not None else pc.fill_null(m["target"], "")
     partition = pc.if_else(replication, pa.scalar(WHOLE_TOPIC, pa.int32()), m["partition"])
     columns = {
         "kind": pc.if_else(valid, kind, INVALID_KIND),
         "target": pc.if_else(valid, m["target"], invalid_target),
-        "source": pc.if_else(valid, m["source"], pc.fill_null(source_of_topic, "")),
+        "source": pc.if_else(valid, m["source"], _source_of_topic(kafka["topic"].combine_chunks(), invalid)),
         "group": pc.if_else(valid, pc.fill_null(m["group"], ""), ""),
         "topic": pc.if_else(subject_of_topic, m["topic"], ALL_TOPICS),
         "upstream_topic": _where(subject_of_topic, m["upstream_topic"]),
@@ -155,6 +165,15 @@ def _valid(m: pa.Table, parsed: pa.BooleanArray, kafka_ts: pa.Array, target: str
     for check in checks[1:]:
         valid = pc.and_kleene(valid, check)
     return pc.fill_null(valid, False)
+
+
+def _source_of_topic(topics: pa.Array, rows: pa.BooleanArray) -> pa.Array | str:
+    """The source cluster named by each raw-metrics topic, for the given rows (a batch has a few topics)."""
+    if not pc.any(rows).as_py():
+        return ""
+    topics = pc.dictionary_encode(topics)
+    sources = pc.fill_null(pc.struct_field(pc.extract_regex(topics.dictionary, SOURCE_OF_TOPIC), [0]), "")
+    return sources.take(topics.indices)
 
 
 def _where(mask: pa.BooleanArray, values: pa.Array) -> pa.Array:
