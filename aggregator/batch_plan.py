@@ -1,9 +1,10 @@
 """One micro-batch's partial windows and latest records (window_partials) sorted by what the sink does.
 
 Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, window) partials, so they
-stay one Arrow table, one metric a row, each series by its number (stored_windows.SeriesKeys names its
-keys once per process, not per window); stored_windows merges them. Window objects are built only for
-the series latest values read (end offsets of partitions, record counts of replications).
+stay one Arrow table, one metric a row, each series by its number (numbered_partials;
+stored_windows.SeriesKeys names its keys once per process, not per window); stored_windows merges them.
+Window objects are built only for the series latest values read (end offsets of partitions, record counts
+of replications).
 """
 
 from __future__ import annotations
@@ -39,10 +40,6 @@ class InvalidWindow:
 
 @dataclass
 class BatchPlan:
-    # partial finest windows, one metric a row: series (number, stored_windows.SeriesKeys), start, n, sum,
-    # min, max, last, last_ts (stored_windows merges them into every size)
-    finest: pa.Table | None = None
-    series_count: int = 0
     # partial windows of the series latest values are derived from
     history: dict[layout.SeriesId, list[layout.WindowAggregate]] = field(default_factory=dict)
     invalid: list[InvalidWindow] = field(default_factory=list)
@@ -68,13 +65,6 @@ class BatchPlan:
             plan.add_latest(record)
         return plan
 
-    def add_merges(self, batch: BatchPartials, keys: SeriesKeys) -> BatchPlan:
-        """The batch's partial windows by series number: after the latest values (see redis_sink), as
-        nothing they need depends on it."""
-        if batch.windows.num_rows:
-            self._add_merges(batch.windows, keys)
-        return self
-
     def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
         return self.history.get(series, [])
 
@@ -85,30 +75,6 @@ class BatchPlan:
         known = self.latest.get(subject)
         if known is None or known["ts"] < record["ts"]:
             self.latest[subject] = dict(record)
-
-    def _add_merges(self, windows: pa.Table, keys: SeriesKeys) -> None:
-        narrow = [t for m in ALL_METRICS if (t := self._metric_partials(windows, m)) is not None]
-        if not narrow:  # e.g. only replication reports: no metric windows
-            return
-        table = pa.concat_tables(narrow)
-        series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
-        numbered = series.append_column("series", pa.array(
-            keys.number(zip(*series.to_pydict().values(), strict=True)), pa.int64()))
-        self.finest = table.join(numbered, SERIES_COLUMNS).drop_columns(SERIES_COLUMNS)
-        self.series_count = series.num_rows
-
-    def _metric_partials(self, windows: pa.Table, metric: str) -> pa.Table | None:
-        present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
-        if present.num_rows == 0:
-            return None
-        return pa.table({
-            "target": present["target"], "source": present["source"], "topic": present["topic"],
-            "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
-            "metric": pa.array([metric] * present.num_rows, pa.string()),
-            "start": present["window_start"],
-            **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
-            "last_ts": _last_ts(present, metric),
-        })
 
     def _add_history(self, present: pa.Table, metric: str, last_ts: pa.ChunkedArray) -> None:
         # Lag in seconds reads a partition's end offsets; recent record counts a replication's counts.
@@ -158,3 +124,31 @@ class BatchPlan:
 def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
     # A partial without last ts counts as of its window start (as redis_layout.merge_windows does).
     return pc.coalesce(present[f"{metric}__last_ts"], present["window_start"])
+
+
+def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | None, int]:
+    """A batch's partial windows (window_partials) one metric a row, each series by its number: series,
+    start, n, sum, min, max, last, last_ts (stored_windows merges them into every size); and how many
+    series there are. None when the batch has no metric windows (e.g. only replication reports)."""
+    narrow = [t for m in ALL_METRICS if (t := _metric_partials(windows, m)) is not None]
+    if not narrow:
+        return None, 0
+    table = pa.concat_tables(narrow)
+    series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
+    numbered = series.append_column("series", pa.array(
+        keys.number(zip(*series.to_pydict().values(), strict=True)), pa.int64()))
+    return table.join(numbered, SERIES_COLUMNS).drop_columns(SERIES_COLUMNS), series.num_rows
+
+
+def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
+    present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+    if present.num_rows == 0:
+        return None
+    return pa.table({
+        "target": present["target"], "source": present["source"], "topic": present["topic"],
+        "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
+        "metric": pa.array([metric] * present.num_rows, pa.string()),
+        "start": present["window_start"],
+        **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
+        "last_ts": _last_ts(present, metric),
+    })

@@ -196,12 +196,25 @@ def groups_key(target: str, source: str) -> str:
 
 
 def batch_key(query_name: str) -> str:
-    """Hash of a query's sink state, written in the same MULTI as each batch: `batch_id` (the last Spark
-    batch committed) and `max_event_ts` (the newest event ts seen, from which the watermark follows).
+    """Hash of a query's sink state, written in the same MULTI as each batch is staged: `batch_id` (the
+    last Spark batch committed) and `max_event_ts` (the newest event ts seen, from which the watermark
+    follows).
 
     The streaming sink passes `<query name>:<Spark query id>`: batch ids restart at 0 with a new
     checkpoint, and the query id (kept in the checkpoint) changes with it."""
     return f"{PREFIX}:batch:{_part(query_name)}"
+
+
+def staged_batch_key(query_name: str, batch_id: int) -> str:
+    """A committed batch's partial windows (Arrow IPC) until they are merged into the windows; deleted in
+    the MULTI that merges them (window_writer)."""
+    return f"{batch_key(query_name)}:staged:{batch_id}"
+
+
+def applied_batch_key(query_name: str) -> str:
+    """The last batch whose windows are merged (window_writer); apart from batch_key, which every batch
+    writes, so a merge can WATCH it without the next batch's staging aborting it."""
+    return f"{batch_key(query_name)}:applied"
 
 
 INDEX_TTL_MS = WINDOWS["1h"].retention_ms + TTL_SLACK_MS

@@ -1,13 +1,14 @@
-"""foreachBatch sink: one Spark micro-batch -> partial windows -> one Redis transaction.
+"""foreachBatch sink: one Spark micro-batch -> partial windows -> Redis, committed once.
 
-The batch's Kafka records are collected as Arrow, parsed (raw_records), aggregated on their own
-(window_partials) and merged into the windows of all sizes (stored_windows keeps the recent ones;
-redis_layout.REPLACE_WINDOWS_LUA writes the new values). Merging is not idempotent, so a batch's windows,
-index updates, invalid-record counts and the sink state (batch id and newest event ts) go in a single
-MULTI: Redis holds either all of them or none, and a batch Spark replays after a crash is skipped when its
-id is not above the stored one. Spark replays a batch with the offsets it logged, so a run killed mid-
-batch and restarted leaves Redis as an uninterrupted run does. Latest values are idempotent and go just
-before, in their own transaction (_write_latest), so they are not held up by the merges.
+The batch's Kafka records are collected as Arrow, parsed (raw_records) and aggregated on their own
+(window_partials). Merging partials into stored windows is not idempotent, so a batch's partial windows
+(staged, see window_writer), index updates, invalid-record counts and the sink state (batch id and newest
+event ts) go in a single MULTI: Redis holds either all of them or none, and a batch Spark replays after a
+crash is skipped when its id is not above the stored one. Spark replays a batch with the offsets it
+logged, so a run killed mid-batch and restarted leaves Redis as an uninterrupted run does. The staged
+windows are merged into the windows of every size by the window writer's thread while Spark reads the
+next batch, in batch order, exactly once (a crash leaves them staged; they are merged on restart).
+Latest values are idempotent and go first, in their own transaction (_write_latest).
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -35,9 +36,9 @@ from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.raw_records import flat_table, on_time
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
+from aggregator.window_writer import WindowWriter
 from driver.policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
@@ -68,6 +69,18 @@ class HistoryRead:
     high_ms: int
 
 
+def query_scope(query_name: str, query_id: str | None) -> str:
+    return f"{query_name}:{query_id}" if query_id else query_name
+
+
+def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -> bool:
+    """Whether every batch the query committed has its windows merged (window_writer) in Redis."""
+    scope = query_scope(query_name, query_id)
+    committed = client.hget(layout.batch_key(scope), "batch_id")
+    applied = client.get(layout.applied_batch_key(scope))
+    return committed is None or (applied is not None and int(applied) >= int(committed))
+
+
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
                  target: str | None = None) -> None:
@@ -80,15 +93,13 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._replace: Any = None
         self._latest: Any = None
+        self._windows: WindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
-        self.stored = StoredWindows()
-        self.series_keys = SeriesKeys()
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
-        self.batch_scope = f"{self.query_name}:{query_id}" if query_id else self.query_name
+        self.batch_scope = query_scope(self.query_name, query_id)
         self._bound.set()
         return self
 
@@ -96,13 +107,21 @@ class RedisRollupSink:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(self.redis_url)
-            self._replace = self._client.register_script(layout.REPLACE_WINDOWS_LUA)
             self._latest = self._client.register_script(layout.UPSERT_LATEST_LUA)
         return self._client
+
+    @property
+    def windows(self) -> WindowWriter:
+        """Merges the staged windows (window_writer); on first use, first those a crash left staged."""
+        if self._windows is None:
+            self._windows = WindowWriter(self.client, self.batch_scope)
+            self._windows.recover(self.state().batch_id)
+        return self._windows
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
+        self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
         state = self.state()
         if self._already_committed(state, batch_id):
             return
@@ -115,7 +134,7 @@ class RedisRollupSink:
         LOG.debug("%s: batch %d: %d records collected and parsed in %.0f ms, %d partial windows in %.0f ms",
                   self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
                   len(batch_partials.windows), (time.monotonic() - collected) * 1000)
-        self.write(batch_partials, batch_id, state)
+        self.write(batch_partials, batch_id, state, merge_later=True)
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))
@@ -133,13 +152,15 @@ class RedisRollupSink:
                  state.batch_id)
         return True
 
-    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
-              state: SinkState | None = None) -> None:
-        """Merge one batch's partial windows and latest records into Redis, once. Rows of one metric
-        each are taken too (window_partials.of_windows)."""
+    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int, state: SinkState | None = None,
+              merge_later: bool = False) -> None:
+        """Commit one batch's partial windows and latest records to Redis, once: latest values, then its
+        windows staged with the batch id, then merged (now, or with `merge_later` by the window writer's
+        thread). Rows of one metric each are taken too (window_partials.of_windows)."""
         began = time.monotonic()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
+        windows = self.windows
         state = state or self.state()
         if self._already_committed(state, batch_id):
             return
@@ -148,34 +169,31 @@ class RedisRollupSink:
         latest = self._latest_values(plan)
         self._write_latest(latest)
         derived = time.monotonic()
-        plan.add_merges(batch, self.series_keys)
         try:
-            # The kept windows take the batch in before Redis does: any failure from here on leaves them
-            # ahead of (or, after a partial EXEC, unsure of) Redis, so they are read again.
-            updates = self._window_updates(plan)
-            merged = time.monotonic()
             pipe = self.client.pipeline(transaction=True)
-            self._write_windows(pipe, updates)
+            windows.stage(pipe, batch_id, batch.windows)
             self._write_invalid(pipe, plan)
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
             pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
             pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
-            queued = time.monotonic()
             pipe.execute()
         except Exception:
             self.history.clear()
-            self.stored.clear()
             raise
-        executed = time.monotonic()
-        for series, windows in plan.history.items():
-            self.history.commit(layout.series_key(series, FINEST.name), windows)
-        LOG.debug("%s: batch %d merged %d series, %d latest values in %.0f ms (plan %.0f, latest values "
-                  "%.0f, windows merged %.0f, queued %.0f, Redis %.0f)", self.query_name, batch_id,
-                  plan.series_count, len(latest), (time.monotonic() - began) * 1000,
-                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, merged, queued,
-                                                                    executed))))
+        staged = time.monotonic()
+        for series, history in plan.history.items():
+            self.history.commit(layout.series_key(series, FINEST.name), history)
+        if merge_later:
+            windows.submit(batch_id, batch.windows)
+        else:
+            windows.apply(batch_id, batch.windows)
+        LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
+                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, len(latest),
+                  (time.monotonic() - began) * 1000,
+                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
+                                                                    time.monotonic()))))
 
     def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Latest values go first, in their own transaction, so status and lag are readable before the
@@ -190,29 +208,7 @@ class RedisRollupSink:
             self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 
-    # --- windows, indexes, invalid records ----------------------------------------------------------
-
-    def _window_updates(self, plan: BatchPlan) -> list[WindowUpdates]:
-        """The batch's partials merged at every window size with the stored windows (read from Redis
-        first where they are not kept)."""
-        if plan.finest is None:
-            return []
-        updates = []
-        for i, window in enumerate(layout.WINDOWS):
-            partials = size_partials(plan.finest, window)
-            missing = self.stored.uncovered(partials, window)
-            if missing:
-                pipe = self.client.pipeline(transaction=False)
-                for series, low in missing.items():
-                    pipe.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
-                replies = zip(missing.items(), pipe.execute(), strict=True)
-                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
-            updates.append(self.stored.apply(partials, window))
-        return updates
-
-    def _write_windows(self, pipe: redis.client.Pipeline, updates: list[WindowUpdates]) -> None:
-        for keys, argv in redis_calls(updates, self.series_keys):
-            self._replace(keys=keys, args=argv, client=pipe)
+    # --- indexes, invalid records ------------------------------------------------------------------
 
     def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         for invalid in plan.invalid:
@@ -274,6 +270,7 @@ class RedisRollupSink:
                 wanted[key] = low
         if not wanted:
             return
+        self.windows.wait_idle()  # Redis holds every staged batch's windows
         pipe = self.client.pipeline(transaction=False)
         for key, low in wanted.items():
             pipe.zrangebyscore(key, low, "+inf")

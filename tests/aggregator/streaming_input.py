@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterable
 import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.streaming import StreamingQuery
 
 from aggregator import redis_layout as layout
+from aggregator.redis_sink import windows_merged
 from driver.policy import metrics_topic
 from driver.wire import raw_metrics
 
@@ -59,6 +61,12 @@ def wait_until(check: Callable[[], object], timeout_s: float = 90.0, what: str =
             return value
         time.sleep(0.25)
     raise AssertionError(f"{what} not reached within {timeout_s:.0f} s")
+
+
+def wait_merged(redis_url: str, query: StreamingQuery) -> None:
+    """After processAllAvailable: until the last batch's windows are merged too (window_writer)."""
+    client = redis.Redis.from_url(redis_url)
+    wait_until(lambda: windows_merged(client, query.name, str(query.id)), 60, "windows merged")
 
 
 def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",

@@ -14,7 +14,15 @@ from pathlib import Path
 import pyspark
 import pytest
 import redis
-from streaming_input import create_topic, new_source, produce, snapshot, topic_pattern, wait_until
+from streaming_input import (
+    create_topic,
+    new_source,
+    produce,
+    snapshot,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from driver.policy import metrics_topic
@@ -75,6 +83,7 @@ def scenario(spark, kafka_clusters, tmp_path_factory) -> Iterator[dict]:
             topics_pattern=topic_pattern(source)))
         try:
             query.processAllAvailable()
+            wait_merged(reference.url, query)
         finally:
             query.stop()
         expected = snapshot(redis.Redis.from_url(reference.url))

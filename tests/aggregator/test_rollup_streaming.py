@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from streaming_input import create_topic, members, new_source, produce, topic_pattern
+from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged
 
 from aggregator import redis_layout as layout
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -39,6 +39,7 @@ def run_once(spark, query_spec: RollupQuerySpec) -> None:
     try:
         query.processAllAvailable()
         assert query.isActive, query.exception()
+        wait_merged(query_spec.redis_url, query)
     finally:
         query.stop()
 
@@ -108,6 +109,7 @@ def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_
                                partition_report(source, T0 + 55_000, 0, 4, end=7, lag=0)])  # too late
         query.processAllAvailable()
         assert query.isActive, query.exception()
+        wait_merged(query_spec.redis_url, query)
     finally:
         query.stop()
     client = redis.Redis.from_url(redis_url)
