@@ -53,7 +53,8 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
     rows = kafka_columns(reader.load())
-    sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target)
+    sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target,
+                           merge_in_background=True)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     try:

@@ -38,7 +38,7 @@ from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.raw_records import flat_table, on_time
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
-from aggregator.window_writer import WindowWriter
+from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
 from driver.policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -
 
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
-                 target: str | None = None) -> None:
+                 target: str | None = None, merge_in_background: bool = False) -> None:
         self.redis_url = redis_url
         self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
@@ -94,7 +94,8 @@ class RedisRollupSink:
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
         self._latest: Any = None
-        self._windows: WindowWriter | None = None
+        self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
+        self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
@@ -111,11 +112,15 @@ class RedisRollupSink:
         return self._client
 
     @property
-    def windows(self) -> WindowWriter:
+    def windows(self) -> WindowWriter | BackgroundWindowWriter:
         """Merges the staged windows (window_writer); on first use, first those a crash left staged."""
         if self._windows is None:
-            self._windows = WindowWriter(self.client, self.batch_scope)
-            self._windows.recover(self.state().batch_id)
+            committed = self.state().batch_id
+            if self.merge_in_background:
+                self._windows = BackgroundWindowWriter(self.redis_url, self.batch_scope, committed)
+            else:
+                self._windows = WindowWriter(self.client, self.batch_scope)
+                self._windows.recover(committed)
         return self._windows
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -134,7 +139,7 @@ class RedisRollupSink:
         LOG.debug("%s: batch %d: %d records collected and parsed in %.0f ms, %d partial windows in %.0f ms",
                   self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
                   len(batch_partials.windows), (time.monotonic() - collected) * 1000)
-        self.write(batch_partials, batch_id, state, merge_later=True)
+        self.write(batch_partials, batch_id, state)
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))
@@ -152,11 +157,11 @@ class RedisRollupSink:
                  state.batch_id)
         return True
 
-    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int, state: SinkState | None = None,
-              merge_later: bool = False) -> None:
+    def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
+              state: SinkState | None = None) -> None:
         """Commit one batch's partial windows and latest records to Redis, once: latest values, then its
-        windows staged with the batch id, then merged (now, or with `merge_later` by the window writer's
-        thread). Rows of one metric each are taken too (window_partials.of_windows)."""
+        windows staged with the batch id, then merged (at once, or in the background with
+        `merge_in_background`). Rows of one metric each are taken too (window_partials.of_windows)."""
         began = time.monotonic()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
@@ -171,7 +176,7 @@ class RedisRollupSink:
         derived = time.monotonic()
         try:
             pipe = self.client.pipeline(transaction=True)
-            windows.stage(pipe, batch_id, batch.windows)
+            stage(pipe, self.batch_scope, batch_id, batch.windows)
             self._write_invalid(pipe, plan)
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
@@ -185,10 +190,7 @@ class RedisRollupSink:
         staged = time.monotonic()
         for series, history in plan.history.items():
             self.history.commit(layout.series_key(series, FINEST.name), history)
-        if merge_later:
-            windows.submit(batch_id, batch.windows)
-        else:
-            windows.apply(batch_id, batch.windows)
+        windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
                   "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, len(latest),
                   (time.monotonic() - began) * 1000,

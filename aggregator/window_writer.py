@@ -1,13 +1,15 @@
 """Merges committed batches' partial windows into the stored windows of every size, one batch behind.
 
 Spark starts the next micro-batch only when the sink returns, and merging a batch's windows (~0.6 s for
-15k series whatever the batch's size) was most of a small batch's time. So the sink stages the batch's
-partial windows (Arrow IPC, one Redis string) in the MULTI that records the batch as committed, and hands
-them to this writer's thread: the next batch is read and parsed while this one's windows are merged.
+15k series whatever the batch's size, ~1-2 s for a 200k-record batch) was most of a batch's time. So the
+sink stages the batch's partial windows (Arrow IPC, one Redis string; `stage`) in the MULTI that records
+the batch as committed, and a WindowWriter merges them: at once (`WindowWriter`: tests, tools) or in a
+child process (`BackgroundWindowWriter`: the streaming query) while Spark reads the next batch. A process,
+not a thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs.
 
 Batches are merged in order, each in one MULTI that also deletes its staged copy and advances the applied
 batch id (redis_layout.applied_batch_key). A batch staged but not merged when the process died is merged
-when a sink of the same query starts (recover). Merging is not idempotent, so the applied id is WATCHed:
+when a writer of the same query starts (recover). Merging is not idempotent, so the applied id is WATCHed:
 a batch another writer merged meanwhile (a query restarted in the same process) is not merged twice.
 """
 
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
-import threading
+import multiprocessing
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 
 import pyarrow as pa
 import redis
@@ -42,52 +45,33 @@ def decode_partials(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(blob).read_all()
 
 
+def stage(pipe: redis.client.Pipeline, scope: str, batch_id: int, windows: pa.Table) -> None:
+    """Queue, in the sink's MULTI, a committed batch's partial windows for merging."""
+    pipe.set(layout.staged_batch_key(scope, batch_id), encode_partials(windows), px=layout.INDEX_TTL_MS)
+    # The first batch staged by this code: every earlier one was merged when it was committed.
+    applied = layout.applied_batch_key(scope)
+    pipe.set(applied, batch_id - 1, nx=True)
+    pipe.pexpire(applied, layout.INDEX_TTL_MS)
+
+
 class WindowWriter:
+    """Merges staged batches at once, in the caller's process."""
+
     def __init__(self, client: redis.Redis, scope: str) -> None:
         self.client = client
         self.scope = scope
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
         self._replace = client.register_script(layout.REPLACE_WINDOWS_LUA)
-        # At most one batch waits while one is merged: the query cannot run ahead of its windows.
-        self._queue: queue.Queue[tuple[int, pa.Table]] = queue.Queue(maxsize=1)
-        self._idle = threading.Condition()
-        self._pending = 0
-        self._failure: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- in the sink's staging MULTI ------------------------------------------------------------------
-
-    def stage(self, pipe: redis.client.Pipeline, batch_id: int, windows: pa.Table) -> None:
-        staged = layout.staged_batch_key(self.scope, batch_id)
-        pipe.set(staged, encode_partials(windows), px=layout.INDEX_TTL_MS)
-        # The first batch staged by this code: every earlier one was merged when it was committed.
-        applied = layout.applied_batch_key(self.scope)
-        pipe.set(applied, batch_id - 1, nx=True)
-        pipe.pexpire(applied, layout.INDEX_TTL_MS)
-
-    # --- merging ----------------------------------------------------------------------------------------
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:
-        """Merge a staged batch in the background, after the ones submitted before it."""
-        self.raise_failure()
-        with self._idle:
-            self._pending += 1
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"windows-{self.scope}", daemon=True)
-            self._thread.start()
-        self._queue.put((batch_id, windows))
+        self.apply(batch_id, windows)
 
     def wait_idle(self) -> None:
-        """Until every submitted batch is merged; raises what made a merge fail."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
-        self.raise_failure()
+        """Every submitted batch is merged when submit returns."""
 
     def raise_failure(self) -> None:
-        if self._failure is not None:
-            raise RuntimeError(f"{self.scope}: merging windows failed; the staged batches are merged when "
-                               f"the query restarts") from self._failure
+        """A failed merge raised from submit."""
 
     def recover(self, committed: int | None) -> None:
         """Merge, now and in order, the batches up to `committed` that were staged but never merged."""
@@ -160,16 +144,87 @@ class WindowWriter:
             updates.append(self.stored.apply(partials, window))
         return updates
 
-    def _run(self) -> None:
-        while True:
-            batch_id, windows = self._queue.get()
-            try:
-                if self._failure is None:
-                    self.apply(batch_id, windows)
-            except Exception as exc:  # the sink raises it in the query's next batch
-                LOG.error("%s: merging the windows of batch %d failed: %s", self.scope, batch_id, exc)
-                self._failure = exc
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+
+class BackgroundWindowWriter:
+    """Merges staged batches in a child process, in the order submitted, at most two batches behind."""
+
+    MAX_BEHIND = 2
+
+    def __init__(self, redis_url: str, scope: str, committed: int | None) -> None:
+        self.scope = scope
+        # spawn: the parent holds a JVM gateway and threads, which a forked child must not inherit.
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        level = logging.getLogger(__name__).getEffectiveLevel()
+        self._process = context.Process(target=_serve, args=(redis_url, scope, committed, child, level),
+                                        name=f"srm-windows-{scope}", daemon=True)
+        self._process.start()
+        child.close()
+        self._pending = 1  # the recovery of what a crash left staged
+        self._failure: str | None = None
+
+    def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
+        self.raise_failure()
+        while self._pending >= self.MAX_BEHIND:
+            self._receive()
+        self._conn.send(batch_id)
+        self._pending += 1
+
+    def wait_idle(self) -> None:
+        while self._pending:
+            self._receive()
+        self.raise_failure()
+
+    def raise_failure(self) -> None:
+        while self._pending and self._conn.poll():
+            self._receive()
+        if self._failure is not None:
+            raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
+                               "are merged when the query restarts")
+
+    def close(self) -> None:
+        self._conn.close()  # the child ends when it sees the end of the pipe
+        self._process.join(10)
+
+    def _receive(self) -> None:
+        try:
+            failure = self._conn.recv()
+            self._pending -= 1
+        except EOFError:
+            self._process.join(10)
+            failure = f"the window writer process exited with {self._process.exitcode}"
+            self._pending = 0
+        if failure is not None:
+            self._failure = self._failure or failure
+
+
+def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, level: int) -> None:
+    """The child: recover, then merge each submitted batch from its staged copy; answer None or what
+    failed. After a failure nothing more is merged (later batches build on it): the query restarts."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    writer = WindowWriter(redis.Redis.from_url(redis_url), scope)
+    failure = _attempt(lambda: writer.recover(committed))
+    conn.send(failure)
+    while True:
+        try:
+            batch_id = conn.recv()
+        except EOFError:
+            return
+        if failure is None:
+            failure = _attempt(lambda: _merge_staged(writer, batch_id))  # noqa: B023 (called at once)
+        conn.send(failure)
+
+
+def _merge_staged(writer: WindowWriter, batch_id: int) -> None:
+    blob = writer.client.get(layout.staged_batch_key(writer.scope, batch_id))
+    if blob is not None:  # None: merged already by another writer
+        writer.apply(batch_id, decode_partials(blob))
+
+
+def _attempt(work: Callable[[], None]) -> str | None:
+    try:
+        work()
+    except Exception as exc:
+        LOG.exception("%s", exc)
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -27,41 +27,41 @@ def batch(topic: str, first_window: int, windows: int = 8):
         for i in range(windows) for p in (0, 1)])
 
 
-def run(sink: RedisRollupSink, topic: str, merge_later: bool, batches: range = range(3)) -> dict:
+def run(sink: RedisRollupSink, topic: str, batches: range = range(3)) -> dict:
     for batch_id in batches:
-        sink.write(batch(topic, 4 * batch_id), batch_id, merge_later=merge_later)
+        sink.write(batch(topic, 4 * batch_id), batch_id)
     sink.windows.wait_idle()
     return {k.replace(topic, "T"): v for k, v in snapshot(sink.client, match=f"*{topic}*").items()}
 
 
-def new_sink(redis_url: str, scope: str | None = None) -> RedisRollupSink:
-    return RedisRollupSink(redis_url, scope or f"test_{uuid.uuid4().hex[:8]}")
+def new_sink(redis_url: str, scope: str | None = None, background: bool = True) -> RedisRollupSink:
+    return RedisRollupSink(redis_url, scope or f"test_{uuid.uuid4().hex[:8]}", merge_in_background=background)
 
 
 def test_windows_merged_later_equal_windows_merged_at_once(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    later, now = new_sink(redis_url), new_sink(redis_url)
-    assert run(later, topics[0], merge_later=True) == run(now, topics[1], merge_later=False)
+    later, now = new_sink(redis_url), new_sink(redis_url, background=False)
+    assert run(later, topics[0]) == run(now, topics[1])
     assert windows_merged(later.client, later.query_name, None)
     assert later.client.exists(layout.staged_batch_key(later.batch_scope, 2)) == 0  # deleted once merged
 
 
 def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    expected = run(new_sink(redis_url), topics[1], merge_later=False)
+    expected = run(new_sink(redis_url, background=False), topics[1])
     crashed = new_sink(redis_url)
-    crashed.windows.submit = lambda *_: None  # the process dies before its window thread merges anything
+    crashed.windows.submit = lambda *_: None  # the process dies before its window writer merges anything
     for batch_id in range(2):
-        crashed.write(batch(topics[0], 4 * batch_id), batch_id, merge_later=True)
+        crashed.write(batch(topics[0], 4 * batch_id), batch_id)
     assert not windows_merged(crashed.client, crashed.query_name, None)
     restarted = new_sink(redis_url, crashed.query_name)
     restarted.write(batch(topics[0], 4), 1)  # Spark replays the last batch: already committed, skipped
-    assert run(restarted, topics[0], merge_later=True, batches=range(2, 3)) == expected
+    assert run(restarted, topics[0], batches=range(2, 3)) == expected
 
 
 def test_a_batch_merged_by_another_writer_is_not_merged_again(redis_url: str):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    sink = new_sink(redis_url)
+    sink = new_sink(redis_url, background=False)
     sink.write(batch(topic, 0), 0)
     before = snapshot(sink.client, match=f"*{topic}*")
     # e.g. the writer of a query stopped and started again in the same process, still busy with it
