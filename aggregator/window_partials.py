@@ -159,8 +159,10 @@ def window_partials(flat: pa.Table) -> pa.Table:
 
 def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     """Samples -> one partial per (subject, window); `last` is the value at the greatest ts, ties broken
-    by the greater value (phase 1 keeps one row per ts)."""
-    keys = [*KEY_COLUMNS, "window_start"]
+    by the greater value (phase 1 keeps one row per ts). Sorted and grouped by a subject number: on
+    the ~10^5 rows of a batch, string keys cost several times more."""
+    subjects, rows = _numbered_subjects(rows, KEY_COLUMNS)
+    keys = ["subject", "window_start"]
     ops = ("sum", "sum", "min", "max", "max")
     first = [(f"{m}__{s}", op) for m in metrics for s, op in zip(STATS, ops, strict=True)]
     first.append(("upstream_topic", "max"))
@@ -175,7 +177,22 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
         second += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max"),
                    (f"{m}__last", "last"), (f"{m}__last_ts", "max")]
     out = _renamed(by_ts.group_by(keys, use_threads=False).aggregate(second), second)
+    named = subjects.take(out["subject"])
+    out = pa.table({**{c: named[c] for c in KEY_COLUMNS},
+                    **{c: out[c] for c in out.column_names if c != "subject"}})
     return out.rename_columns(["max_ts" if c == "ts" else c for c in out.column_names])
+
+
+def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Table]:
+    """The distinct values of `columns` (one row per subject) and `rows` with those columns replaced by
+    `subject`, the number of its row there."""
+    text = [pc.fill_null(pc.cast(rows[c], pa.string()), "\x00") for c in columns]
+    joined = pc.binary_join_element_wise(*text, "\x1f")
+    encoded = pc.dictionary_encode(joined).combine_chunks() if isinstance(joined, pa.ChunkedArray) \
+        else pc.dictionary_encode(joined)
+    firsts = pc.index_in(encoded.dictionary, value_set=joined)
+    subjects = rows.select(columns).take(firsts)
+    return subjects, rows.drop_columns(columns).append_column("subject", pc.cast(encoded.indices, pa.int64()))
 
 
 def _roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
@@ -215,12 +232,17 @@ def latest_records(flat: pa.Table) -> list[dict[str, Any]]:
     valid = flat.filter(pc.not_equal(flat["kind"], INVALID_KIND))
     if valid.num_rows == 0:
         return []
-    ordered = valid.sort_by([(c, "ascending") for c in [*SUBJECT_COLUMNS, "ts", "offset"]])
+    subjects, numbered = _numbered_subjects(valid.select([*SUBJECT_COLUMNS, "offset", *LATEST_FIELDS]),
+                                            SUBJECT_COLUMNS)
+    ordered = numbered.sort_by([(c, "ascending") for c in ("subject", "ts", "offset")])
     keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-    newest = ordered.group_by(SUBJECT_COLUMNS, use_threads=False).aggregate(
+    newest = ordered.group_by("subject", use_threads=False).aggregate(
         [(f, "last", keep_nulls) for f in LATEST_FIELDS])
     newest = newest.rename_columns([c.removesuffix("_last") for c in newest.column_names])
-    return [{k: v for k, v in record.items() if v is not None} for record in newest.to_pylist()]
+    named = subjects.take(newest["subject"])
+    records = pa.table({**{c: named[c] for c in SUBJECT_COLUMNS},
+                        **{c: newest[c] for c in LATEST_FIELDS}})
+    return [{k: v for k, v in record.items() if v is not None} for record in records.to_pylist()]
 
 
 def invalid_excerpts(flat: pa.Table) -> dict[tuple[str, str, int, int], str]:
