@@ -10,7 +10,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from driver.config import ConfigError, SrmConfig, load_config
-from service import connection_close
+from service import connection_close, head_with_body
 from service.app import create_app
 from service.discovery.advertiser import gunicorn_hooks, site_name
 from service.discovery.directory import install_discovery
@@ -62,6 +62,7 @@ class ServiceServer(BaseApplication):
     def load(self) -> Any:
         # Per worker, after the fork: discovery starts a consumer thread, which must not cross a fork.
         connection_close.install()
+        head_with_body.install()
         app = create_app(app_settings(self.config_file))
         install_discovery(app, self.config_file)
         return app
