@@ -31,6 +31,9 @@ from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, 
 
 LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
+# A merge costs per series it touches, whatever the batch's size: batches the query commits faster than
+# this are merged together (windows then trail latest values by up to this much more).
+MERGE_INTERVAL_S = 1.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -48,10 +51,9 @@ def decode_partials(blob: bytes) -> pa.Table:
 def stage(pipe: redis.client.Pipeline, scope: str, batch_id: int, windows: pa.Table) -> None:
     """Queue, in the sink's MULTI, a committed batch's partial windows for merging."""
     pipe.set(layout.staged_batch_key(scope, batch_id), encode_partials(windows), px=layout.INDEX_TTL_MS)
-    # The first batch staged by this code: every earlier one was merged when it was committed.
-    applied = layout.applied_batch_key(scope)
-    pipe.set(applied, batch_id - 1, nx=True)
-    pipe.pexpire(applied, layout.INDEX_TTL_MS)
+    # The first batch staged by this code: every earlier one was merged when it was committed. Only set
+    # when missing: the writer WATCHes the key while it merges, and any write (even a new TTL) aborts it.
+    pipe.set(layout.applied_batch_key(scope), batch_id - 1, nx=True, px=layout.INDEX_TTL_MS)
 
 
 class WindowWriter:
@@ -89,15 +91,20 @@ class WindowWriter:
 
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""
+        self.apply_all([(batch_id, windows)])
+
+    def apply_all(self, batches: list[tuple[int, pa.Table]]) -> None:
+        """Merge consecutive staged batches (id, partial windows) in one go, those not merged already: the
+        cost of a merge grows with the series it touches, not with the batches."""
         applied_key = layout.applied_batch_key(self.scope)
         for _ in range(WATCH_RETRIES):
             try:
                 with self.client.pipeline(transaction=True) as pipe:
                     pipe.watch(applied_key)
                     applied = pipe.get(applied_key)
-                    if applied is not None and int(applied) >= batch_id:
-                        return
-                    self._merge(pipe, batch_id, windows)
+                    todo = [(i, w) for i, w in batches if applied is None or i > int(applied)]
+                    if todo:
+                        self._merge(pipe, [i for i, _ in todo], pa.concat_tables([w for _, w in todo]))
                     return
             except redis.WatchError:
                 self.stored.clear()  # merged from Redis as it was before another writer's batch
@@ -106,9 +113,10 @@ class WindowWriter:
                 # unsure of it): read them again.
                 self.stored.clear()
                 raise
-        raise RuntimeError(f"{self.scope}: batch {batch_id}: the applied batch id kept changing")
+        ids = [i for i, _ in batches]
+        raise RuntimeError(f"{self.scope}: batches {ids}: the applied batch id kept changing")
 
-    def _merge(self, pipe: redis.client.Pipeline, batch_id: int, windows: pa.Table) -> None:
+    def _merge(self, pipe: redis.client.Pipeline, batch_ids: list[int], windows: pa.Table) -> None:
         began = time.monotonic()
         finest, series = numbered_partials(windows, self.series_keys)
         numbered = time.monotonic()
@@ -117,12 +125,13 @@ class WindowWriter:
         pipe.multi()
         for keys, argv in redis_calls(updates, self.series_keys):
             self._replace(keys=keys, args=argv, client=pipe)
-        pipe.set(layout.applied_batch_key(self.scope), batch_id, px=layout.INDEX_TTL_MS)
-        pipe.delete(layout.staged_batch_key(self.scope, batch_id))
+        pipe.set(layout.applied_batch_key(self.scope), batch_ids[-1], px=layout.INDEX_TTL_MS)
+        pipe.delete(*(layout.staged_batch_key(self.scope, i) for i in batch_ids))
         queued = time.monotonic()
         pipe.execute()
-        LOG.debug("%s: batch %d: windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
-                  "queued %.0f, Redis %.0f)", self.scope, batch_id, series, (time.monotonic() - began) * 1000,
+        LOG.debug("%s: batches %s: windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
+                  "queued %.0f, Redis %.0f)", self.scope, batch_ids, series,
+                  (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, numbered, merged, queued,
                                                                     time.monotonic()))))
 
@@ -146,9 +155,9 @@ class WindowWriter:
 
 
 class BackgroundWindowWriter:
-    """Merges staged batches in a child process, in the order submitted, at most two batches behind."""
+    """Merges staged batches in a child process, in the order submitted, a few batches behind at most."""
 
-    MAX_BEHIND = 2
+    MAX_BEHIND = 16  # staged batches waiting: enough for a merge interval of the smallest batches
 
     def __init__(self, redis_url: str, scope: str, committed: int | None) -> None:
         self.scope = scope
@@ -199,26 +208,41 @@ class BackgroundWindowWriter:
 
 
 def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, level: int) -> None:
-    """The child: recover, then merge each submitted batch from its staged copy; answer None or what
-    failed. After a failure nothing more is merged (later batches build on it): the query restarts."""
+    """The child: recover, then merge the submitted batches from their staged copies, those that come
+    within MERGE_INTERVAL_S of the last merge together; answer each with None or what failed. After a
+    failure nothing more is merged (later batches build on it): the query restarts."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     writer = WindowWriter(redis.Redis.from_url(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
     conn.send(failure)
+    last_merge = 0.0
     while True:
-        try:
-            batch_id = conn.recv()
-        except EOFError:
+        batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
+        last_merge = time.monotonic()
+        if batch_ids and failure is None:
+            failure = _attempt(lambda: _merge_staged(writer, batch_ids))  # noqa: B023 (called at once)
+        for _ in batch_ids:
+            conn.send(failure)
+        if ended:
             return
-        if failure is None:
-            failure = _attempt(lambda: _merge_staged(writer, batch_id))  # noqa: B023 (called at once)
-        conn.send(failure)
 
 
-def _merge_staged(writer: WindowWriter, batch_id: int) -> None:
-    blob = writer.client.get(layout.staged_batch_key(writer.scope, batch_id))
-    if blob is not None:  # None: merged already by another writer
-        writer.apply(batch_id, decode_partials(blob))
+def _submitted(conn: Connection, not_before: float) -> tuple[list[int], bool]:
+    """The next batch ids submitted, and more until `not_before`; whether the parent is gone."""
+    batch_ids: list[int] = []
+    try:
+        batch_ids.append(conn.recv())
+        while conn.poll(max(0.0, not_before - time.monotonic())):
+            batch_ids.append(conn.recv())
+    except EOFError:
+        return batch_ids, True
+    return batch_ids, False
+
+
+def _merge_staged(writer: WindowWriter, batch_ids: list[int]) -> None:
+    blobs = writer.client.mget([layout.staged_batch_key(writer.scope, i) for i in batch_ids])
+    staged = zip(batch_ids, blobs, strict=True)
+    writer.apply_all([(i, decode_partials(b)) for i, b in staged if b is not None])  # None: merged already
 
 
 def _attempt(work: Callable[[], None]) -> str | None:

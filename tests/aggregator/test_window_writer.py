@@ -11,7 +11,7 @@ from streaming_input import snapshot
 from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
-from aggregator.window_writer import WindowWriter, decode_partials, encode_partials
+from aggregator.window_writer import WindowWriter, decode_partials, encode_partials, stage
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +72,32 @@ def test_a_batch_merged_by_another_writer_is_not_merged_again(redis_url: str):
 def test_staged_partials_round_trip_through_arrow_ipc():
     windows = batch("east.orders", 0).windows
     assert decode_partials(encode_partials(windows)).equals(windows)
+
+
+def test_batches_merged_together_equal_batches_merged_one_by_one(redis_url: str):
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    together, one_by_one = new_sink(redis_url, background=False), new_sink(redis_url, background=False)
+    # Overlapping windows (batch 1 repeats three of batch 0's): merged together they must add up the same.
+    together.windows.apply_all([(0, batch(topics[0], 0).windows), (1, batch(topics[0], 5).windows)])
+    one_by_one.windows.apply(0, batch(topics[1], 0).windows)
+    one_by_one.windows.apply(1, batch(topics[1], 5).windows)
+
+    def renamed(sink: RedisRollupSink, topic: str) -> dict:
+        return {k.replace(topic, "T"): v for k, v in snapshot(sink.client, match=f"*{topic}*").items()}
+
+    assert renamed(together, topics[0]) == renamed(one_by_one, topics[1])
+    assert together.client.get(layout.applied_batch_key(together.batch_scope)) == b"1"
+
+
+def test_staging_the_next_batch_does_not_abort_a_merge_in_progress(redis_url: str):
+    sink = new_sink(redis_url, background=False)
+    sink.write(batch("east.orders", 0), 0)
+    applied = layout.applied_batch_key(sink.batch_scope)
+    with sink.client.pipeline(transaction=True) as merge:
+        merge.watch(applied)  # as WindowWriter.apply does while it merges batch 1
+        staging = sink.client.pipeline(transaction=True)
+        stage(staging, sink.batch_scope, 2, batch("east.orders", 4).windows)
+        staging.execute()
+        merge.multi()
+        merge.set(applied, 1)
+        assert merge.execute() == [True]  # a WatchError had the staging touched the applied id
