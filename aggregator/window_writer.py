@@ -32,8 +32,9 @@ from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, 
 LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
 # A merge costs per series it touches, whatever the batch's size: batches the query commits faster than
-# this are merged together (windows then trail latest values by up to this much more).
-MERGE_INTERVAL_S = 1.0
+# this are merged together, so windows trail latest values by up to this much more. Under a fifth of the
+# finest window (10 s); at 20k records/s merging every batch (~0.6 s) took ~40 % of a core.
+MERGE_INTERVAL_S = 2.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
