@@ -12,8 +12,10 @@ Scenario, relative to now (10 s windows, metrics period 5 s):
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -196,3 +198,14 @@ def free_redis_url() -> str:
     from stack.kafka_cluster import free_port
 
     return f"redis://127.0.0.1:{free_port()}/0"
+
+
+@pytest.fixture
+def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(server side, client side) of one loopback TCP connection, for the gunicorn worker patches."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        server, _ = listener.accept()
+    yield server, client
+    client.close()
+    server.close()

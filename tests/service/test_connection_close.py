@@ -3,26 +3,11 @@ gunicorn's lingering close otherwise (real loopback TCP sockets; the lingering c
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
-
-import pytest
 from gunicorn import util
 
 from service import connection_close
 
 ANSWER = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
-
-
-@pytest.fixture
-def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """(server side, client side) of one loopback TCP connection."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname(), timeout=5)
-        server, _ = listener.accept()
-    yield server, client
-    client.close()
-    server.close()
 
 
 def test_nothing_unread_closes_at_once_after_the_whole_answer(connection):

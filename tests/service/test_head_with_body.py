@@ -4,7 +4,6 @@ gunicorn's own request parser and Response; the worker's socket is wrapped only 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 from gunicorn import http
@@ -32,17 +31,6 @@ class CountedSends:
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wsgi.Response, "write", wsgi.Response.write)  # undone after each test
     head_with_body.install()
-
-
-@pytest.fixture
-def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """(server side, client side) of one loopback TCP connection."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname(), timeout=5)
-        server, _ = listener.accept()
-    yield server, client
-    client.close()
-    server.close()
 
 
 def answer(connection: tuple[socket.socket, socket.socket], request: bytes, status: str,
