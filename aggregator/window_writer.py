@@ -192,10 +192,6 @@ class BackgroundWindowWriter:
             raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
                                "are merged when the query restarts")
 
-    def close(self) -> None:
-        self._conn.close()  # the child ends when it sees the end of the pipe
-        self._process.join(10)
-
     def _receive(self) -> None:
         try:
             failure = self._conn.recv()
