@@ -131,8 +131,7 @@ class RedisRollupSink:
         if self._already_committed(state, batch_id):
             return
         began = time.monotonic()
-        # Arrow hands the rows over in columnar batches: several times faster than pickled Rows.
-        # One chunk per column: Spark hands 10k-row batches, and every Arrow kernel pays per chunk.
+        # Arrow hands the Kafka rows over in columnar batches: several times faster than pickled Rows.
         flat = on_time(flat_table(batch.toArrow(), self.target), state.watermark_ms(self.watermark_delay_ms))
         collected = time.monotonic()
         batch_partials = window_partials.partials(flat)
