@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
 from aggregator.redis_sink import RedisRollupSink
 from driver.policy import metrics_topic_pattern
@@ -70,6 +71,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     # The query id is kept in the checkpoint: the sink state is scoped by it (see RedisRollupSink).
     sink.bind(str(query.id))
+    _sinks_of(spark)[str(query.id)] = sink
     LOG.info("rollup query for target %s started (checkpoint %s/%s)", spec.target, spec.checkpoint_dir,
              spec.target)
     return query
@@ -78,3 +80,36 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
 def kafka_columns(kafka: DataFrame) -> DataFrame:
     """The Kafka source's rows as raw_records.KAFKA_COLUMNS: a plan Spark re-plans in no time each batch."""
     return kafka.select("topic", "partition", "offset", F.unix_millis("timestamp").alias("kafka_ts"), "value")
+
+
+class _SinkCloser(StreamingQueryListener):
+    """Ends a sink's window writer process when its query ends (stopped, or failed and restarted by the
+    supervisor as a new query with a new sink)."""
+
+    def __init__(self) -> None:
+        self.sinks: dict[str, RedisRollupSink] = {}
+
+    def onQueryStarted(self, event: object) -> None:
+        pass
+
+    def onQueryProgress(self, event: object) -> None:
+        pass
+
+    def onQueryIdle(self, event: object) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        sink = self.sinks.pop(str(event.id), None)
+        if sink is not None:
+            sink.close()
+
+
+_CLOSERS: dict[int, _SinkCloser] = {}
+
+
+def _sinks_of(spark: SparkSession) -> dict[str, RedisRollupSink]:
+    closer = _CLOSERS.get(id(spark))
+    if closer is None:
+        closer = _CLOSERS[id(spark)] = _SinkCloser()
+        spark.streams.addListener(closer)
+    return closer.sinks

@@ -123,6 +123,12 @@ class RedisRollupSink:
                 self._windows.recover(committed)
         return self._windows
 
+    def close(self) -> None:
+        """Ends a background window writer (its query ended); a later batch would start another."""
+        if isinstance(self._windows, BackgroundWindowWriter):
+            self._windows.close()
+        self._windows = None
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")

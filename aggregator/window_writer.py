@@ -192,6 +192,11 @@ class BackgroundWindowWriter:
             raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
                                "are merged when the query restarts")
 
+    def close(self) -> None:
+        """The child ends once its merge in progress is done; batches still staged are merged by the next
+        writer of the query (recover)."""
+        self._conn.close()
+
     def _receive(self) -> None:
         try:
             failure = self._conn.recv()
@@ -211,17 +216,20 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     writer = WindowWriter(redis.Redis.from_url(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
-    conn.send(failure)
     last_merge = 0.0
-    while True:
-        batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
-        last_merge = time.monotonic()
-        if batch_ids and failure is None:
-            failure = _attempt(lambda: _merge_staged(writer, batch_ids))  # noqa: B023 (called at once)
-        for _ in batch_ids:
-            conn.send(failure)
-        if ended:
-            return
+    try:
+        conn.send(failure)
+        while True:
+            batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
+            last_merge = time.monotonic()
+            if batch_ids and failure is None:
+                failure = _attempt(lambda: _merge_staged(writer, batch_ids))  # noqa: B023 (called at once)
+            if ended:
+                return
+            for _ in batch_ids:
+                conn.send(failure)
+    except OSError:  # the parent closed its end (the query ended) or died
+        return
 
 
 def _submitted(conn: Connection, not_before: float) -> tuple[list[int], bool]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
 import redis
-from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged
+from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
 from aggregator import redis_layout as layout
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -116,3 +117,18 @@ def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_
     series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
     assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0 + 80_000, 2),
                                                                             (T0 + 100_000, 1)]
+
+
+def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, redis_url, tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    produce(west, source, [partition_report(source, T0, 0, 1, end=1, lag=0)])
+    query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
+    query.processAllAvailable()
+
+    def writers() -> list[str]:
+        return [p.name for p in multiprocessing.active_children() if str(query.id) in p.name]
+
+    assert writers(), "the query merges its windows in a child process"
+    query.stop()
+    wait_until(lambda: not writers(), 30, "the window writer process ending")
