@@ -82,6 +82,8 @@ def _read_lines(lines: pa.Array) -> list[tuple[pa.Table, bool]]:
     a null row. One bad line costs a few re-reads of halves, not a Python parse of the batch."""
     if len(lines) == 0:
         return []
+    if lines.null_count == len(lines):  # garbage only (no JSON object): no need to split it further
+        return [(_null_rows(len(lines)), False)]
     table = _read(lines)
     if table is not None:
         return [(table, True)]

@@ -173,3 +173,10 @@ def test_unknown_fields_are_ignored_and_the_source_of_an_invalid_record_is_its_t
     assert table.select(["kind", "source", "record_count"]).to_pylist() == [
         {"kind": "partition", "source": "east", "record_count": 3},
         {"kind": "invalid", "source": "east", "record_count": None}]
+
+
+def test_a_batch_of_garbage_is_all_invalid():
+    garbage = [b"junk"] * 5000 + [b"{broken"]
+    table = flat_table(kafka_rows([partition_record(T0, 0, 1)], garbage), target="west")
+    assert table["kind"].value_counts().to_pylist() == [{"values": "partition", "counts": 1},
+                                                         {"values": "invalid", "counts": 5001}]
