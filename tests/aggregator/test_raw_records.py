@@ -175,8 +175,9 @@ def test_unknown_fields_are_ignored_and_the_source_of_an_invalid_record_is_its_t
         {"kind": "invalid", "source": "east", "record_count": None}]
 
 
-def test_a_batch_of_garbage_is_all_invalid():
-    garbage = [b"junk"] * 5000 + [b"{broken"]
+def test_a_batch_of_garbage_or_mistyped_records_is_all_invalid():
+    garbage = [b"junk"] * 2000 + [b"{broken"] + [b'{"v": 1, "ts": "x"}'] * 2000 + [b'{"v": 1.0}'] * 999 + [
+        b'{"v": 1, "record_age_ms": {"min": "low"}}']
     table = flat_table(kafka_rows([partition_record(T0, 0, 1)], garbage), target="west")
     assert table["kind"].value_counts().to_pylist() == [{"values": "partition", "counts": 1},
                                                          {"values": "invalid", "counts": 5001}]
