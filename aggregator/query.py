@@ -78,7 +78,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
 
 
 def kafka_columns(kafka: DataFrame) -> DataFrame:
-    """The Kafka source's rows as raw_records.KAFKA_COLUMNS: a plan Spark re-plans in no time each batch."""
+    """The Kafka rows as raw_records.flat_table takes them: a plan re-planned in no time each batch."""
     return kafka.select("topic", "partition", "offset", F.unix_millis("timestamp").alias("kafka_ts"), "value")
 
 

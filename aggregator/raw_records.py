@@ -1,9 +1,9 @@
 """Raw-metrics Kafka records (Arrow, as a micro-batch hands them over) -> flat typed rows, one a record.
 
-The streaming query carries the Kafka columns only (KAFKA_COLUMNS); the JSON is parsed here, in the
-sink, by Arrow's JSON reader. Parsed by Spark (from_json and a projection of ~50 columns) every batch
-paid ~0.3-0.6 s of Catalyst analysis and planning whatever its size, and ~1 s per 100k records; Arrow
-parses 100k in ~0.1-0.3 s.
+The streaming query carries the Kafka columns only (query.kafka_columns); the JSON is parsed here, in the
+sink, by Arrow's JSON reader. Parsed by Spark (from_json and a projection of ~50 columns) every batch paid
+~0.3-0.6 s of Catalyst analysis and planning whatever its size, and ~1 s per 100k records; Arrow parses
+100k in ~0.1-0.3 s.
 
 Records that do not parse, or parse but are not valid raw metrics, become rows of kind `invalid` with
 their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal.
@@ -22,7 +22,6 @@ from driver.wire.raw_metrics import FIELD_TYPES, METRICS, SUMMARY_FIELD_TYPES, M
 
 # Raw metrics topics are `srm-metrics.<source>.internal` (driver.policy.metrics_topic).
 SOURCE_OF_TOPIC = r"^srm-metrics\.(?P<source>.+)\.internal$"
-KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_ts", "value")  # kafka_ts: epoch ms
 EXCERPT_CHARS = 200
 # A record stamped further than this after its Kafka timestamp is counted as invalid: its event time
 # would push the watermark ahead and every on-time record after it would be dropped as late. Kafka's
@@ -138,10 +137,11 @@ def _null_rows(count: int) -> pa.Table:
 
 
 def flat_table(kafka: pa.Table, target: str | None = None) -> pa.Table:
-    """One row per Kafka record (KAFKA_COLUMNS): its subject, event ts and the value columns of its kind
-    (null otherwise); invalid records as kind INVALID_KIND with their Kafka partition, offset and an
-    excerpt. With `target`, a record naming another target cluster is invalid too: it was published to
-    the wrong cluster and would otherwise be filed under a target this query does not own."""
+    """One row per Kafka record (topic, partition, offset, kafka_ts in epoch ms, value): its subject, event
+    ts and the value columns of its kind (null otherwise); invalid records as kind INVALID_KIND with
+    their Kafka partition, offset and an excerpt. With `target`, a record naming another target
+    cluster is invalid too: it was published to the wrong cluster and would otherwise be filed under a
+    target this query does not own."""
     kafka = kafka.combine_chunks()
     m, parsed = parse_values(kafka["value"].combine_chunks())
     valid = _valid(m, parsed, kafka["kafka_ts"], target)

@@ -77,18 +77,24 @@ class WindowWriter:
         """A failed merge raised from submit."""
 
     def recover(self, committed: int | None) -> None:
-        """Merge, now and in order, the batches up to `committed` that were staged but never merged."""
+        """Merge, now, the batches up to `committed` that were staged but never merged."""
         raw = self.client.get(layout.applied_batch_key(self.scope))
-        if committed is None or raw is None:
+        if committed is None or raw is None or int(raw) >= committed:
             return
-        for batch_id in range(int(raw) + 1, committed + 1):
-            blob = self.client.get(layout.staged_batch_key(self.scope, batch_id))
-            if blob is None:
-                LOG.warning("%s: batch %d was committed but its windows are neither merged nor staged",
-                            self.scope, batch_id)
-                continue
-            LOG.info("%s: merging the windows of batch %d, staged before a restart", self.scope, batch_id)
-            self.apply(batch_id, decode_partials(blob))
+        LOG.info("%s: merging the windows of batches %d..%d, staged before a restart", self.scope,
+                 int(raw) + 1, committed)
+        self.merge_staged(list(range(int(raw) + 1, committed + 1)))
+
+    def merge_staged(self, batch_ids: list[int]) -> None:
+        """Merge staged batches from their staged copies; one without a copy was merged already (by
+        another writer) or, if the applied id is still below it, lost (its staged key expired)."""
+        blobs = self.client.mget([layout.staged_batch_key(self.scope, i) for i in batch_ids])
+        missing = [i for i, blob in zip(batch_ids, blobs, strict=True) if blob is None]
+        if missing:
+            LOG.warning("%s: no staged windows for batches %s (merged by another writer, or expired)",
+                        self.scope, missing)
+        staged = zip(batch_ids, blobs, strict=True)
+        self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None])
 
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""
@@ -223,7 +229,7 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
             batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
             last_merge = time.monotonic()
             if batch_ids and failure is None:
-                failure = _attempt(lambda: _merge_staged(writer, batch_ids))  # noqa: B023 (called at once)
+                failure = _attempt(lambda: writer.merge_staged(batch_ids))  # noqa: B023 (called at once)
             if ended:
                 return
             for _ in batch_ids:
@@ -242,12 +248,6 @@ def _submitted(conn: Connection, not_before: float) -> tuple[list[int], bool]:
     except EOFError:
         return batch_ids, True
     return batch_ids, False
-
-
-def _merge_staged(writer: WindowWriter, batch_ids: list[int]) -> None:
-    blobs = writer.client.mget([layout.staged_batch_key(writer.scope, i) for i in batch_ids])
-    staged = zip(batch_ids, blobs, strict=True)
-    writer.apply_all([(i, decode_partials(b)) for i, b in staged if b is not None])  # None: merged already
 
 
 def _attempt(work: Callable[[], None]) -> str | None:
