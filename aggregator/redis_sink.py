@@ -6,9 +6,10 @@ The batch's Kafka records are collected as Arrow, parsed (raw_records) and aggre
 event ts) go in a single MULTI: Redis holds either all of them or none, and a batch Spark replays after a
 crash is skipped when its id is not above the stored one. Spark replays a batch with the offsets it
 logged, so a run killed mid-batch and restarted leaves Redis as an uninterrupted run does. The staged
-windows are merged into the windows of every size by the window writer's child process while Spark reads the
-next batch, in batch order, exactly once (a crash leaves them staged; they are merged on restart).
-Latest values are idempotent and go first, in their own transaction (_write_latest).
+windows are merged into the windows of every size by the window writer (for the streaming query a child
+process, while Spark reads the next batch), in batch order, exactly once (a crash leaves them staged; they
+are merged on restart). Latest values are idempotent and go first, in their own transaction
+(_write_latest).
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
