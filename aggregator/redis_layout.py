@@ -291,12 +291,13 @@ def decode_latest(raw: str | bytes) -> dict:
     return value
 
 
-def replace_args(key: str, windows: int, trim_before: int | None) -> list:
-    """The head of one key's part of REPLACE_WINDOWS_LUA's ARGV: its number of windows, then (when the batch
-    created a window there) the retention cut-off, which also resets the key's lifetime. The windows follow
-    as start, new member, the stored member it replaces ('' for a new window)."""
+def replace_args(key: str, windows: int, replaced: int, trim_before: int | None) -> list:
+    """The head of one key's part of REPLACE_WINDOWS_LUA's ARGV: its number of windows and of stored
+    members they replace, then (when the batch created a window there) the retention cut-off, which also
+    resets the key's lifetime. The windows follow as start and new member each, then the replaced
+    members."""
     window = key.rsplit(":", 1)[1]
-    return [windows, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
+    return [windows, replaced, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
 
 
 def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
@@ -323,27 +324,27 @@ return 1
 # are added first and the members they replace removed after, so a key is never empty for a moment
 # (Redis would delete it and its TTL). Runs in the batch's MULTI after the batch-id check. Retention is
 # trimmed relative to the newest window written (when one is created), not the clock, so a replay of the
-# same input leaves the same members. ARGV: per key, in KEYS order, replace_args and its windows.
+# same input leaves the same members. ARGV: per key, in KEYS order, replace_args, its windows (start,
+# member) and the members they replace: runs of ARGV handed to ZADD and ZREM as they are (building Lua
+# tables of them cost more than the commands).
 REPLACE_WINDOWS_LUA = """
 local CHUNK = 1000
 local pos = 1
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local windows, cut, ttl = tonumber(ARGV[pos]), ARGV[pos + 1], ARGV[pos + 2]
-  pos = pos + 3
-  local adds, removes = {}, {}
-  for j = pos, pos + 3 * windows - 1, 3 do
-    adds[#adds + 1] = ARGV[j]
-    adds[#adds + 1] = ARGV[j + 1]
-    if ARGV[j + 2] ~= '' then removes[#removes + 1] = ARGV[j + 2] end
+  local windows, replaced = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  local cut, ttl = ARGV[pos + 2], ARGV[pos + 3]
+  pos = pos + 4
+  local last = pos + 2 * windows - 1
+  for j = pos, last, 2 * CHUNK do
+    redis.call('ZADD', key, unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
   end
-  pos = pos + 3 * windows
-  for j = 1, #adds, CHUNK do
-    redis.call('ZADD', key, unpack(adds, j, math.min(j + CHUNK - 1, #adds)))
+  pos = last + 1
+  last = pos + replaced - 1
+  for j = pos, last, CHUNK do
+    redis.call('ZREM', key, unpack(ARGV, j, math.min(j + CHUNK - 1, last)))
   end
-  for j = 1, #removes, CHUNK do
-    redis.call('ZREM', key, unpack(removes, j, math.min(j + CHUNK - 1, #removes)))
-  end
+  pos = last + 1
   if cut ~= '' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cut)
     redis.call('PEXPIRE', key, ttl)

@@ -192,11 +192,11 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
     changed = changed.append_column("tag", pc.take(tags, changed["series"])).sort_by(
         [(c, "ascending") for c in ("tag", "series", "size", "start")])
     rows = changed.num_rows
-    # start, member, replaced member ('' for a new window) of each row, one after the other
-    flat = pc.take(pa.concat_arrays([pc.cast(changed["start"], pa.string()).combine_chunks(),
-                                     changed["member"].combine_chunks(),
-                                     pc.fill_null(changed["old"], "").combine_chunks()]),
-                   _interleaved_indices(rows)).to_pylist()
+    # start and member of each row, one after the other
+    pairs = pc.take(pa.concat_arrays([pc.cast(changed["start"], pa.string()).combine_chunks(),
+                                      changed["member"].combine_chunks()]),
+                    _interleaved_indices(rows)).to_pylist()
+    olds = changed["old"].to_pylist()
     trims = {(sizes[u.window], s): cut for u in updates for s, cut in u.trims.items()}
     runs = pc.run_end_encode(pc.add(pc.multiply(changed["series"], len(sizes)), changed["size"])
                              .combine_chunks())
@@ -208,17 +208,19 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
             tag = keys.tags[series]
             calls.append(([], []))
         key = keys.keys[series][size]
+        replaced = [old for old in olds[begin:end] if old is not None]
         calls[-1][0].append(key)
-        calls[-1][1].extend(layout.replace_args(key, end - begin, trims.get((size, series))))
-        calls[-1][1].extend(flat[3 * begin:3 * end])
+        calls[-1][1].extend(layout.replace_args(key, end - begin, len(replaced), trims.get((size, series))))
+        calls[-1][1].extend(pairs[2 * begin:2 * end])
+        calls[-1][1].extend(replaced)
         begin = end
     return calls
 
 
 def _interleaved_indices(rows: int) -> pa.Array:
-    """Indices taking row r of three concatenated columns to elements 3r, 3r+1, 3r+2."""
-    i = pa.array(range(3 * rows), pa.int64())
-    row, column = pc.divide(i, 3), pc.subtract(i, pc.multiply(pc.divide(i, 3), 3))
+    """Indices taking row r of two concatenated columns to elements 2r, 2r+1."""
+    i = pa.array(range(2 * rows), pa.int64())
+    row, column = pc.divide(i, 2), pc.bit_wise_and(i, 1)
     return pc.add(row, pc.multiply(column, rows))
 
 

@@ -112,9 +112,9 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
     ttl = layout.key_ttl_ms("10s")
-    assert calls[0][1] == [1, "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
-                           1, "-5", ttl, "0", "0:1:9:9:9:9:1", ""]
-    assert calls[1][1] == [1, "-7", ttl, "10000", "10000:1:1:1:1:1:10000", ""]
+    assert calls[0][1] == [1, 1, "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
+                           1, 0, "-5", ttl, "0", "0:1:9:9:9:9:1"]
+    assert calls[1][1] == [1, 0, "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
 
 
 def test_redis_calls_give_each_key_its_windows_in_order():
@@ -129,8 +129,7 @@ def test_redis_calls_give_each_key_its_windows_in_order():
                                                                                    {ids[0]: 0})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
     ttl_1m, ttl_1h = layout.key_ttl_ms("1m"), layout.key_ttl_ms("1h")
-    assert argv == [1, "", ttl_1m, "0", "m0-0", "",
-                    1, "0", ttl_1h, "0", "m0-0", "",
-                    1, "", ttl_1m, "0", "m1-0", "",
-                    3, "", ttl_1m, "10000", "m2-10000", "", "20000", "m2-20000", "",
-                    "30000", "m2-30000", ""]
+    assert argv == [1, 0, "", ttl_1m, "0", "m0-0",
+                    1, 0, "0", ttl_1h, "0", "m0-0",
+                    1, 0, "", ttl_1m, "0", "m1-0",
+                    3, 0, "", ttl_1m, "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
