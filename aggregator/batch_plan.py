@@ -81,13 +81,18 @@ class BatchPlan:
         wanted = (pc.greater_equal(present["partition"], 0) if metric == "source_end_offset"
                   else pc.equal(present["topic"], layout.ALL_TOPICS))
         rows = present.append_column("last_ts", last_ts).filter(wanted)
-        for r in rows.select(["target", "source", "topic", "partition", "group", "window_start",
-                              *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"]).to_pylist():
-            series = layout.SeriesId(r["target"], r["source"], r["topic"], r["partition"], metric,
-                                     r["group"] or None)
-            n, total, low, high, last = (r[f"{metric}__{p}"] for p in MEMBER_PARTS)
-            window = layout.WindowAggregate(r["window_start"], n, total, low, high, last, r["last_ts"])
-            self.history.setdefault(series, []).append(window)
+        columns = rows.select(["target", "source", "topic", "partition", "group", "window_start",
+                               *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"]).to_pydict()
+        # A series' windows come in a run: one SeriesId (a Python-level hash) per run, not per window.
+        subject: tuple | None = None
+        windows: list[layout.WindowAggregate] = []
+        for target, source, topic, partition, group, start, n, total, low, high, last, last_ts in zip(
+                *columns.values(), strict=True):
+            if subject != (target, source, topic, partition, group):
+                subject = (target, source, topic, partition, group)
+                series = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                windows = self.history.setdefault(series, [])
+            windows.append(layout.WindowAggregate(start, n, total, low, high, last, last_ts))
 
     def _add_invalid(self, windows: pa.Table, excerpts: Mapping[tuple[str, str, int, int], str]) -> None:
         invalid = windows.filter(pc.equal(windows["kind"], INVALID_KIND))
