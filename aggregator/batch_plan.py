@@ -107,7 +107,7 @@ class BatchPlan:
 
     def _add_index(self, windows: pa.Table) -> None:
         columns = ["target", "source", "topic", "partition", "group", "upstream_topic"]
-        distinct = windows.group_by(columns).aggregate([])
+        distinct = windows.group_by(columns, use_threads=False).aggregate([])
         for r in distinct.to_pylist():
             self._index(r["target"], r["source"], r["topic"], r["partition"], r["group"] or None,
                         r["upstream_topic"])
@@ -142,7 +142,8 @@ def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | N
     series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
     numbered = series.append_column("series", pa.array(
         keys.number(zip(*series.to_pydict().values(), strict=True)), pa.int64()))
-    return table.join(numbered, SERIES_COLUMNS).drop_columns(SERIES_COLUMNS), series.num_rows
+    joined = table.join(numbered, SERIES_COLUMNS, use_threads=False)
+    return joined.drop_columns(SERIES_COLUMNS), series.num_rows
 
 
 def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:

@@ -74,7 +74,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     table = pa.table({"series": finest["series"], "start": window_starts(finest["start"], size),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
     if size == layout.FINEST_WINDOW.size_ms and \
-            table.group_by(["series", "start"]).aggregate([]).num_rows == table.num_rows:
+            table.group_by(["series", "start"], use_threads=False).aggregate([]).num_rows == table.num_rows:
         return table  # one partial a window already, as window_partials gives them
     ordered = table.sort_by([("series", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
                              ("last", "ascending")])
@@ -139,7 +139,7 @@ class StoredWindows:
                          "low": pa.array([low for low, _ in stored.values()], pa.int64())})
         kept = self.tables.get(window, SCHEMA.empty_table())
         # Windows of these series from their low on come from Redis now; older ones stay as kept.
-        joined = kept.join(lows, "series", join_type="left outer")
+        joined = kept.join(lows, "series", join_type="left outer", use_threads=False)
         older = joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True))
         loaded = pa.Table.from_pylist(rows, schema=SCHEMA)
         self.tables[window] = pa.concat_tables([older.select(SCHEMA.names).cast(SCHEMA), loaded])
@@ -151,7 +151,7 @@ class StoredWindows:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
         old = kept.rename_columns([c if c in ("series", "start") else f"old_{c}" for c in kept.column_names])
-        joined = partials.join(old, ["series", "start"], join_type="left outer")
+        joined = partials.join(old, ["series", "start"], join_type="left outer", use_threads=False)
         merged = _merged(joined)
         merged = merged.append_column("member", member_column(merged))
         created = pc.is_null(joined["old_member"])
@@ -162,12 +162,13 @@ class StoredWindows:
         return WindowUpdates(window, updates, _trims(merged.filter(created), merged, window))
 
     def _keep(self, kept: pa.Table, merged: pa.Table, window: str) -> None:
-        rest = kept.join(merged.select(["series", "start"]), ["series", "start"], join_type="left anti")
+        rest = kept.join(merged.select(["series", "start"]), ["series", "start"], join_type="left anti",
+                         use_threads=False)
         table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        joined = table.join(floors, "series", join_type="left outer")
+        joined = table.join(floors, "series", join_type="left outer", use_threads=False)
         self.tables[window] = joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]),
                                                          True)).select(SCHEMA.names)
         covered = self.covered_from.setdefault(window, {})

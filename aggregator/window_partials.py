@@ -166,8 +166,9 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     ops = ("sum", "sum", "min", "max", "max")
     first = [(f"{m}__{s}", op) for m in metrics for s, op in zip(STATS, ops, strict=True)]
     first.append(("upstream_topic", "max"))
-    if rows.group_by([*keys, "ts"]).aggregate([]).num_rows < rows.num_rows:  # several reports at one ts
-        rows = _renamed(rows.group_by([*keys, "ts"]).aggregate(first), first)
+    per_ts = rows.group_by([*keys, "ts"], use_threads=False)
+    if per_ts.aggregate([]).num_rows < rows.num_rows:  # several reports at one ts
+        rows = _renamed(per_ts.aggregate(first), first)
     by_ts = rows.sort_by([(k, "ascending") for k in [*keys, "ts"]])
     for m in metrics:
         last_ts = pc.if_else(pc.is_valid(by_ts[f"{m}__last"]), by_ts["ts"], pa.scalar(None, pa.int64()))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +62,13 @@ def test_bad_settings_name_the_key_without_a_traceback(tmp_path: Path, capsys, l
     assert main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
+
+
+def test_aggregator_processes_keep_arrows_freed_pages():
+    """Every aggregator process (the driver, spark-submit's, the window writer child) imports the package
+    before pyarrow, whose allocator reads the setting once, when it loads."""
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+    probe = ("import sys, os, aggregator; "
+             "print('pyarrow' in sys.modules, os.environ.get('MIMALLOC_PURGE_DELAY'))")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "-1"]
