@@ -139,11 +139,15 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, p
     print(f"throughput: {rows} rows in {len(batches)} batches; steady {steady_rows} rows in {seconds:.1f} s "
           f"(batch {WARM_UP_BATCHES}'s start to the last batch's windows merged, with the drain): "
           f"{steady_rows / seconds:.0f} rows/s")
+    if len(batches) <= WARM_UP_BATCHES:
+        return steady_rows / seconds  # too few batches for a steady state: the figure with the drain
     began, first = merges.first(WARM_UP_BATCHES - 1)
     ended, last = merges.first(int(batches[-1]["batchId"]))
     merged_rows = sum(p["numInputRows"] for p in batches if first < int(p["batchId"]) <= last)
-    print(f"throughput: merges {merges.seen}; batches {first + 1}..{last}: {merged_rows} rows merged in "
-          f"{ended - began:.1f} s: {merged_rows / (ended - began):.0f} rows/s sustained")
+    timeline = ", ".join(f"{batch_id} at {t - began:+.1f} s" for t, batch_id in merges.seen)
+    print(f"throughput: windows merged up to batch {timeline}; batches {first + 1}..{last}: "
+          f"{merged_rows} rows merged in {ended - began:.1f} s: {merged_rows / (ended - began):.0f} rows/s "
+          "sustained")
     return merged_rows / (ended - began)
 
 
