@@ -41,6 +41,7 @@ from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
 from driver.policy import metrics_topic  # noqa: E402
+from driver.wire.raw_metrics import PartitionMetrics  # noqa: E402
 from stack.kafka_cluster import KafkaClusters  # noqa: E402
 from stack.redis_server import RedisServer  # noqa: E402
 
@@ -61,11 +62,21 @@ def record(source: str, series: int, ts: int, seq: int) -> bytes:
                         end - seq % 7 - 1, end)).encode()
 
 
-def produce(producer: Producer, topic: str, payloads: list[bytes]) -> None:
-    for payload in payloads:
+def record_key(source: str, series: int) -> bytes:
+    """The driver's Kafka key for a series' records (its subject): a series stays in one partition, in
+    order, as the driver publishes it. Unkeyed, the backlog's two partitions drifted apart in event time
+    by up to minutes, and every batch then merged windows older than the merge keeps (read from Redis)."""
+    topic, partition = divmod(series, 10)
+    return PartitionMetrics(ts=0, period_ms=1000, source=source, target="bench", topic=f"{source}.t{topic}",
+                            upstream_topic=f"t{topic}", partition=partition, record_count=0,
+                            byte_count=0).key().encode()
+
+
+def produce(producer: Producer, topic: str, payloads: list[tuple[bytes, bytes]]) -> None:
+    for key, payload in payloads:
         while True:
             try:
-                producer.produce(topic, value=payload)
+                producer.produce(topic, value=payload, key=key)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -105,8 +116,9 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, p
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "compression.type": "lz4"})
     base = int(time.time() * 1000) - periods * 1000
+    keys = [record_key(source, s) for s in range(series)]
     for p in range(periods):
-        payloads = [record(source, s, base + p * 1000, p) for s in range(series)]
+        payloads = [(keys[s], record(source, s, base + p * 1000, p)) for s in range(series)]
         produce(producer, metrics_topic(source), payloads)
     producer.flush(120)
     query = start_rollup_query(spark, RollupQuerySpec(
@@ -154,6 +166,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, p
 def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,
               seconds: int) -> list[float]:
     source = "fresh"
+    keys = [record_key(source, s) for s in range(series)]
     topic = metrics_topic(source)
     query = start_rollup_query(spark, RollupQuerySpec(
         target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "fresh"),
@@ -184,8 +197,10 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
             per_tick = rate // 10
             now_ms = int(tick * 1000)
             # The probe (series 0) reports each tick; the others fill up the rate round-robin.
-            batch = [record(source, 0, now_ms, seq)]
-            batch += [record(source, 1 + (sent + i) % (series - 1), now_ms, seq) for i in range(per_tick - 1)]
+            batch = [(keys[0], record(source, 0, now_ms, seq))]
+            for i in range(per_tick - 1):
+                s = 1 + (sent + i) % (series - 1)
+                batch.append((keys[s], record(source, s, now_ms, seq)))
             produce(producer, topic, batch)
             produced_ts.append(now_ms)
             sent += per_tick
