@@ -221,8 +221,22 @@ def _excerpts(values: pa.Array, invalid: pa.BooleanArray) -> pa.Array:
 def on_time(flat: pa.Table, watermark_ms: int | None) -> pa.Table:
     """Drops valid records whose 10 s window ended at or before the watermark; invalid records are
     always counted."""
+    return flat if watermark_ms is None else flat.filter(_on_time(flat, watermark_ms))
+
+
+def late_counts(flat: pa.Table, watermark_ms: int | None) -> dict[tuple[str, str], int]:
+    """(target, source) -> how many valid records on_time drops."""
     if watermark_ms is None:
-        return flat
+        return {}
+    late = flat.filter(pc.invert(_on_time(flat, watermark_ms)))
+    if late.num_rows == 0:
+        return {}
+    counts = late.group_by(["target", "source"], use_threads=False).aggregate([("ts", "count")])
+    columns = (counts[c].to_pylist() for c in ("target", "source", "ts_count"))
+    return {(target, source): n for target, source, n in zip(*columns, strict=True)}
+
+
+def _on_time(flat: pa.Table, watermark_ms: int) -> pa.ChunkedArray:
     # A window [start, start + size) ended by the watermark W unless start >= W's own window start.
     first_open = watermark_ms // FINEST_WINDOW.size_ms * FINEST_WINDOW.size_ms
-    return flat.filter(pc.or_(pc.equal(flat["kind"], INVALID_KIND), pc.greater_equal(flat["ts"], first_open)))
+    return pc.or_(pc.equal(flat["kind"], INVALID_KIND), pc.greater_equal(flat["ts"], first_open))

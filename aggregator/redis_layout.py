@@ -277,6 +277,12 @@ def invalid_records_key(target: str, source: str) -> str:
     return f"{PREFIX}:invalid:{_tag(target, source, ALL_TOPICS)}:total"
 
 
+def late_records_key(target: str, source: str) -> str:
+    """Running total of valid raw records from `srm-metrics.<source>.internal` in `target` that came
+    after the watermark had closed their window, so no rollup counts them (an integer string)."""
+    return f"{PREFIX}:late:{_tag(target, source, ALL_TOPICS)}:total"
+
+
 def encode_latest(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 

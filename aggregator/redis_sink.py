@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame
 from aggregator import latest_values, window_partials
 from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
-from aggregator.raw_records import flat_table, on_time
+from aggregator.raw_records import flat_table, late_counts, on_time
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
@@ -141,9 +141,13 @@ class RedisRollupSink:
         # Arrow hands the Kafka rows over in columnar batches: several times faster than pickled Rows.
         kafka = batch.toArrow()
         collected = time.monotonic()
-        flat = on_time(flat_table(kafka, self.target), state.watermark_ms(self.watermark_delay_ms))
+        flat = flat_table(kafka, self.target)
+        watermark = state.watermark_ms(self.watermark_delay_ms)
+        late = late_counts(flat, watermark)
+        flat = on_time(flat, watermark)
         parsed = time.monotonic()
         batch_partials = window_partials.partials(flat)
+        batch_partials.late = late
         LOG.debug("%s: batch %d: %d records collected in %.0f ms, parsed in %.0f ms, %d partial windows in "
                   "%.0f ms", self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
                   (parsed - collected) * 1000, len(batch_partials.windows),
@@ -187,6 +191,7 @@ class RedisRollupSink:
             pipe = self.client.pipeline(transaction=True)
             stage(pipe, self.batch_scope, batch_id, batch.windows)
             self._write_invalid(pipe, plan)
+            self._write_late(pipe, plan, state.watermark_ms(self.watermark_delay_ms))
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
@@ -220,6 +225,15 @@ class RedisRollupSink:
         pipe.execute()
 
     # --- indexes, invalid records ------------------------------------------------------------------
+
+    def _write_late(self, pipe: redis.client.Pipeline, plan: BatchPlan, watermark_ms: int | None) -> None:
+        for (target, source), count in sorted(plan.late.items()):
+            LOG.warning("%s: %d raw record(s) from %s dropped as late: their 10 s window had closed "
+                        "(watermark %s, %d ms behind the newest event ts)", self.query_name, count,
+                        metrics_topic(source), watermark_ms, self.watermark_delay_ms)
+            total = layout.late_records_key(target, source)
+            pipe.incrby(total, count)
+            pipe.pexpire(total, layout.INDEX_TTL_MS)
 
     def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
         for invalid in plan.invalid:

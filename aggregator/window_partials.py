@@ -17,7 +17,7 @@ same rule (redis_layout.merge_windows).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +50,8 @@ class BatchPartials:
     latest: list[dict[str, Any]]  # newest record per subject (valid records only)
     # invalid-records window (target, source, Kafka partition, window start) -> its last record's excerpt
     excerpts: dict[tuple[str, str, int, int], str]
+    # (target, source) -> valid records dropped as late (raw_records.late_counts): in no window
+    late: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def of_windows(rows: Iterable[Mapping[str, Any] | Any]) -> BatchPartials:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from aggregator import window_partials as wp
-from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, on_time
+from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, late_counts, on_time
 from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
 from driver.wire import raw_metrics
 from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
@@ -147,6 +147,14 @@ def test_windows_that_ended_by_the_watermark_are_dropped_invalid_records_never()
     rows = partials(records, [b"junk"], watermark_ms=T0 + 10_000)
     assert {(r["kind"], r["window_start"]) for r in rows if r["level"] == "p"} == {
         ("partition", T0 + 10_000), ("invalid", T0)}
+
+
+def test_records_dropped_as_late_are_counted_per_source():
+    records = [partition_record(T0 + 9_999, 0, 1), partition_record(T0 + 5_000, 1, 1),
+               partition_record(T0 + 10_000, 0, 2)]
+    table = flat_table(kafka_rows(records, [b"junk"]), target="west")
+    assert late_counts(table, T0 + 10_000) == {("west", "east"): 2}  # the invalid record is not late
+    assert late_counts(table, T0 + 9_999) == {} and late_counts(table, None) == {}
 
 
 def test_bad_values_among_many_are_invalid_alone_and_keep_their_offsets():

@@ -117,6 +117,7 @@ def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_
     series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
     assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0 + 80_000, 2),
                                                                             (T0 + 100_000, 1)]
+    assert int(client.get(layout.late_records_key("west", source))) == 1  # counted apart, in no window
 
 
 def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, redis_url, tmp_path):
