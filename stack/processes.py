@@ -1,7 +1,7 @@
 """Child processes of the local stack (driver, aggregator, service) with logs in files.
 
 Each runs in its own session so a stop reaches its children too, and is never left behind: stop()
-sends SIGTERM, then SIGKILL if the process does not exit in time.
+sends SIGTERM to the session's group, then SIGKILL to what is left of it when it does not exit in time.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
@@ -42,19 +43,41 @@ class ManagedProcess:
 
     def kill(self) -> None:
         """kill -9 of the whole process group: a crash, for recovery tests."""
-        if self.running:
-            os.killpg(self.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-            self.process.wait()  # type: ignore[union-attr]
+        if self.process is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        self.process.wait()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if not self.running:
+        """SIGTERM to the whole group; SIGKILL to what is left of it after `timeout_s`. The group, not
+        only the leader: spark-submit's JVM exits at once, and its Python driver (a child) once hung in
+        its own shutdown and outlived every test."""
+        if self.process is None or not self._group_alive():
             return
-        os.killpg(self.process.pid, signal.SIGTERM)  # type: ignore[union-attr]
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
         try:
-            self.process.wait(timeout_s)  # type: ignore[union-attr]
+            self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            pass
+        while self._group_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self._group_alive():
             LOG.warning("%s did not stop in %.0f s; killing it", self.name, timeout_s)
             self.kill()
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.process.pid, 0)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            pass
 
     def log_tail(self, lines: int = 40) -> str:
         try:
