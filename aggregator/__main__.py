@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -25,6 +26,10 @@ from pathlib import Path
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
 from driver.config import ConfigError, SrmConfig, load_config
+
+# A stop that takes longer ends the process anyway. Under spark-submit the JVM may be gone first, and a
+# driver was seen blocked for good in py4j's cleanup; the checkpoints make a hard exit as safe as a crash.
+STOP_TIMEOUT_S = 60.0
 
 LOG = logging.getLogger("aggregator")
 # Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
@@ -89,8 +94,18 @@ def supervise(spark, specs: list[RollupQuerySpec]) -> None:
     while not stopping.is_set():
         supervisor.check()
         stopping.wait(1.0)
+    watchdog = threading.Timer(STOP_TIMEOUT_S, _exit_hung)
+    watchdog.daemon = True
+    watchdog.start()
     supervisor.stop_all()
     spark.stop()
+    watchdog.cancel()
+
+
+def _exit_hung() -> None:
+    # Not through logging: its locks may be what the stop is stuck on.
+    os.write(2, f"srm-aggregator: stop did not finish in {STOP_TIMEOUT_S:g} s; exiting\n".encode())
+    os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,3 +72,31 @@ def test_aggregator_processes_keep_arrows_freed_pages():
              "print('pyarrow' in sys.modules, os.environ.get('MIMALLOC_PURGE_DELAY'))")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "-1"]
+
+
+def test_a_stop_that_hangs_ends_the_process():
+    """SIGTERM, then a stop stuck for good (as py4j's cleanup once was under spark-submit): the process
+    still exits, with a message."""
+    probe = """
+import os, signal, threading
+import aggregator.__main__ as cli
+import aggregator.supervisor as supervisor
+
+class Stuck:
+    def __init__(self, *_):
+        pass
+    def start_all(self):
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        return self
+    def check(self):
+        pass
+    def stop_all(self):
+        threading.Event().wait()
+
+supervisor.QuerySupervisor = Stuck
+cli.STOP_TIMEOUT_S = 0.5
+cli.supervise(None, [])
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "stop did not finish in 0.5 s; exiting" in out.stderr
