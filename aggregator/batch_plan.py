@@ -47,7 +47,6 @@ class BatchPlan:
     index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
     index_sets: dict[str, set[str]] = field(default_factory=dict)
     max_event_ts: int | None = None
-    late: dict[tuple[str, str], int] = field(default_factory=dict)  # (target, source) -> records dropped
 
     @classmethod
     def of(cls, batch: BatchPartials) -> BatchPlan:
@@ -64,7 +63,6 @@ class BatchPlan:
             plan.max_event_ts = None if top is None else int(top)
         for record in batch.latest:
             plan.add_latest(record)
-        plan.late = dict(batch.late)
         return plan
 
     def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:

@@ -191,7 +191,7 @@ class RedisRollupSink:
             pipe = self.client.pipeline(transaction=True)
             stage(pipe, self.batch_scope, batch_id, batch.windows)
             self._write_invalid(pipe, plan)
-            self._write_late(pipe, plan, state.watermark_ms(self.watermark_delay_ms))
+            self._write_late(pipe, batch.late, state.watermark_ms(self.watermark_delay_ms))
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
@@ -226,8 +226,9 @@ class RedisRollupSink:
 
     # --- indexes, invalid records ------------------------------------------------------------------
 
-    def _write_late(self, pipe: redis.client.Pipeline, plan: BatchPlan, watermark_ms: int | None) -> None:
-        for (target, source), count in sorted(plan.late.items()):
+    def _write_late(self, pipe: redis.client.Pipeline, late: dict[tuple[str, str], int],
+                    watermark_ms: int | None) -> None:
+        for (target, source), count in sorted(late.items()):
             LOG.warning("%s: %d raw record(s) from %s dropped as late: their 10 s window had closed "
                         "(watermark %s, %d ms behind the newest event ts)", self.query_name, count,
                         metrics_topic(source), watermark_ms, self.watermark_delay_ms)
