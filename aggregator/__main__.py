@@ -25,7 +25,7 @@ from pathlib import Path
 
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
-from driver.config import ConfigError, SrmConfig, load_config
+from contract.config import ConfigError, SrmConfig, load_config
 
 # A stop that takes longer ends the process anyway. Under spark-submit the JVM may be gone first, and a
 # driver was seen blocked for good in py4j's cleanup; the checkpoints make a hard exit as safe as a crash.

@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator import redis_layout as layout
 from aggregator.raw_records import INVALID_KIND
 from aggregator.stored_windows import SeriesKeys
 from aggregator.window_partials import ALL_METRICS, BatchPartials
+from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 

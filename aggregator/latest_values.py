@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY, OffsetPoint, OffsetTimeTable, lag_seconds
-from aggregator.redis_layout import FINEST_WINDOW, RECENT_PERIODS, WindowAggregate, window_start
+from contract.redis_layout import FINEST_WINDOW, RECENT_PERIODS, WindowAggregate, window_start
 
 # Window history needed for one lag table: the exporter's 60 points, one per 10 s window.
 HISTORY_SPAN_MS = DEFAULT_TABLE_CAPACITY * FINEST_WINDOW.size_ms

@@ -15,7 +15,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
 from aggregator.redis_sink import RedisRollupSink
-from driver.policy import metrics_topic_pattern
+from contract.replication_policy import metrics_topic_pattern
 
 LOG = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from aggregator.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
-from driver.wire.raw_metrics import FIELD_TYPES, METRICS, SUMMARY_FIELD_TYPES, MetricKind
+from contract.records.raw_metrics import FIELD_TYPES, METRICS, SUMMARY_FIELD_TYPES, MetricKind
+from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
 
-# Raw metrics topics are `srm-metrics.<source>.internal` (driver.policy.metrics_topic).
+# Raw metrics topics are `srm-metrics.<source>.internal` (contract.replication_policy.metrics_topic).
 SOURCE_OF_TOPIC = r"^srm-metrics\.(?P<source>.+)\.internal$"
 EXCERPT_CHARS = 200
 # A record stamped further than this after its Kafka timestamp is counted as invalid: its event time

@@ -34,13 +34,13 @@ import redis
 from pyspark.sql import DataFrame
 
 from aggregator import latest_values, window_partials
-from aggregator import redis_layout as layout
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.raw_records import flat_table, late_counts, on_time
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
-from driver.policy import metrics_topic
+from contract import redis_layout as layout
+from contract.replication_policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
 FINEST = layout.FINEST_WINDOW

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator import redis_layout as layout
 from aggregator.window_partials import window_starts
+from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aggregator.redis_layout import WindowAggregate, merge_windows
+from contract.redis_layout import WindowAggregate, merge_windows
 
 
 @dataclass

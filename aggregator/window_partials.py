@@ -24,14 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_records import INVALID_KIND, REPLICATION_FIELDS
-from aggregator.redis_layout import (
+from contract.records.raw_metrics import METRICS, MetricKind
+from contract.redis_layout import (
     ALL_TOPICS,
     FINEST_WINDOW,
     INVALID_RECORDS_METRIC,
     REPLICATION_LEVEL_METRICS,
     WHOLE_TOPIC,
 )
-from driver.wire.raw_metrics import METRICS, MetricKind
 
 ALL_METRICS = (*METRICS, INVALID_RECORDS_METRIC)
 STATS = ("n", "sum", "min", "max", "last")

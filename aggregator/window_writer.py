@@ -25,9 +25,9 @@ from multiprocessing.connection import Connection
 import pyarrow as pa
 import redis
 
-from aggregator import redis_layout as layout
 from aggregator.batch_plan import numbered_partials
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5

@@ -40,8 +40,8 @@ from aggregator import redis_layout as layout  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
-from driver.policy import metrics_topic  # noqa: E402
-from driver.wire.raw_metrics import PartitionMetrics  # noqa: E402
+from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
+from contract.replication_policy import metrics_topic  # noqa: E402
 from stack.kafka_cluster import KafkaClusters  # noqa: E402
 from stack.redis_server import RedisServer  # noqa: E402
 

@@ -1,7 +1,7 @@
 """REST API throughput and latency: topic metrics over 2 h at 1-min granularity under load.
 
 Redis is filled with 50 replications x 100 topics x 24 h of 1-min windows (record_count), keys and
-members made by aggregator.redis_layout; the service runs as `srm-service --config` (gunicorn), and
+members made by contract.redis_layout; the service runs as `srm-service --config` (gunicorn), and
 the load comes from a separate process: Debian's `wrk` when installed, else a Python load generator
 (closed loop, keep-alive connections, in its own processes). Requests pick random topics.
 Also prints where one request's time goes (in-process: Redis pipeline, decode, summary, JSON answer,

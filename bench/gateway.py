@@ -29,8 +29,8 @@ from pathlib import Path
 
 import urllib3
 
-from service.discovery.registry import RemoteService
-from service.gateway import Gateway, SiteAccess, fan_out, parse_allowed_hosts
+from service.sites.gateway import Gateway, SiteAccess, fan_out, parse_allowed_hosts
+from service.sites.registry import RemoteService
 from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.redis_server import RedisServer
@@ -123,7 +123,7 @@ def run_gateway_service(port: int, redis_url: str, services: list[RemoteService]
     from werkzeug.serving import make_server
 
     from service.app import create_app
-    from service.discovery.directory import GATEWAY_KEY, REGISTRY_KEY
+    from service.sites.discovered_directory import GATEWAY_KEY, REGISTRY_KEY
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     app = create_app({"REDIS_URL": redis_url, "SERVICE_SITE": "bench-gateway"})

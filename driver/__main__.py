@@ -16,8 +16,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from driver.checkpoint_task import CheckpointWorker
-from driver.config import ConfigError, SrmConfig, load_config
+from contract.config import ConfigError, SrmConfig, load_config
+from driver.checkpoint_worker import CheckpointWorker
 from driver.control import ControlLists
 from driver.heartbeat_task import HeartbeatTask
 from driver.replication import ReplicationWorker

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from driver.wire.raw_metrics import GroupMetrics, LatencySummary
+from contract.records.raw_metrics import GroupMetrics, LatencySummary
 
 LOG = logging.getLogger(__name__)
 

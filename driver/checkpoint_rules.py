@@ -1,7 +1,7 @@
 """Decisions of the checkpoint task: topic renaming, monotonic checkpoints and
 automatic group offset sync (MM2 compatible).
 
-Used by the checkpoint task; the replication policy comes from `driver.policy`
+Used by the checkpoint task; the replication policy comes from `contract.replication_policy`
 and is only duck-typed here, so this module stays a dependency-free leaf.
 """
 

@@ -1,6 +1,6 @@
 """What the checkpoint task of one replication covers and how often: settings and topic scope.
 
-Pure rules, used by `driver.checkpoint_task`; names follow MM2 (`emit.checkpoints.*`,
+Pure rules, used by `driver.checkpoint_worker`; names follow MM2 (`emit.checkpoints.*`,
 `sync.group.offsets.*`, `offset-syncs.topic.location`).
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Protocol
 
+from contract.config import SrmConfig
+from contract.replication_policy import ReplicationPolicy
 from driver.checkpoint_rules import downstream_topic_for
-from driver.config import SrmConfig
-from driver.policy import ReplicationPolicy
 from driver.topic_filter import TopicFilter, should_replicate_topic
 
 LOG = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 This module is the only reader and writer of the format.
 
-Topic: ``srm-control.internal`` (``driver.policy.CONTROL_TOPIC``) in each target cluster, compacted, one
+Topic: ``srm-control.internal`` (``contract.replication_policy.CONTROL_TOPIC``) in each target cluster, compacted, one
 partition, every record on partition 0; replication factor ``control.topic.replication.factor``
 (default 3; -1, or a cluster with fewer brokers, gets the broker's default).
 
@@ -37,11 +37,11 @@ from typing import Any, Final
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from driver import kafka_clients
-from driver.config import SrmConfig
+from contract import kafka_clients
+from contract.config import SrmConfig
+from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.replication_policy import CONTROL_TOPIC
 from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
-from driver.kafka_clients import ClusterUnavailable, TopicSpec
-from driver.policy import CONTROL_TOPIC
 
 LOG = logging.getLogger(__name__)
 

@@ -28,8 +28,10 @@ from typing import NoReturn
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from driver import kafka_clients
-from driver.config import ConfigError, SrmConfig, load_config
+from contract import kafka_clients
+from contract.config import ConfigError, SrmConfig, load_config
+from contract.kafka_clients import ClusterUnavailable
+from contract.records.mm2 import RECORD_PARTITION, Checkpoint, WireFormatError
 from driver.control import (
     ControlChange,
     ControlEntry,
@@ -41,9 +43,7 @@ from driver.control import (
     ensure_control_topic,
     write_changes,
 )
-from driver.kafka_clients import ClusterUnavailable
 from driver.offset_export import export_csv
-from driver.wire.mm2 import RECORD_PARTITION, Checkpoint, WireFormatError
 
 LOG = logging.getLogger(__name__)
 

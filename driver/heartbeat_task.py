@@ -3,7 +3,7 @@
 MM2 compatible: one record every ``emit.heartbeats.interval.seconds`` (MM2's default of 1 s; SRM's
 documentation mentions 5 s, but MM2's default keeps the replication's smoke test and the service's
 discovery of replications quick, and the records are 16 bytes), key and value from
-``driver.wire.mm2.Heartbeat``, partition 0, record timestamp = the heartbeat's timestamp. The topic is
+``contract.records.mm2.Heartbeat``, partition 0, record timestamp = the heartbeat's timestamp. The topic is
 created compacted with one partition and ``heartbeats.topic.replication.factor`` replicas (MM2 default
 3; -1, or a cluster with fewer brokers, gets the broker's default).
 
@@ -20,10 +20,10 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
-from driver import kafka_clients
-from driver.config import Replication, SrmConfig
-from driver.kafka_clients import ClusterUnavailable, TopicSpec
-from driver.wire.mm2 import RECORD_PARTITION, Heartbeat
+from contract import kafka_clients
+from contract.config import Replication, SrmConfig
+from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.records.mm2 import RECORD_PARTITION, Heartbeat
 
 LOG = logging.getLogger(__name__)
 

@@ -14,9 +14,10 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from driver import kafka_clients
-from driver.config import SrmConfig
-from driver.kafka_clients import TopicSpec
+from contract import kafka_clients
+from contract.config import SrmConfig
+from contract.kafka_clients import TopicSpec
+from contract.records.mm2 import OffsetSync
 from driver.offset_sync_writer import (
     DEFAULT_OFFSET_LAG_MAX,
     DeliveryCallback,
@@ -24,7 +25,6 @@ from driver.offset_sync_writer import (
     PartitionState,
     QueuedOffsetSync,
 )
-from driver.wire.mm2 import OffsetSync
 
 LOG = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Records are copied as bytes (key, value, headers, timestamp, same partition) to the remote topic the
 ReplicationPolicy names. Where each source partition stands lives in `mm2-offsets.<source>.internal`
-on the target, in MM2's Connect offset format (`driver.progress_store`), so a restart, a takeover by
+on the target, in MM2's Connect offset format (`driver.progress_reader`), so a restart, a takeover by
 another driver process or MM2 itself resumes from the last replicated record.
 
 Worker coordination: MM2 dedicated mode coordinates its workers in a Connect group on the target and
@@ -23,21 +23,21 @@ from typing import Final, Protocol
 
 from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
 
-from driver import kafka_clients
-from driver.config import Replication, SrmConfig
-from driver.kafka_clients import ClusterUnavailable, TopicSpec
-from driver.metrics_reporter import ReplicationStats
+from contract import kafka_clients
+from contract.config import Replication, SrmConfig
+from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.records import raw_metrics
+from contract.replication_policy import metrics_topic, progress_topic
 from driver.offset_sync_emitter import OffsetSyncEmitter
-from driver.policy import metrics_topic, progress_topic
-from driver.progress_store import (
+from driver.progress_reader import (
     PROGRESS_TOPIC_CONFIGS,
     PROGRESS_TOPIC_PARTITIONS,
     ProgressReader,
     resume_offset,
 )
+from driver.replication_stats import ReplicationStats
 from driver.target_writer import TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow, TransactionalWriter
 from driver.topic_sync import TopicSync
-from driver.wire import raw_metrics
 
 LOG = logging.getLogger(__name__)
 

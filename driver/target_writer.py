@@ -1,7 +1,7 @@
 """Writes polled source records to the target with their progress: at-least-once or exactly-once.
 
 Both writers copy a record as bytes (key, value, headers, timestamp) to the same partition of the
-remote topic, and record progress in the MM2 Connect format (`driver.progress_store`).
+remote topic, and record progress in the MM2 Connect format (`driver.progress_reader`).
 
 - `AtLeastOnceWriter`: one idempotent producer. Progress only ever names records the target
   acknowledged, written every flush interval and when partitions are revoked, so a crash replays at
@@ -28,9 +28,9 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from driver.metrics_reporter import PartitionStats
 from driver.offset_sync_emitter import OffsetSyncEmitter
-from driver.progress_store import SourcePartition, encode_key, encode_value
+from driver.progress_reader import SourcePartition, encode_key, encode_value
+from driver.replication_stats import PartitionStats
 
 LOG = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import re
 from collections.abc import Iterable, Set
 from typing import TYPE_CHECKING, Final
 
-from driver.policy import ReplicationPolicy, is_cycle
+from contract.replication_policy import ReplicationPolicy, is_cycle
 
 if TYPE_CHECKING:
-    from driver.config import SrmConfig
+    from contract.config import SrmConfig
 
 LOG = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Final
 
 from confluent_kafka.admin import AdminClient
 
-from driver import kafka_clients
-from driver.config import SrmConfig
-from driver.kafka_clients import TopicConfigEntry, TopicSpec
-from driver.policy import ReplicationPolicy
+from contract import kafka_clients
+from contract.config import SrmConfig
+from contract.kafka_clients import TopicConfigEntry, TopicSpec
+from contract.replication_policy import ReplicationPolicy
 from driver.topic_filter import TopicFilter, should_replicate_topic, topic_filter_for
 
 LOG = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from driver.config import ConfigError, SrmConfig, load_config
-from service import connection_close, head_with_body
+from contract.config import ConfigError, SrmConfig, load_config
 from service.app import create_app
-from service.discovery.advertiser import gunicorn_hooks, site_name
-from service.discovery.directory import install_discovery
+from service.server import connection_close, head_with_body
+from service.sites.advertiser import gunicorn_hooks, site_name
+from service.sites.discovered_directory import install_discovery
 
 DEFAULT_PORT = 6670  # SRM Service's default REST port
 

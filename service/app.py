@@ -22,7 +22,7 @@ from service.api.services.resources import blp as services
 from service.api.topics.resources import blp as topic_metrics
 from service.grafana.resources import blp as grafana
 from service.prometheus_exposition import count_request
-from service.service_directory import SERVICES_KEY, LocalServiceDirectory
+from service.sites.service_directory import SERVICES_KEY, LocalServiceDirectory
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Pure rules that turn stored windows into the API's answers: range summaries, merges, downsampling.
 
-Summaries over a range follow the metric's kind (driver.wire.raw_metrics.MetricKind): counters add up,
+Summaries over a range follow the metric's kind (contract.records.raw_metrics.MetricKind): counters add up,
 gauges report their last level, latencies report the record-weighted average.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from aggregator.redis_layout import WindowAggregate
-from driver.wire.raw_metrics import METRICS, MetricKind
+from contract.records.raw_metrics import METRICS, MetricKind
+from contract.redis_layout import WindowAggregate
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import orjson
 import redis
 
-from aggregator import redis_layout as layout
-from driver.wire.raw_metrics import METRICS
+from contract import redis_layout as layout
+from contract.records.raw_metrics import METRICS
 from service.metric_summary import MetricSeries, WindowColumns, merge_subjects, summarize, summarize_columns
 
 LOG = logging.getLogger(__name__)

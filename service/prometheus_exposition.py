@@ -17,13 +17,13 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aggregator import redis_layout as layout
-from driver.wire.raw_metrics import METRICS
-from service.lag_evaluation import Status
+from contract import redis_layout as layout
+from contract.records.raw_metrics import METRICS
+from service.health.lag_evaluation import Status
+from service.health.replication_overview import replication_healths
+from service.health.replication_status import ReplicationState
 from service.metric_summary import point_of
 from service.metrics_reader import MetricsReader
-from service.replication_overview import replication_healths
-from service.replication_status import ReplicationState
 
 LOG = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from flask import Response
 from flask_smorest import abort
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
-from aggregator.redis_layout import WINDOWS
+from contract.redis_layout import WINDOWS
 from service.metric_summary import MetricSeries
 from service.metrics_reader import NotFound
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from driver.wire.raw_metrics import METRICS
+from contract.records.raw_metrics import METRICS
 from service.grafana.queries import (
     ALERTS,
     FILTER_KEYS,

@@ -12,11 +12,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from aggregator.redis_layout import WINDOWS, WindowAggregate
-from driver.wire.raw_metrics import METRICS
+from contract.records.raw_metrics import METRICS
+from contract.redis_layout import WINDOWS, WindowAggregate
+from service.health.replication_health import ReplicationHealth
+from service.health.replication_status import ReplicationState
 from service.metric_summary import downsample, point_of
-from service.replication_health import ReplicationHealth
-from service.replication_status import ReplicationState
 
 FILTER_KEYS = ("source", "target", "topic", "group")
 STATUS_TABLE = "replication_status"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from aggregator import redis_layout as layout
-from driver.wire.raw_metrics import METRICS
+from contract import redis_layout as layout
+from contract.records.raw_metrics import METRICS
 from service.grafana import catalog
 from service.grafana.queries import (
     ALERTS,
@@ -27,9 +27,9 @@ from service.grafana.queries import (
     table,
     timeserie,
 )
+from service.health.replication_overview import replication_healths
 from service.metric_summary import merge_subjects
 from service.metrics_reader import MetricsReader, Replication
-from service.replication_overview import replication_healths
 
 
 def _payload(target: Mapping) -> Mapping:

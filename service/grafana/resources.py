@@ -14,13 +14,13 @@ from flask.views import MethodView
 from flask_smorest import abort
 
 from service.api.common import DEFAULT_RANGE_MS
-from service.api.sites import discovered_services, local_site, site_gateway
 from service.extensions import Blueprint, metrics_reader
-from service.gateway import ALL, LOCAL, UnknownSite
 from service.grafana import catalog, schemas
 from service.grafana.queries import FILTER_KEYS, QueryError, filters_of, payload_filters
 from service.grafana.query_answers import answer_query, current_alerts
-from service.grafana.site_answers import SITE_KEY, answer_across_sites, target_site
+from service.sites.gateway import ALL, LOCAL, UnknownSite
+from service.sites.grafana_site_answers import SITE_KEY, answer_across_sites, target_site
+from service.sites.site_selector import discovered_services, local_site, site_gateway
 
 blp = Blueprint(
     "grafana",

@@ -12,10 +12,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import redis_layout as layout
 from aggregator.redis_sink import windows_merged
-from driver.policy import metrics_topic
-from driver.wire import raw_metrics
+from contract import redis_layout as layout
+from contract.records import raw_metrics
+from contract.replication_policy import metrics_topic
 
 
 def new_source() -> str:

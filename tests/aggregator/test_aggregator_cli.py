@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.__main__ import main, query_specs, spark_master
-from driver.config import parse_config
+from contract.config import parse_config
 
 BASE = """clusters = east, west
 east.bootstrap.servers = 127.0.0.1:1

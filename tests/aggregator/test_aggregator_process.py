@@ -25,8 +25,8 @@ from streaming_input import (
 )
 
 from aggregator.query import RollupQuerySpec, start_rollup_query
-from driver.policy import metrics_topic
-from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.replication_policy import metrics_topic
 from stack import srm_properties
 from stack.jars import spark_jar_list
 from stack.kafka_cluster import free_port, wait_for_port

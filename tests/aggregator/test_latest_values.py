@@ -12,7 +12,7 @@ from aggregator.latest_values import (
     recent_record_counts,
     replication_latest,
 )
-from aggregator.redis_layout import WindowAggregate
+from contract.redis_layout import WindowAggregate
 
 T0 = 1_700_000_000_000  # a 10 s boundary
 

@@ -8,12 +8,12 @@ import pytest
 import redis
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_until
 
-from aggregator import redis_layout as layout
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import fair_scheduler_xml
 from aggregator.supervisor import QuerySupervisor
-from driver.policy import metrics_topic
-from driver.wire.raw_metrics import PartitionMetrics
+from contract import redis_layout as layout
+from contract.records.raw_metrics import PartitionMetrics
+from contract.replication_policy import metrics_topic
 from stack.redis_server import RedisServer
 
 T0 = 1_700_002_800_000

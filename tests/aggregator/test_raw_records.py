@@ -10,9 +10,9 @@ import pytest
 
 from aggregator import window_partials as wp
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, late_counts, on_time
-from aggregator.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
-from driver.wire import raw_metrics
-from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.records import raw_metrics
+from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPIC
 
 T0 = 1_700_000_000_000  # a 10 s boundary
 

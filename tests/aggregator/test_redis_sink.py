@@ -11,11 +11,11 @@ import pytest
 import redis
 from streaming_input import snapshot
 
-from aggregator import redis_layout as layout
 from aggregator.raw_records import INVALID_KIND
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
-from driver.wire.raw_metrics import PartitionMetrics, ReplicationMetrics
+from contract import redis_layout as layout
+from contract.records.raw_metrics import PartitionMetrics, ReplicationMetrics
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ import pytest
 import redis
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
-from aggregator import redis_layout as layout
 from aggregator.query import RollupQuerySpec, start_rollup_query
-from driver.policy import metrics_topic
-from driver.wire.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract import redis_layout as layout
+from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.replication_policy import metrics_topic
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from aggregator import redis_layout as layout
 from aggregator.stored_windows import (
     SeriesKeys,
     StoredWindows,
@@ -14,6 +13,7 @@ from aggregator.stored_windows import (
     redis_calls,
     size_partials,
 )
+from contract import redis_layout as layout
 
 KEY = 0  # the series' number
 

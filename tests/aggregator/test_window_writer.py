@@ -8,10 +8,10 @@ import uuid
 import pytest
 from streaming_input import snapshot
 
-from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
 from aggregator.window_writer import WindowWriter, decode_partials, encode_partials, stage
+from contract import redis_layout as layout
 
 pytestmark = pytest.mark.integration
 

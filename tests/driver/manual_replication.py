@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_END, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from contract.records.mm2 import Checkpoint, OffsetSync, WireFormatError
 from driver.offset_sync_writer import DeliveryCallback, OffsetSyncWriter, QueuedOffsetSync
-from driver.wire.mm2 import Checkpoint, OffsetSync, WireFormatError
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:

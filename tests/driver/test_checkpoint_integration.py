@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from driver.checkpoint_task import CheckpointWorker
-from driver.config import SrmConfig, parse_config
-from driver.policy import metrics_topic
-from driver.wire import raw_metrics
-from driver.wire.raw_metrics import GroupMetrics
+from contract.config import SrmConfig, parse_config
+from contract.records import raw_metrics
+from contract.records.raw_metrics import GroupMetrics
+from contract.replication_policy import metrics_topic
+from driver.checkpoint_worker import CheckpointWorker
 from stack import srm_properties
 from tests.driver.manual_replication import CheckpointLog, ManualReplication, commit, produce, wait_until
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from contract.config import ConfigError, parse_config
+from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from driver.checkpoint_metrics import CheckpointStats
 from driver.checkpoint_scope import CheckpointSettings, checkpointable_topic, is_failback_topic
-from driver.config import ConfigError, parse_config
-from driver.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from driver.topic_filter import TopicFilter
 
 BASE = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\nA->B.enabled = true\n"

@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from driver.config import SrmConfig, load_config
+from contract.config import SrmConfig, load_config
+from contract.records.mm2 import Checkpoint
+from contract.replication_policy import CONTROL_TOPIC
 from driver.control import ControlChange, ControlEntry, ControlLists, write_changes
 from driver.control_cli import main
-from driver.policy import CONTROL_TOPIC
-from driver.wire.mm2 import Checkpoint
 from stack.processes import REPO_ROOT, ManagedProcess
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from driver.checkpoint_task import CheckpointWorker
-from driver.config import SrmConfig, parse_config
-from driver.policy import progress_topic
+from contract.config import SrmConfig, parse_config
+from contract.replication_policy import progress_topic
+from driver.checkpoint_worker import CheckpointWorker
 from driver.replication import ReplicationWorker
 from stack import srm_properties
 from tests.driver.manual_replication import (

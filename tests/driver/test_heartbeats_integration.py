@@ -21,10 +21,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from contract.config import ConfigError, parse_config
+from contract.records.mm2 import Heartbeat, WireFormatError
+from contract.replication_policy import HEARTBEATS_TOPIC
 from driver.__main__ import build_tasks
-from driver.config import ConfigError, parse_config
-from driver.policy import HEARTBEATS_TOPIC
-from driver.wire.mm2 import Heartbeat, WireFormatError
 from stack.processes import REPO_ROOT, ManagedProcess
 
 pytestmark = pytest.mark.integration

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
 
-from driver.config import SrmConfig, load_config
-from driver.policy import progress_topic
-from driver.progress_store import PROGRESS_TOPIC_PARTITIONS
+from contract.config import SrmConfig, load_config
+from contract.records import raw_metrics
+from contract.records.mm2 import OffsetSync, WireFormatError
+from contract.replication_policy import progress_topic
+from driver.progress_reader import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
-from driver.wire import raw_metrics
-from driver.wire.mm2 import OffsetSync, WireFormatError
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters
 from tests.driver.replication_cluster_ops import (

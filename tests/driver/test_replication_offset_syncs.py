@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from contract.records.mm2 import OffsetSync
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.offset_sync_writer import OffsetSyncWriter, QueuedOffsetSync
-from driver.wire.mm2 import OffsetSync
 
 
 class RecordingProducer:

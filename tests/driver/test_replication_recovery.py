@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from driver.policy import metrics_topic
+from contract.records import raw_metrics
+from contract.replication_policy import metrics_topic
 from driver.replication import group_id
-from driver.wire import raw_metrics
 from stack import srm_properties
 from stack.processes import ManagedProcess
 from tests.driver.replication_cluster_ops import admin, create_topic, eventually, read_topic

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver.kafka_clients import TopicConfigEntry
+from contract.kafka_clients import TopicConfigEntry
 from driver.topic_sync import DEFAULT_CONFIG_PROPERTIES_EXCLUDE, config_changes, creation_configs
 
 EXCLUDED = frozenset(DEFAULT_CONFIG_PROPERTIES_EXCLUDE)

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from driver.config import ConfigError, parse_config
-from driver.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from contract.config import ConfigError, parse_config
+from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from driver.topic_filter import (
     GroupFilter,
     TopicFilter,

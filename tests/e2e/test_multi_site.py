@@ -18,13 +18,13 @@ import pytest
 import requests
 from confluent_kafka import Producer
 
-from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink
-from driver.config import load_config
-from driver.wire.mm2 import Heartbeat
-from service.discovery.advertisement import RECORD_TYPE, RECORD_TYPE_HEADER, Advertisement, encode
-from service.discovery.registry import Registry
-from service.gateway import Gateway, fan_out
+from contract import redis_layout as layout
+from contract.config import load_config
+from contract.records.advertisement import RECORD_TYPE, RECORD_TYPE_HEADER, Advertisement, encode
+from contract.records.mm2 import Heartbeat
+from service.sites.gateway import Gateway, fan_out
+from service.sites.registry import Registry
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
 from stack.processes import ManagedProcess
@@ -229,7 +229,7 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         seen = wait_for_gateway_sites(base, set(SITES))
         assert set(SITES) <= seen and "hq" not in seen, seen  # its own advertisement is no remote site
         for process in [*sites.values(), gateway]:  # 2 gunicorn workers, 1 advertiser per deployment
-            kinds = ["advertiser" if "service.discovery.advertiser" in c else "worker"
+            kinds = ["advertiser" if "service.sites.advertiser" in c else "worker"
                      for c in children(process.process.pid)]  # type: ignore[union-attr]
             assert sorted(kinds) == ["advertiser", "worker", "worker"], (process.name, kinds)
 

@@ -22,8 +22,8 @@ import pytest
 import redis
 from pyspark.sql import Row
 
-from aggregator import redis_layout as layout
 from aggregator.redis_sink import RedisRollupSink
+from contract import redis_layout as layout
 from service.app import create_app
 
 WINDOWS = 8

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from driver.config import load_config
-from service.discovery.advertiser import advertiser_settings
-from service.gateway import Gateway
+from contract.config import load_config
+from service.sites.advertiser import advertiser_settings
+from service.sites.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "deploy" / "compose-spec" / "compose_spec.json"

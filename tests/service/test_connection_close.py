@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gunicorn import util
 
-from service import connection_close
+from service.server import connection_close
 
 ANSWER = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
 

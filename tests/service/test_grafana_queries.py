@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from aggregator.redis_layout import WindowAggregate
+from contract.redis_layout import WindowAggregate
 from service.grafana.catalog import metric_descriptors
 from service.grafana.queries import (
     Filter,
@@ -20,7 +20,7 @@ from service.grafana.queries import (
     table,
     timeserie,
 )
-from service.grafana.site_answers import by_site, tagged
+from service.sites.grafana_site_answers import by_site, tagged
 
 HOUR = 3_600_000
 ORDERS = Subject("east", "west", "east.orders", "orders")

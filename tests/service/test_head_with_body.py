@@ -10,7 +10,7 @@ from gunicorn import http
 from gunicorn.config import Config
 from gunicorn.http import wsgi
 
-from service import head_with_body
+from service.server import head_with_body
 
 
 class CountedSends:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.redis_layout import WindowAggregate
+from contract.redis_layout import WindowAggregate
 from service.metric_summary import downsample, merge_subjects, summarize
 
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from driver.config import parse_config
+from contract.config import parse_config
 from service.__main__ import app_settings, check_auth_settings, main
 from service.app import create_app
 

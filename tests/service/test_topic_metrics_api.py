@@ -7,8 +7,8 @@ import uuid
 import pytest
 from pyspark.sql import Row
 
-from aggregator.redis_layout import WHOLE_TOPIC
 from aggregator.redis_sink import RedisRollupSink
+from contract.redis_layout import WHOLE_TOPIC
 from service.app import create_app
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from aggregator.redis_layout import WindowAggregate, decode_member, encode_member
+from contract.redis_layout import WindowAggregate, decode_member, encode_member
 from service.metric_summary import WindowColumns, summarize, summarize_columns
 from service.metrics_reader import window_columns
 

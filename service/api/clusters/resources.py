@@ -8,10 +8,10 @@ from flask_smorest import abort
 from service.api.clusters.schemas import ClusterInfoSchema, ClusterListSchema
 from service.api.common import TimeRangeArgs
 from service.api.replications.resources import status_answer
-from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
+from service.health.replication_overview import replication_healths
 from service.metric_summary import MetricSeries
-from service.replication_overview import replication_healths
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint("clusters", __name__, url_prefix="/v2", description="Kafka clusters seen in the rollups")
 

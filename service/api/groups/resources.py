@@ -9,10 +9,10 @@ from service.api.common import metric_response, unknown_answers_404
 from service.api.groups.schemas import GroupListSchema, GroupMetricArgs, GroupMetricSchema
 from service.api.replications.resources import evaluation_answer
 from service.api.replications.schemas import GroupStatusSchema, StatusArgs
-from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
-from service.replication_health import metrics_period_ms
-from service.replication_overview import group_healths
+from service.health.replication_health import metrics_period_ms
+from service.health.replication_overview import group_healths
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
     "groups",

@@ -7,9 +7,9 @@ from flask.views import MethodView
 
 from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
 from service.api.partitions.schemas import PartitionMetricSchema
-from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
 from service.metrics_reader import NotFound
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
     "partition-metrics",

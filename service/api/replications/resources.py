@@ -15,11 +15,11 @@ from service.api.replications.schemas import (
     ReplicationStatusSchema,
     StatusArgs,
 )
-from service.api.sites import site_selectable
 from service.extensions import Blueprint, metrics_reader
-from service.lag_evaluation import Evaluation
-from service.replication_health import ReplicationHealth
-from service.replication_overview import group_healths, replication_healths
+from service.health.lag_evaluation import Evaluation
+from service.health.replication_health import ReplicationHealth
+from service.health.replication_overview import group_healths, replication_healths
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
     "replications",

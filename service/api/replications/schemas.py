@@ -5,8 +5,8 @@ from __future__ import annotations
 from marshmallow import Schema, fields, validate
 
 from service.api.common import MetricSeriesSchema
-from service.lag_evaluation import Reason, Status
-from service.replication_status import ReplicationState
+from service.health.lag_evaluation import Reason, Status
+from service.health.replication_status import ReplicationState
 
 
 class ObservationSchema(Schema):

@@ -6,9 +6,9 @@ from flask import current_app
 from flask.views import MethodView
 
 from service.api.services.schemas import ServiceListSchema
-from service.api.sites import site_selectable
 from service.extensions import Blueprint
-from service.service_directory import SERVICES_KEY
+from service.sites.service_directory import SERVICES_KEY
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint("services", __name__, url_prefix="/v2", description="Discovered SRM services (sites)")
 

@@ -6,9 +6,9 @@ from flask import Response
 from flask.views import MethodView
 
 from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
-from service.api.sites import site_selectable
 from service.api.topics.schemas import TopicMetricSchema
 from service.extensions import Blueprint, metrics_reader
+from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
     "topic-metrics",

@@ -1,0 +1,362 @@
+"""The SRM-style properties file shared by the driver, the aggregator and the service.
+
+Setting hierarchy (SRM convention), most specific first, for ``get(key, source, target)``:
+``<source>-><target>.key`` > ``<target>.key`` > ``<source>.key`` > ``connectors.key`` >
+``workers.key`` > ``key``. The target alias comes before the source alias because a replication's
+workers, internal topics and heartbeats all live in the target cluster. Client properties follow their
+own per-cluster rules, see ``SrmConfig.kafka_client_config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+from contract.client_properties import (
+    ROLES,
+    SourcedProperties,
+    UnsupportedClientProperty,
+    connection_properties,
+    is_secret,
+    layered_client_properties,
+    to_librdkafka,
+)
+from contract.properties_file import (
+    ConfigError,
+    PropertyEntry,
+    parse_bool,
+    parse_float,
+    parse_int,
+    read_entries,
+    split_list,
+)
+from contract.replication_policy import DEFAULT_SEPARATOR, ReplicationPolicy, policy_from_config
+
+LOG = logging.getLogger(__name__)
+
+_ARROW: Final = "->"
+_GLOBAL_SCOPES: Final = ("connectors", "workers")
+_ALIAS = re.compile(r"[A-Za-z0-9._-]+")
+_T = TypeVar("_T")
+
+BOOLEAN_SETTINGS: Final = frozenset(
+    """
+    enabled emit.heartbeats.enabled emit.checkpoints.enabled emit.offset-syncs.enabled
+    sync.group.offsets.enabled refresh.topics.enabled refresh.groups.enabled sync.topic.configs.enabled
+    sync.topic.acls.enabled
+    heartbeats.replication.enabled replication.policy.internal.topic.separator.enabled exactly.once
+    """.split()
+)
+INTEGER_SETTINGS: Final = frozenset(
+    """
+    offset.lag.max tasks.max replication.factor heartbeats.topic.replication.factor
+    checkpoints.topic.replication.factor offset-syncs.topic.replication.factor consumer.poll.timeout.ms
+    """.split()
+)
+# MM2 declares these as whole seconds; we also accept fractions (short demo and test intervals).
+NUMBER_SETTINGS: Final = frozenset(
+    """
+    emit.heartbeats.interval.seconds emit.checkpoints.interval.seconds sync.group.offsets.interval.seconds
+    refresh.topics.interval.seconds refresh.groups.interval.seconds sync.topic.configs.interval.seconds
+    sync.topic.acls.interval.seconds metrics.period
+    """.split()
+)
+"""Settings whose values are checked when the file is loaded (with the booleans and the integers)."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """A cluster alias, its bootstrap servers and its connection properties as written (Java names)."""
+
+    alias: str
+    bootstrap_servers: str
+    client_properties: dict[str, str] = field(repr=False)  # may hold credentials
+
+
+@dataclass(frozen=True)
+class Replication:
+    """An ordered cluster pair the driver runs: data and checkpoints when enabled, else heartbeats only."""
+
+    source: str
+    target: str
+    enabled: bool
+    emit_heartbeats: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}{_ARROW}{self.target}"
+
+
+_Found = tuple[str, PropertyEntry]
+
+
+class SrmConfig:
+    """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``."""
+
+    def __init__(self, path: str, entries: Mapping[str, PropertyEntry]) -> None:
+        self.path = path
+        self._entries = dict(entries)
+        self._values = {key: entry.value.strip() for key, entry in self._entries.items()}
+        self._warned: set[tuple[str, str]] = set()
+        self._aliases = self._cluster_aliases()
+        self.clusters = {alias: self._cluster(alias) for alias in self._aliases}
+        self.service_remote_clusters = self._alias_list("service.remote.clusters", [])
+        # External clusters read by the gateway are not written to unless named explicitly.
+        local = [alias for alias in self._aliases if alias not in self.service_remote_clusters]
+        self.driver_target_clusters = self._alias_list("driver.target.clusters", local)
+        self.service_target_clusters = self._alias_list(
+            "service.target.clusters", self.driver_target_clusters
+        )
+        self._check_replication_keys()
+        self._check_typed_settings()
+        self._check_policies()
+        self._check_client_configs()
+
+    def __repr__(self) -> str:
+        return f"SrmConfig(path={self.path!r}, clusters={list(self.clusters)!r})"
+
+    def get(
+        self, key: str, source: str | None = None, target: str | None = None, default: str | None = None
+    ) -> str | None:
+        found = self._lookup(key, source, target)
+        return default if found is None else found[1].value.strip()
+
+    def get_int(
+        self, key: str, source: str | None = None, target: str | None = None, default: int | None = None
+    ) -> int | None:
+        return self._typed(key, source, target, default, parse_int, "an integer")
+
+    def get_float(
+        self, key: str, source: str | None = None, target: str | None = None, default: float | None = None
+    ) -> float | None:
+        return self._typed(key, source, target, default, parse_float, "a number")
+
+    def get_bool(
+        self, key: str, source: str | None = None, target: str | None = None, default: bool | None = None
+    ) -> bool | None:
+        return self._typed(key, source, target, default, parse_bool, "true or false")
+
+    def get_list(
+        self, key: str, source: str | None = None, target: str | None = None, default: list[str] | None = None
+    ) -> list[str]:
+        """Comma-separated values, trimmed, empty items dropped; a missing key gives ``default`` or []."""
+        found = self._lookup(key, source, target)
+        if found is None:
+            return list(default or [])
+        return split_list(found[1].value)
+
+    def line_of(self, raw_key: str) -> int | None:
+        entry = self._entries.get(raw_key)
+        return None if entry is None else entry.line
+
+    def config_error(
+        self, key: str, message: str, source: str | None = None, target: str | None = None
+    ) -> ConfigError:
+        """An error about ``key`` located at the line of the entry that ``get`` would use."""
+        found = self._lookup(key, source, target)
+        raw_key = key if found is None else found[0]
+        return ConfigError(message, source_name=self.path, line=self.line_of(raw_key), key=raw_key)
+
+    def replications(self) -> list[Replication]:
+        """Every ordered pair into a driver target; MM2: disabled by default, heartbeats on by default."""
+        pairs = []
+        for target in self.driver_target_clusters:
+            for source in self._aliases:
+                if source == target:
+                    continue
+                enabled = bool(self.get_bool("enabled", source, target, default=False))
+                heartbeats = bool(self.get_bool("emit.heartbeats.enabled", source, target, default=True))
+                if enabled or heartbeats:
+                    pairs.append(Replication(source, target, enabled, heartbeats))
+        return pairs
+
+    def replication_policy(self, source: str, target: str | None = None) -> ReplicationPolicy:
+        """The ``replication.policy.*`` settings of a replication as a policy object."""
+        return policy_from_config(
+            self.get("replication.policy.class", source, target),
+            self.get("replication.policy.separator", source, target, DEFAULT_SEPARATOR) or DEFAULT_SEPARATOR,
+            source,
+            bool(self.get_bool("replication.policy.internal.topic.separator.enabled", source, target, True)),
+        )
+
+    def kafka_client_config(
+        self, alias: str, role: str = "admin", source: str | None = None, target: str | None = None
+    ) -> dict[str, str]:
+        """librdkafka configuration of a ``role`` client of cluster ``alias``, optionally inside the
+        replication ``source -> target`` (layering: ``layered_client_properties``); bootstrap.servers
+        always comes from ``<alias>.bootstrap.servers``; untranslatable settings raise ConfigError.
+        """
+        if alias not in self.clusters:
+            raise ValueError(f"unknown cluster alias {alias!r}; known: {', '.join(self._aliases)}")
+        merged = layered_client_properties(self._values, alias, role, source, target)
+        return self._librdkafka(alias, role, merged)
+
+    def _librdkafka(self, alias: str, role: str, merged: SourcedProperties) -> dict[str, str]:
+        try:
+            translation = to_librdkafka({prop: value for prop, (value, _) in merged.items()})
+        except UnsupportedClientProperty as exc:
+            raw_key = merged[exc.key][1] if exc.key in merged else exc.key
+            raise ConfigError(
+                exc.reason, source_name=self.path, line=self.line_of(raw_key), key=raw_key
+            ) from exc
+        for prop in translation.dropped:
+            raw_key = merged[prop][1]
+            if (alias, raw_key) not in self._warned:
+                self._warned.add((alias, raw_key))
+                LOG.warning(
+                    "%s:%s: %s is a Java client property librdkafka does not support; ignored for %s %s",
+                    self.path, self.line_of(raw_key), raw_key, alias, role,
+                )  # fmt: skip
+        config = translation.config
+        config["bootstrap.servers"] = self.clusters[alias].bootstrap_servers
+        return config
+
+    def _lookup(self, key: str, source: str | None, target: str | None) -> _Found | None:
+        candidates = [f"{source}{_ARROW}{target}.{key}"] if source and target else []
+        candidates += [f"{alias}.{key}" for alias in dict.fromkeys(a for a in (target, source) if a)]
+        candidates += [f"{scope}.{key}" for scope in _GLOBAL_SCOPES] + [key]
+        for candidate in candidates:
+            if candidate in self._entries:
+                return candidate, self._entries[candidate]
+        return None
+
+    def _typed(self, key: str, source: str | None, target: str | None, default: _T | None,
+               parse: Callable[[str], _T], expected: str) -> _T | None:  # fmt: skip
+        found = self._lookup(key, source, target)
+        return default if found is None else self._parse(found, parse, expected)
+
+    def _parse(self, found: _Found, parse: Callable[[str], _T], expected: str) -> _T:
+        raw_key, entry = found
+        try:
+            return parse(self._values[raw_key])
+        except ValueError:
+            shown = "a redacted value" if is_secret(raw_key) else repr(self._values[raw_key])
+            raise ConfigError(
+                f"expected {expected}, got {shown}", source_name=self.path, line=entry.line, key=raw_key
+            ) from None
+
+    def _error(self, raw_key: str, message: str) -> ConfigError:
+        return ConfigError(message, source_name=self.path, line=self.line_of(raw_key), key=raw_key)
+
+    def _cluster_aliases(self) -> list[str]:
+        if "clusters" not in self._entries:
+            raise ConfigError("missing; list the cluster aliases, e.g. clusters = east, west",
+                              source_name=self.path, key="clusters")  # fmt: skip
+        aliases = split_list(self._entries["clusters"].value)
+        separator = self.get("replication.policy.separator") or DEFAULT_SEPARATOR
+        if not aliases:
+            raise self._error("clusters", "lists no cluster alias")
+        for alias in aliases:
+            problem = _alias_problem(alias, separator)
+            if problem:
+                raise self._error("clusters", f"alias {alias!r} {problem}")
+        if len(set(aliases)) != len(aliases):
+            raise self._error("clusters", "lists an alias twice")
+        return aliases
+
+    def _cluster(self, alias: str) -> ClusterSettings:
+        key = f"{alias}.bootstrap.servers"
+        servers = self._entries[key].value.strip() if key in self._entries else ""
+        if not servers:
+            line = self.line_of(key) or self.line_of("clusters")
+            raise ConfigError(f"missing or empty; required for cluster {alias!r} listed in 'clusters'",
+                              source_name=self.path, line=line, key=key)  # fmt: skip
+        props = {prop: value for prop, (value, _) in connection_properties(self._values, alias).items()}
+        return ClusterSettings(alias, servers, props)
+
+    def _alias_list(self, key: str, default: list[str]) -> list[str]:
+        if key not in self._entries:
+            return list(default)
+        aliases = split_list(self._entries[key].value)
+        unknown = [alias for alias in aliases if alias not in self.clusters]
+        if unknown:
+            raise self._error(key, f"{', '.join(map(repr, unknown))} not listed in 'clusters'")
+        return aliases
+
+    def _check_replication_keys(self) -> None:
+        for raw_key in (key for key in self._entries if _ARROW in key):
+            source, rest = raw_key.split(_ARROW, 1)
+            target = next((alias for alias in self._aliases if rest.startswith(f"{alias}.")), None)
+            if source not in self.clusters:
+                raise self._error(raw_key, f"source alias {source!r} is not listed in 'clusters'")
+            if target is None:
+                raise self._error(raw_key, f"target alias {rest.split('.')[0]!r} is not listed in 'clusters'")
+            if source == target:
+                raise self._error(raw_key, "source and target are the same cluster")
+
+    def _check_typed_settings(self) -> None:
+        for raw_key, entry in self._entries.items():
+            for setting in self._setting_names(raw_key):
+                if setting in BOOLEAN_SETTINGS:
+                    self._parse((raw_key, entry), parse_bool, "true or false")
+                elif setting in INTEGER_SETTINGS:
+                    self._parse((raw_key, entry), parse_int, "an integer")
+                elif setting in NUMBER_SETTINGS:
+                    self._parse((raw_key, entry), parse_float, "a number")
+
+    def _setting_names(self, raw_key: str) -> list[str]:
+        """The setting a raw key sets, once stripped of each scope prefix it might carry."""
+        names = [raw_key]
+        if _ARROW in raw_key:
+            rest = raw_key.split(_ARROW, 1)[1]
+            names += [rest[len(a) + 1 :] for a in self._aliases if rest.startswith(f"{a}.")]
+        for scope in (*self._aliases, *_GLOBAL_SCOPES):
+            if raw_key.startswith(f"{scope}."):
+                names.append(raw_key[len(scope) + 1 :])
+        return names
+
+    def _check_policies(self) -> None:
+        for raw_key, entry in self._entries.items():
+            names = self._setting_names(raw_key)
+            try:
+                if "replication.policy.class" in names:
+                    policy_from_config(entry.value)
+                if "replication.policy.separator" in names:
+                    policy_from_config(None, entry.value.strip())
+            except ValueError as exc:
+                raise self._error(raw_key, str(exc)) from None
+
+    def _check_client_configs(self) -> None:
+        """Fail at start-up, not at the first connection, on client properties that cannot work."""
+        for alias in self._aliases:
+            for role in ROLES:
+                self.kafka_client_config(alias, role)
+        for replication in self.replications():
+            for alias in (replication.source, replication.target):
+                for role in ROLES:
+                    self.kafka_client_config(alias, role, replication.source, replication.target)
+
+
+def _alias_problem(alias: str, separator: str) -> str | None:
+    if not _ALIAS.fullmatch(alias):
+        return "may only contain letters, digits, '.', '_' and '-'"
+    if alias in _GLOBAL_SCOPES:
+        return "is a reserved prefix"
+    if separator in alias:
+        return f"contains the replication separator {separator!r}, so remote topic names would be ambiguous"
+    return None
+
+
+def parse_config(text: str, source_name: str = "<string>") -> SrmConfig:
+    """Parse and validate properties text; ``source_name`` is used in error messages."""
+    return SrmConfig(source_name, read_entries(text, source_name))
+
+
+def load_config(path: str | os.PathLike[str]) -> SrmConfig:
+    """Read, parse and validate a properties file; any problem is a ConfigError naming the file."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as stream:
+            raw = stream.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source_name=name) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # Java reads .properties files as ISO-8859-1; accept such files too.
+        text = raw.decode("latin-1")
+    return parse_config(text, name)

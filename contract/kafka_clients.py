@@ -1,0 +1,171 @@
+"""The one place that builds confluent-kafka clients from the SRM config and creates topics.
+
+Byte-array clients only (MM2 compatible: records are copied as opaque bytes). librdkafka errors from
+topic creation are turned into one exception type naming the cluster and topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+from contract.config import SrmConfig
+
+LOG = logging.getLogger(__name__)
+
+ADMIN_TIMEOUT_S = 30.0
+
+
+class ClusterUnavailable(RuntimeError):
+    """A cluster did not answer, or refused an administrative request."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    replication_factor: int = -1  # -1: the broker's default.replication.factor (KIP-464)
+
+
+@dataclass(frozen=True)
+class TopicConfigEntry:
+    """One topic config as described by the broker, reduced to what config sync decides on."""
+
+    name: str
+    value: str | None
+    is_default: bool
+    read_only: bool = False
+    sensitive: bool = False
+    static_broker: bool = False
+
+
+@dataclass(frozen=True)
+class GroupMembership:
+    members: int
+    members_with_partitions: int
+
+
+def admin(config: SrmConfig, alias: str) -> AdminClient:
+    return AdminClient(config.kafka_client_config(alias, role="admin"))
+
+
+def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
+             source: str | None = None, target: str | None = None) -> Producer:
+    # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
+    settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
+                                   "enable.idempotence": True, "acks": "all",
+                                   "partitioner": "murmur2_random"}
+    settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
+    settings.update(overrides or {})
+    return Producer(settings)
+
+
+def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, object] | None = None,
+             source: str | None = None, target: str | None = None) -> Consumer:
+    settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
+    settings.update(overrides or {})
+    return Consumer(settings)
+
+
+def partition_counts(client: AdminClient, alias: str) -> dict[str, int]:
+    """Topic -> partition count of every topic in the cluster."""
+    try:
+        metadata = client.list_topics(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ClusterUnavailable(f"cluster {alias!r} did not answer a metadata request: {exc}") from exc
+    return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
+
+
+def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> None:
+    """Create the topics that do not exist yet; existing ones are left as they are."""
+    if not specs:
+        return
+    new = [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
+                    config=s.configs) for s in specs]
+    for name, future in client.create_topics(new, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            future.result()
+            LOG.info("created topic %s on %s", name, alias)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ClusterUnavailable(f"cannot create topic {name!r} on {alias!r}: {exc}") from exc
+
+
+def grow_partitions(client: AdminClient, alias: str, counts: dict[str, int]) -> None:
+    """Raise topics to the given partition counts (never shrinks; a topic already there is fine)."""
+    if not counts:
+        return
+    requests = [NewPartitions(name, count) for name, count in counts.items()]
+    for name, future in client.create_partitions(requests, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            future.result()
+            LOG.info("grew topic %s on %s to %d partitions", name, alias, counts[name])
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:  # raced: already grown
+                raise ClusterUnavailable(f"cannot add partitions to {name!r} on {alias!r}: {exc}") from exc
+
+
+def topic_configs(client: AdminClient, alias: str, topics: list[str]) -> dict[str, list[TopicConfigEntry]]:
+    """Described configs of existing topics; topics deleted meanwhile are left out."""
+    if not topics:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in topics]
+    described: dict[str, list[TopicConfigEntry]] = {}
+    for resource, future in client.describe_configs(resources, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise ClusterUnavailable(
+                f"cannot describe configs of {resource.name!r} on {alias!r}: {exc}") from exc
+        described[resource.name] = [_config_entry(entry) for entry in entries.values()]
+    return described
+
+
+def _config_entry(entry: ConfigEntry) -> TopicConfigEntry:
+    return TopicConfigEntry(entry.name, entry.value, entry.source == ConfigSource.DEFAULT_CONFIG,
+                            bool(entry.is_read_only), bool(entry.is_sensitive),
+                            entry.source == ConfigSource.STATIC_BROKER_CONFIG)
+
+
+def alter_topic_configs(client: AdminClient, alias: str, topic: str, set_values: dict[str, str],
+                        delete: set[str]) -> None:
+    entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+               for name, value in set_values.items()]
+    entries += [ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE) for name in delete]
+    if not entries:
+        return
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in client.incremental_alter_configs([resource], request_timeout=ADMIN_TIMEOUT_S).values():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise ClusterUnavailable(f"cannot alter configs of {topic!r} on {alias!r}: {exc}") from exc
+
+
+def group_membership(client: AdminClient, alias: str, group: str) -> GroupMembership:
+    """How many members a consumer group has, and how many of them hold partitions."""
+    try:
+        futures = client.describe_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)
+        description = futures[group].result()
+    except KafkaException as exc:
+        raise ClusterUnavailable(f"cannot describe group {group!r} on {alias!r}: {exc}") from exc
+    members = list(description.members or [])
+    holding = sum(1 for m in members if m.assignment is not None and m.assignment.topic_partitions)
+    return GroupMembership(len(members), holding)

@@ -1,0 +1,133 @@
+"""Turns the replication's per-partition counters into raw-metrics records, once per `metrics.period`.
+
+Counters are deltas since the last report (MM2's record-count/byte-count, made per period); latency
+and age are summarised per period; offsets and lag are the latest levels seen.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from contract.records.raw_metrics import LatencySummary, PartitionMetrics, ReplicationMetrics
+
+# Keeps a long period's summary cheap: beyond this, latencies are sampled evenly rather than all kept.
+MAX_SAMPLES_PER_PERIOD = 4096
+
+
+@dataclass
+class PartitionStats:
+    remote_topic: str
+    upstream_topic: str
+    partition: int
+    record_count: int = 0
+    byte_count: int = 0
+    latencies: list[float] = field(default_factory=list)
+    ages: list[float] = field(default_factory=list)
+    seen: int = 0
+    polled_count: int = 0
+    last_latency: float = 0.0
+    last_age: float = 0.0
+    upstream_offset: int | None = None  # last replicated
+    target_offset: int | None = None
+    source_end_offset: int | None = None
+
+    def polled(self, age_ms: float) -> None:
+        """A record was read from the source (MM2 measures record age at poll time)."""
+        self.polled_count += 1
+        self.last_age = age_ms
+        if len(self.ages) < MAX_SAMPLES_PER_PERIOD:
+            self.ages.append(age_ms)
+        else:
+            self.ages[self.polled_count % MAX_SAMPLES_PER_PERIOD] = age_ms
+
+    def replicated(self, upstream_offset: int, target_offset: int, size: int, latency_ms: float) -> None:
+        """The target acknowledged a record; `size` is the value length, as MM2's byte-count."""
+        self.record_count += 1
+        self.byte_count += size
+        self.upstream_offset = upstream_offset
+        self.target_offset = target_offset
+        self.seen += 1
+        self.last_latency = latency_ms
+        if len(self.latencies) < MAX_SAMPLES_PER_PERIOD:
+            self.latencies.append(latency_ms)
+        else:  # replace evenly so the summary still covers the whole period
+            self.latencies[self.seen % MAX_SAMPLES_PER_PERIOD] = latency_ms
+
+    def records_lag(self) -> int | None:
+        if self.source_end_offset is None:
+            return None
+        next_offset = 0 if self.upstream_offset is None else self.upstream_offset + 1
+        return max(0, self.source_end_offset - next_offset)
+
+    def report(self, ts: int, period_ms: int, source: str, target: str) -> PartitionMetrics:
+        latency, age = LatencySummary.of(self.latencies), LatencySummary.of(self.ages)
+        # last = the most recent (not the last slot a sample replaced); count = all records of the period
+        if latency is not None:
+            latency = LatencySummary(latency.min, latency.max, latency.avg, self.last_latency,
+                                     self.record_count)
+        if age is not None:
+            age = LatencySummary(age.min, age.max, age.avg, self.last_age, self.polled_count)
+        record = PartitionMetrics(
+            ts=ts, period_ms=period_ms, source=source, target=target, topic=self.remote_topic,
+            upstream_topic=self.upstream_topic, partition=self.partition,
+            record_count=self.record_count, byte_count=self.byte_count,
+            replication_latency_ms=latency, record_age_ms=age, records_lag=self.records_lag(),
+            source_end_offset=self.source_end_offset, upstream_offset=self.upstream_offset,
+            target_offset=self.target_offset)
+        self.record_count = self.byte_count = self.seen = self.polled_count = 0
+        self.latencies, self.ages = [], []
+        return record
+
+
+class ReplicationStats:
+    """Thread-safe counters of one replication: the worker writes, the reporter drains."""
+
+    def __init__(self, source: str, target: str) -> None:
+        self.source, self.target = source, target
+        self._lock = threading.Lock()
+        self._partitions: dict[tuple[str, int], PartitionStats] = {}
+        self._last_report = time.time()
+        self.status = "RUNNING"
+        self.error: str | None = None
+        self.topics_replicated = 0
+        self.workers = 1
+        self.tasks = 1
+
+    def partition(self, upstream_topic: str, partition: int, remote_topic: str) -> PartitionStats:
+        key = (upstream_topic, partition)
+        with self._lock:
+            stats = self._partitions.get(key)
+            if stats is None:
+                stats = self._partitions[key] = PartitionStats(remote_topic, upstream_topic, partition)
+            return stats
+
+    def forget(self, keep: set[tuple[str, int]]) -> None:
+        """Drop partitions no longer assigned to this worker, so they are not reported twice."""
+        with self._lock:
+            for key in set(self._partitions) - keep:
+                del self._partitions[key]
+
+    def retire(self, keys: set[tuple[str, int]], now: float | None = None) -> list[PartitionMetrics]:
+        """Final reports of partitions leaving this worker (their counts since the last report would
+        otherwise be lost), after which they are no longer reported."""
+        now = time.time() if now is None else now
+        ts, period_ms = int(now * 1000), int((now - self._last_report) * 1000)
+        with self._lock:
+            leaving = [self._partitions.pop(key) for key in keys if key in self._partitions]
+        return [stats.report(ts, period_ms, self.source, self.target) for stats in leaving
+                if stats.record_count or stats.polled_count]
+
+    def drain(self, now: float | None = None) -> list[PartitionMetrics | ReplicationMetrics]:
+        now = time.time() if now is None else now
+        ts, period_ms = int(now * 1000), int((now - self._last_report) * 1000)
+        self._last_report = now
+        with self._lock:
+            records: list[PartitionMetrics | ReplicationMetrics] = [
+                s.report(ts, period_ms, self.source, self.target) for s in self._partitions.values()]
+        records.append(ReplicationMetrics(
+            ts=ts, period_ms=period_ms, source=self.source, target=self.target, status=self.status,
+            error=self.error, workers=self.workers, tasks=self.tasks,
+            topics_replicated=self.topics_replicated))
+        return records

@@ -1,1 +1,0 @@
-"""Byte formats of the records the driver reads and writes."""

@@ -1,0 +1,97 @@
+"""Pure glue between what Redis holds and the status rules (replication_status, lag_evaluation).
+
+The aggregator keeps the driver's last replication report as a latest-value record and the offset
+history as gauge windows; these functions turn them into the rules' inputs and verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from contract.redis_layout import WindowAggregate
+from service.health.lag_evaluation import Evaluation, EvaluationPolicy, OffsetObservation, evaluate
+from service.health.replication_status import ReplicationLatest, ReplicationState, replication_state
+
+DEFAULT_METRICS_PERIOD_MS = 30_000  # DESIGN §2 default `metrics.period`
+PARTITION_OFFSETS = ("upstream_offset", "records_lag")
+GROUP_OFFSETS = ("group_upstream_offset", "group_lag")
+
+PartitionKey = tuple[str, int]
+OffsetWindows = Mapping[PartitionKey, tuple[list[WindowAggregate], list[WindowAggregate]]]
+
+
+@dataclass(frozen=True)
+class ReplicationHealth:
+    source: str
+    target: str
+    state: ReplicationState
+    explanation: str
+    metrics_period_ms: int
+    report_ts: int | None
+    lag: Evaluation
+
+
+def metrics_period_ms(latest: Mapping | None) -> int:
+    period = (latest or {}).get("period_ms")
+    return int(period) if isinstance(period, int | float) and period > 0 else DEFAULT_METRICS_PERIOD_MS
+
+
+def latest_report(latest: Mapping | None) -> ReplicationLatest | None:
+    """The replication record as the status rules want it; None when the driver reported nothing."""
+    if not latest:
+        return None
+    counts = latest.get("recent_record_counts") or ()
+    heartbeat = latest.get("last_heartbeat_ts")
+    return ReplicationLatest(
+        enabled=bool(latest.get("enabled", True)),
+        status=str(latest.get("status") or ""),
+        report_ts_ms=int(latest["ts"]),
+        last_heartbeat_ts_ms=int(heartbeat) if isinstance(heartbeat, int | float) else None,
+        recent_record_counts=tuple(int(c) for c in counts if isinstance(c, int | float)),
+        error=latest.get("error") or None,
+    )
+
+
+def lookback_ms(policy: EvaluationPolicy, period_ms: int) -> int:
+    """How far back the offset history must reach for ``policy.intervals`` observations and STOP."""
+    return 2 * policy.intervals * period_ms
+
+
+def observations(offsets: list[WindowAggregate], lags: list[WindowAggregate]) -> list[OffsetObservation]:
+    """One observation per window that holds an offset: its last offset and the lag then."""
+    lag_at = {w.start_ms: w.last for w in lags}
+    return [OffsetObservation(w.start_ms, int(w.last), int(lag_at.get(w.start_ms, 0))) for w in offsets]
+
+
+def evaluate_offsets(
+    windows: OffsetWindows,
+    now_ms: int,
+    policy: EvaluationPolicy,
+    current_lags: Mapping[PartitionKey, int] | None = None,
+) -> Evaluation:
+    history = {key: observations(offsets, lags) for key, (offsets, lags) in windows.items()}
+    return evaluate(history, now_ms, policy=policy, current_lags=current_lags)
+
+
+def current_lags(latest: Mapping[PartitionKey, Mapping], field: str) -> dict[PartitionKey, int]:
+    """Lag at the newest report per partition (Burrow's current_lag), from latest-value records."""
+    return {
+        key: int(value[field]) for key, value in latest.items() if isinstance(value.get(field), int | float)
+    }
+
+
+def replication_health(
+    source: str,
+    target: str,
+    latest: Mapping | None,
+    windows: OffsetWindows,
+    partition_latest: Mapping[PartitionKey, Mapping],
+    now_ms: int,
+) -> ReplicationHealth:
+    period = metrics_period_ms(latest)
+    state, explanation = replication_state(latest_report(latest), now_ms, period)
+    policy = EvaluationPolicy.for_metrics_period(period)
+    lag = evaluate_offsets(windows, now_ms, policy, current_lags(partition_latest, "records_lag"))
+    report_ts = int(latest["ts"]) if latest else None
+    return ReplicationHealth(source, target, state, explanation, period, report_ts, lag)

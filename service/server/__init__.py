@@ -1,0 +1,1 @@
+"""Patches to gunicorn's worker I/O, installed in each worker (kept apart from the domain rules)."""

@@ -1,0 +1,273 @@
+"""Writes this service's advertisement to the ``heartbeats`` topic of each ``service.target.clusters``.
+
+An APScheduler (3.x) BackgroundScheduler job publishes every ``service.advertisement.interval.seconds``
+(default 10). Settings: ``service.site`` (default: the target aliases joined by ``+``),
+``service.advertised.protocol|host|port|root.path`` for services behind a proxy (defaults: http,
+``service.host`` or this machine's name when it binds a wildcard, ``service.port``, no root path).
+
+Exactly one advertiser per deployment process group, also under gunicorn with several workers: the
+gunicorn *master* owns it (``gunicorn_hooks``: ``when_ready`` starts it, ``on_exit`` stops it), because
+workers come and go while the master lives as long as the deployment. The master does not run it in
+its own threads: librdkafka threads do not survive the master's later forks of workers, and a forked
+worker that finalises a copied client handle can hang. So the master starts one child process
+(``python -m service.sites.advertiser --config …``) that exits when the master goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from confluent_kafka import KafkaError, Message, Producer
+
+from contract import kafka_clients
+from contract.config import ConfigError, SrmConfig, load_config
+from contract.records.advertisement import (
+    PROTOCOLS,
+    Advertisement,
+    AdvertisementError,
+    encode,
+    normalize_root_path,
+    valid_host,
+)
+from contract.records.mm2 import RECORD_PARTITION
+from contract.replication_policy import HEARTBEATS_TOPIC
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 10.0
+DEFAULT_SERVICE_PORT = 6670  # SRM Service's default REST port
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+FLUSH_TIMEOUT_S = 10.0
+MM2_HEARTBEATS_REPLICATION_FACTOR = 3
+
+
+@dataclass(frozen=True)
+class AdvertiserSettings:
+    site: str
+    protocol: str
+    host: str
+    port: int
+    root_path: str
+    interval_s: float
+    target_clusters: tuple[str, ...]
+
+
+def software_version() -> str:
+    try:
+        return metadata.version("srm-monitor")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def site_name(config: SrmConfig) -> str:
+    """This deployment's site: ``service.site``, else its target cluster aliases joined by ``+``."""
+    default = "+".join(config.service_target_clusters)
+    return config.get("service.site", default=default) or default
+
+
+def advertiser_settings(config: SrmConfig) -> AdvertiserSettings:
+    """The advertised endpoint from the config; a bad value is a ConfigError naming its key."""
+    bind_host = config.get("service.host", default="127.0.0.1") or ""
+    default_host = socket.getfqdn() if bind_host in WILDCARD_HOSTS else bind_host
+    protocol = (config.get("service.advertised.protocol", default="http") or "").lower()
+    if protocol not in PROTOCOLS:
+        raise config.config_error("service.advertised.protocol", f"must be one of {', '.join(PROTOCOLS)}")
+    host = config.get("service.advertised.host", default=default_host) or default_host
+    if not valid_host(host):
+        raise config.config_error("service.advertised.host", f"{host!r} is not a DNS name or an IP address")
+    port = config.get_int("service.advertised.port",
+                          default=config.get_int("service.port", default=DEFAULT_SERVICE_PORT))
+    if port is None or not 0 < port < 65536:
+        raise config.config_error("service.advertised.port", "must be between 1 and 65535")
+    interval = config.get_float("service.advertisement.interval.seconds", default=DEFAULT_INTERVAL_S)
+    if interval is None or interval <= 0:
+        raise config.config_error("service.advertisement.interval.seconds", "must be positive")
+    targets = tuple(config.service_target_clusters)
+    site = site_name(config)
+    root_path = normalize_root_path(config.get("service.advertised.root.path", default="") or "")
+    settings = AdvertiserSettings(site, protocol, host, port, root_path, interval, targets)
+    try:
+        advertisements(settings, 0)
+    except AdvertisementError as exc:
+        raise config.config_error("service.advertised.root.path", str(exc)) from None
+    return settings
+
+
+def advertisements(settings: AdvertiserSettings, now_ms: int) -> list[Advertisement]:
+    """One advertisement per target cluster, as of ``now_ms``."""
+    return [Advertisement(settings.protocol, settings.host, settings.port, settings.root_path, target,
+                          settings.site, software_version(), now_ms, settings.interval_s)
+            for target in settings.target_clusters]
+
+
+class Advertiser:
+    """Publishes the advertisements; ``publish()`` is the scheduled job (it never raises)."""
+
+    def __init__(self, config: SrmConfig, settings: AdvertiserSettings) -> None:
+        self.config, self.settings = config, settings
+        self._producers: dict[str, Producer] = {
+            alias: kafka_clients.producer(config, alias, overrides={"linger.ms": 0})
+            for alias in settings.target_clusters}
+        self._topic_ready: set[str] = set()
+
+    def publish(self) -> None:
+        now_ms = int(time.time() * 1000)
+        for ad in advertisements(self.settings, now_ms):
+            try:
+                self._publish_one(ad)
+            except Exception:  # a cluster being down must not stop the job for the other clusters
+                LOG.exception("advertising %s in %s failed; retrying next interval", ad.base_url,
+                              ad.target_cluster)
+        for alias, producer in self._producers.items():
+            left = producer.flush(FLUSH_TIMEOUT_S)
+            if left:
+                LOG.warning("%d advertisement(s) to %s not yet delivered", left, alias)
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            producer.flush(FLUSH_TIMEOUT_S)
+
+    def _publish_one(self, ad: Advertisement) -> None:
+        alias = ad.target_cluster
+        if alias not in self._topic_ready:
+            self._ensure_heartbeats_topic(alias)
+            self._topic_ready.add(alias)
+        key, value, headers = encode(ad)
+        self._producers[alias].produce(HEARTBEATS_TOPIC, key=key, value=value, headers=headers,
+                                       partition=RECORD_PARTITION, timestamp=ad.ts,
+                                       on_delivery=_delivery_report(alias))
+
+    def _ensure_heartbeats_topic(self, alias: str) -> None:
+        # MM2 compatible: heartbeats is a single-partition compacted topic; whoever comes first (the
+        # driver's heartbeat job or this) creates it. A replication factor above the number of brokers
+        # would fail, so it is capped (-1 keeps the broker's default).
+        factor = self.config.get_int("heartbeats.topic.replication.factor", target=alias,
+                                     default=MM2_HEARTBEATS_REPLICATION_FACTOR) or -1
+        client = kafka_clients.admin(self.config, alias)
+        if factor > 0:
+            brokers = len(client.list_topics(timeout=kafka_clients.ADMIN_TIMEOUT_S).brokers)
+            factor = min(factor, max(1, brokers))
+        spec = kafka_clients.TopicSpec(HEARTBEATS_TOPIC, 1, {"cleanup.policy": "compact"}, factor)
+        kafka_clients.ensure_topics(client, alias, [spec])
+
+
+def _delivery_report(alias: str) -> Callable[[KafkaError | None, Message], None]:
+    def report(error: KafkaError | None, _: Message) -> None:
+        if error is not None:
+            LOG.warning("advertisement to %s/%s failed: %s", alias, HEARTBEATS_TOPIC, error)
+    return report
+
+
+class AdvertiserHandle:
+    """A running in-process advertiser; ``stop()`` ends the job and flushes what is pending."""
+
+    def __init__(self, advertiser: Advertiser, scheduler: BackgroundScheduler) -> None:
+        self.advertiser, self._scheduler = advertiser, scheduler
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+            self.advertiser.close()
+
+
+def start_advertiser(config: SrmConfig) -> AdvertiserHandle:
+    """Starts advertising now and every interval in this process (threads, no fork afterwards)."""
+    settings = advertiser_settings(config)
+    advertiser = Advertiser(config, settings)
+    scheduler = BackgroundScheduler(daemon=True, timezone="UTC")
+    scheduler.add_job(advertiser.publish, "interval", seconds=settings.interval_s, id="srm-advertisement",
+                      next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
+                      misfire_grace_time=max(1, int(settings.interval_s)))
+    scheduler.start()
+    LOG.info("advertising site %s at %s://%s:%s%s in %s every %.1f s", settings.site, settings.protocol,
+             settings.host, settings.port, settings.root_path, ", ".join(settings.target_clusters),
+             settings.interval_s)
+    return AdvertiserHandle(advertiser, scheduler)
+
+
+class AdvertiserProcess:
+    """The advertiser as one child process of the gunicorn master (see the module docstring)."""
+
+    def __init__(self, config_path: str) -> None:
+        self.config_path = config_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> AdvertiserProcess:
+        args = [sys.executable, "-m", "service.sites.advertiser", "--config", self.config_path,
+                "--parent-pid", str(os.getpid())]
+        self.process = subprocess.Popen(args)
+        LOG.info("advertiser process %d started", self.process.pid)
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def gunicorn_hooks(config: SrmConfig) -> dict[str, Callable[[Any], None]]:
+    """gunicorn server hooks running the advertiser in the master: ``cfg.set(name, hook)`` each."""
+    settings = advertiser_settings(config)  # a bad advertised endpoint fails now, not in a child later
+    if not settings.target_clusters:
+        LOG.info("no service.target.clusters: this service advertises nothing")
+        return {}
+    if not os.path.isfile(config.path):
+        raise ValueError(f"the advertiser process reads the config file, but {config.path!r} is not a file")
+    running: list[AdvertiserProcess] = []
+
+    def when_ready(_server: Any) -> None:
+        running.append(AdvertiserProcess(config.path).start())
+
+    def on_exit(_server: Any) -> None:
+        while running:
+            running.pop().stop()
+
+    return {"when_ready": when_ready, "on_exit": on_exit}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="srm-advertiser", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="SRM properties file")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # APScheduler logs every run at INFO: two lines per interval drown the service's log.
+    logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
+    try:
+        handle = start_advertiser(load_config(args.config))
+    except ConfigError as exc:
+        print(f"srm-advertiser: {exc}", file=sys.stderr)
+        return 2
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    # An orphan would keep advertising a service that is gone: leave when the master does.
+    while not stopping.wait(1.0):
+        if args.parent_pid is not None and os.getppid() != args.parent_pid:
+            LOG.warning("gunicorn master %d is gone; advertiser exits", args.parent_pid)
+            break
+    handle.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

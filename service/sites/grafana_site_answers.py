@@ -1,0 +1,89 @@
+"""Grafana queries for other sites: a target's `payload.site` (`local`, a site name, or `all`).
+
+Grafana joins the datasource URL with `/query`, so the HTTP `site` parameter of the `/v2` endpoints
+cannot reach these calls; the selector rides in each target's payload instead. A gateway forwards the
+targets of a remote selector to those sites' `/grafana/query` (POST, the same body with only those
+targets, `site` removed so the remote answers for itself), and tags every frame it gets back with its
+site: series get `site` in their tags and `<site>: ` before their name, tables a leading `Site`
+column. A site that does not answer adds no frame and is logged; the other sites still answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from service.sites.gateway import LOCAL, OK, Gateway, fan_out
+from service.sites.registry import RemoteService
+
+LOG = logging.getLogger(__name__)
+
+SITE_KEY = "site"
+QUERY_PATH = "/grafana/query"
+
+LocalFrames = Callable[[Mapping], list[dict]]
+"""This site's frames for a query body (the datasource's own answer)."""
+
+
+def target_site(target: Mapping) -> str:
+    for key in ("payload", "data"):  # `data` is the payload of simpod < 0.3
+        payload = target.get(key)
+        if isinstance(payload, Mapping) and payload.get(SITE_KEY) not in (None, "", "$__all"):
+            return str(payload[SITE_KEY])
+    return LOCAL
+
+
+def without_site(target: Mapping) -> dict:
+    """The target as the chosen site answers it: for itself."""
+    copy = dict(target)
+    for key in ("payload", "data"):
+        if isinstance(copy.get(key), Mapping):
+            copy[key] = {k: v for k, v in copy[key].items() if k != SITE_KEY}
+    return copy
+
+
+def by_site(targets: Sequence[Mapping]) -> dict[str, list[dict]]:
+    """Targets grouped by their site selector, in their first appearance order."""
+    groups: dict[str, list[dict]] = {}
+    for target in targets:
+        groups.setdefault(target_site(target), []).append(without_site(target))
+    return groups
+
+
+def tagged(site: str, frames: Any) -> list[dict]:
+    """A site's frames, each saying which site it comes from; anything not a frame is dropped."""
+    if not isinstance(frames, list):
+        return []
+    found = []
+    for frame in frames:
+        if not isinstance(frame, dict):
+            continue
+        if frame.get("type") == "table":
+            found.append({**frame, "columns": [{"text": "Site", "type": "string"}, *frame.get("columns", [])],
+                          "rows": [[site, *row] for row in frame.get("rows", [])]})
+        else:
+            tags = frame.get("tags") if isinstance(frame.get("tags"), dict) else {}
+            name = f"{site}: {frame.get('target', '')}"
+            found.append({**frame, "target": name, "tags": {**tags, "site": site}})
+    return found
+
+
+def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired: Sequence[RemoteService],
+                        query: Mapping, local: LocalFrames) -> list[dict]:
+    """Frames for a query (a JSON body, range in epoch ms) whose targets name sites; raises UnknownSite
+    for a site nobody knows."""
+    frames: list[dict] = []
+    for selector, targets in by_site(query.get("targets") or []).items():
+        body = {**query, "targets": targets}
+        if selector in (LOCAL, gateway.local_site):
+            frames += local(body)
+            continue
+        answer = fan_out(gateway, live, QUERY_PATH, (), selector, lambda b=body: (200, local(b)), expired,
+                         body=body)
+        for site in answer.sites:
+            if site.status == OK:
+                frames += tagged(site.site, site.body)
+            else:
+                LOG.info("grafana query: site %s did not answer: %s", site.site, site.status)
+    return frames

@@ -1,0 +1,77 @@
+"""The raw-metrics record: codec round trips, clear errors, and agreement with its JSON Schema."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from contract.records import raw_metrics
+from contract.records.raw_metrics import (
+    GroupMetrics,
+    LatencySummary,
+    PartitionMetrics,
+    RawMetricsError,
+    ReplicationMetrics,
+)
+
+PARTITION = PartitionMetrics(
+    ts=1_700_000_000_000, period_ms=5000, source="east", target="west", topic="east.orders",
+    upstream_topic="orders", partition=2, record_count=10, byte_count=1234,
+    replication_latency_ms=LatencySummary(1.0, 9.0, 4.0, 3.0, 10), records_lag=7,
+    source_end_offset=107, upstream_offset=99, target_offset=99)
+GROUP = GroupMetrics(ts=1_700_000_000_000, period_ms=5000, source="east", target="west", group="billing",
+                     topic="east.orders", upstream_topic="orders", partition=0,
+                     checkpoint_latency_ms=LatencySummary(5, 5, 5, 5, 1), group_lag=3)
+REPLICATION = ReplicationMetrics(ts=1_700_000_000_000, period_ms=5000, source="east", target="west",
+                                 status="FAILED", error="boom", topics_replicated=3)
+
+
+@pytest.mark.parametrize("record", [PARTITION, GROUP, REPLICATION])
+def test_round_trip_and_schema(record):
+    key, value = raw_metrics.encode(record)
+    assert raw_metrics.decode(value) == record
+    assert key.decode() == record.key()
+    jsonschema.validate(json.loads(value), raw_metrics.json_schema())
+
+
+def test_absent_optional_fields_are_not_written():
+    _, value = raw_metrics.encode(PartitionMetrics(1, 1, "a", "b", "a.t", "t", 0, 0, 0))
+    body = json.loads(value)
+    assert "records_lag" not in body and "replication_latency_ms" not in body
+    assert body["v"] == raw_metrics.VERSION and body["kind"] == "partition"
+
+
+@pytest.mark.parametrize("value, message", [
+    (b"\xff\xfe", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"v": 2, "kind": "partition"}', "unsupported version 2"),
+    (b'{"v": 1, "kind": "weird"}', "unknown kind 'weird'"),
+    (b'{"v": 1, "kind": "partition", "ts": 1}', "partition record"),
+    (b'{"v": 1, "kind": "group", "ts": 1, "period_ms": 1, "source": "a", "target": "b", "group": "g",'
+     b' "topic": "t", "upstream_topic": "t", "partition": 0, "checkpoint_latency_ms": {"min": 1}}',
+     "checkpoint_latency_ms"),
+])
+def test_bad_records_raise_a_clear_error(value, message):
+    with pytest.raises(RawMetricsError, match=message):
+        raw_metrics.decode(value)
+
+
+def test_every_metric_is_a_field_of_its_subject_with_a_type():
+    fields = {"partition": PartitionMetrics, "group": GroupMetrics}
+    for name, spec in raw_metrics.METRICS.items():
+        assert name in fields[spec.subject].__dataclass_fields__
+        expected = "summary" if spec.kind is raw_metrics.MetricKind.LATENCY else "long"
+        assert raw_metrics.FIELD_TYPES[name] == expected
+        assert name in raw_metrics.json_schema()["properties"]
+
+
+def test_every_field_of_every_kind_has_a_type():
+    for cls in (PartitionMetrics, GroupMetrics, ReplicationMetrics):
+        assert set(cls.__dataclass_fields__) <= set(raw_metrics.FIELD_TYPES), cls.__name__
+
+
+def test_latency_summary_of_samples():
+    assert LatencySummary.of([]) is None
+    assert LatencySummary.of([3.0, 1.0, 2.0]) == LatencySummary(1.0, 3.0, 2.0, 2.0, 3)

@@ -1,0 +1,156 @@
+"""The registry's book of advertised services: expiry, newest wins, merging, self exclusion."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from contract.config import parse_config
+from contract.records.advertisement import Advertisement
+from contract.records.mm2 import Heartbeat
+from service.app import create_app
+from service.sites.advertiser import start_advertiser
+from service.sites.discovered_directory import install_discovery
+from service.sites.registry import (
+    FORGET_AFTER_INTERVALS,
+    ServiceBook,
+    is_live,
+    own_instances,
+    watched_clusters,
+)
+from stack import srm_properties
+
+T0 = 1_700_000_000_000
+INTERVAL_S = 10.0
+
+
+def advert(site: str = "west", host: str = "10.0.0.2", ts: int = T0,
+           target: str | None = None) -> Advertisement:
+    return Advertisement("http", host, 6670, "", target or site, site, "0.1.0", ts, INTERVAL_S)
+
+
+def test_a_service_expires_after_three_missed_intervals():
+    assert is_live(T0, INTERVAL_S, T0)
+    assert is_live(T0, INTERVAL_S, T0 + 30_000)
+    assert not is_live(T0, INTERVAL_S, T0 + 30_001)
+    assert is_live(T0, 2.0, T0 + 6_000) and not is_live(T0, 2.0, T0 + 6_001)
+
+
+def test_live_and_expired_are_split_by_the_advertised_interval():
+    book = ServiceBook()
+    book.add(advert("west", ts=T0))
+    book.add(advert("north", host="10.0.0.3", ts=T0 - 40_000))
+    assert [s.site for s in book.live(T0 + 1_000)] == ["west"]
+    assert [s.site for s in book.expired(T0 + 1_000)] == ["north"]
+    assert [s.site for s in book.live(T0 + 31_000)] == []
+
+
+def test_only_newer_advertisements_replace_older_ones():
+    book = ServiceBook()
+    assert book.add(advert(ts=T0))
+    assert not book.add(advert(ts=T0 - 1))
+    assert not book.add(advert(ts=T0))
+    assert book.add(advert(ts=T0 + 5))
+    assert book.live(T0)[0].last_seen_ms == T0 + 5
+
+
+def test_one_instance_advertising_in_several_clusters_is_one_service():
+    book = ServiceBook()
+    book.add(advert("paris", ts=T0, target="west"))
+    book.add(advert("paris", ts=T0 + 7, target="east"))
+    (service,) = book.live(T0 + 10)
+    assert service.target_clusters == ("east", "west")
+    assert service.last_seen_ms == T0 + 7
+    assert service.base_url == "http://10.0.0.2:6670"
+
+
+def test_own_advertisements_are_ignored():
+    mine = advert("west")
+    book = ServiceBook(frozenset({mine.instance_id}))
+    assert not book.add(mine)
+    assert book.live(T0) == [] and book.expired(T0) == []
+
+
+def test_long_gone_services_are_forgotten():
+    book = ServiceBook()
+    book.add(advert(ts=T0))
+    assert book.expired(T0 + 60_000)
+    assert book.expired(T0 + int(FORGET_AFTER_INTERVALS * INTERVAL_S * 1000) + 1) == []
+    assert book.live(T0) == []
+
+
+CONFIG = """clusters = east, west, north
+east.bootstrap.servers = e:9092
+west.bootstrap.servers = w:9092
+north.bootstrap.servers = n:9092
+service.target.clusters = west
+service.remote.clusters = east, north
+service.host = 10.0.0.2
+service.port = 6670
+"""
+
+
+def test_the_registry_watches_remote_and_local_clusters_and_knows_itself():
+    config = parse_config(CONFIG)
+    assert watched_clusters(config) == ["east", "north", "west"]
+    assert own_instances(config) == frozenset({advert("west").instance_id})
+
+
+def test_a_service_without_remote_clusters_is_no_gateway():
+    app = create_app({"REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert install_discovery(app, parse_config(CONFIG.replace("service.remote.clusters", "#"))) is None
+    assert [s["local"] for s in app.test_client().get("/v2/services").get_json()["services"]] == [True]
+
+
+UNUSED_REDIS = "redis://127.0.0.1:1/0"
+
+
+def mm2_reader_sees(bootstrap: str, alias_part: str, timeout_s: float = 30) -> list[Heartbeat]:
+    """Decodes every record of ``heartbeats`` as an MM2 Heartbeat, as MM2's readers do, until one
+    whose source alias contains ``alias_part`` shows up."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"mm2-like-{uuid.uuid4()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("heartbeats", 0, OFFSET_BEGINNING)])
+    beats: list[Heartbeat] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and not any(alias_part in b.source_cluster_alias for b in beats):
+            beats += [Heartbeat.decode(m.key(), m.value())
+                      for m in consumer.consume(100, timeout=0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    return beats
+
+
+@pytest.mark.integration
+def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters: dict[str, str]):
+    site = f"site-{uuid.uuid4().hex[:8]}"
+    advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "west", "service.site": site, "service.port": 7001,
+        "service.advertisement.interval.seconds": 1, "service.advertised.host": "srm.example.com"}))
+    watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))
+    handle = start_advertiser(advertised)
+    app = create_app({"REDIS_URL": UNUSED_REDIS, "SERVICE_SITE": "hq"})
+    discovery = install_discovery(app, watcher)
+    assert discovery is not None
+    try:
+        deadline, found = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not found:
+            found = [s for s in discovery.registry.services() if s.site == site]
+            time.sleep(0.2)
+        endpoints = [(s.base_url, s.target_clusters) for s in found]
+        assert endpoints == [("http://srm.example.com:7001", ("west",))]
+        listed = app.test_client().get("/v2/services").get_json()["services"]
+        expected = {"site": site, "host": "srm.example.com", "port": 7001, "local": False, "status": "ok"}
+        assert expected.items() <= next(s for s in listed if s["site"] == site).items()
+        assert [s["site"] for s in listed if s["local"]] == ["hq"]
+    finally:
+        discovery.stop()
+        handle.stop()
+    assert not discovery.registry.is_alive()
+    beats = mm2_reader_sees(kafka_clusters["west"], site)
+    assert any(site in beat.source_cluster_alias and beat.target_cluster_alias == "west" for beat in beats)
