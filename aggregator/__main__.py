@@ -14,7 +14,6 @@ Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -25,24 +24,24 @@ from pathlib import Path
 
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
-from contract.config import ConfigError, SrmConfig, load_config
+from contract.config import SrmConfig
+from contract.entry_point import StartupError, config_parser, start
 
 # A stop that takes longer ends the process anyway. Under spark-submit the JVM may be gone first, and a
 # driver was seen blocked for good in py4j's cleanup; the checkpoints make a hard exit as safe as a crash.
 STOP_TIMEOUT_S = 60.0
 
 LOG = logging.getLogger("aggregator")
-# Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
-# from arriving as one huge batch. 0 means unbounded.
-DEFAULT_MAX_OFFSETS = 200_000
 
 
 def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
-    checkpoint_dir = config.get("aggregator.checkpoint.dir", default=".srm-checkpoints") or ""
-    redis_url = config.get("redis.url", default="redis://127.0.0.1:6379/0") or ""
-    trigger_ms = config.get_int("aggregator.trigger.interval.ms", default=2000)
-    watermark_s = config.get_int("aggregator.watermark.delay.seconds", default=30)
-    max_offsets = config.get_int("aggregator.max.offsets.per.trigger", default=DEFAULT_MAX_OFFSETS)
+    checkpoint_dir = config.setting("aggregator.checkpoint.dir") or ""
+    redis_url = config.setting("redis.url") or ""
+    trigger_ms = config.setting("aggregator.trigger.interval.ms")
+    watermark_s = config.setting("aggregator.watermark.delay.seconds")
+    # Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
+    # from arriving as one huge batch. 0 means unbounded.
+    max_offsets = config.setting("aggregator.max.offsets.per.trigger")
     for key, value in (("aggregator.trigger.interval.ms", trigger_ms),
                        ("aggregator.watermark.delay.seconds", watermark_s),
                        ("aggregator.max.offsets.per.trigger", max_offsets)):
@@ -57,7 +56,7 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
             checkpoint_dir=checkpoint_dir, kafka_options=client,
             trigger_interval=f"{trigger_ms} milliseconds", watermark_delay_ms=watermark_s * 1000,
             max_offsets_per_trigger=max_offsets or None,
-            topics_pattern=config.get("aggregator.metrics.topics.pattern"),
+            topics_pattern=config.setting("aggregator.metrics.topics.pattern"),
         ))
     return specs
 
@@ -67,7 +66,7 @@ def spark_master(config: SrmConfig, cli_master: str | None) -> str | None:
 
     if cli_master:
         return cli_master
-    configured = config.get("aggregator.spark.master")
+    configured = config.setting("aggregator.spark.master")
     if configured:
         return configured
     return None if launched_by_spark_submit() else "local[2]"
@@ -109,24 +108,21 @@ def _exit_hung() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="srm-aggregator", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="SRM properties file")
+    parser = config_parser("srm-aggregator", __doc__.splitlines()[0])
     parser.add_argument("--master", help="Spark master (default: aggregator.spark.master, the "
                                          "spark-submit master, or local[2])")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = load_config(args.config)
+
+    def prepare(config: SrmConfig) -> tuple[list[RollupQuerySpec], str | None]:
         specs = query_specs(config)
-        master = spark_master(config, args.master)
-    except ConfigError as exc:
-        print(f"srm-aggregator: {exc}", file=sys.stderr)
-        return 2
-    if not specs:
-        print(f"srm-aggregator: {args.config}: no target clusters (set service.target.clusters)",
-              file=sys.stderr)
-        return 2
-    run(specs, master)
+        if not specs:
+            raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
+        return specs, spark_master(config, args.master)
+
+    started = start("srm-aggregator", args, prepare)
+    if isinstance(started, int):
+        return started
+    run(*started)
     return 0
 
 

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from contract.client_properties import (
     ROLES,
@@ -35,6 +35,7 @@ from contract.properties_file import (
     split_list,
 )
 from contract.replication_policy import DEFAULT_SEPARATOR, ReplicationPolicy, policy_from_config
+from contract.settings import PARSED_ON_LOAD, SETTINGS, SettingType
 
 LOG = logging.getLogger(__name__)
 
@@ -43,29 +44,6 @@ _GLOBAL_SCOPES: Final = ("connectors", "workers")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+")
 _T = TypeVar("_T")
 
-BOOLEAN_SETTINGS: Final = frozenset(
-    """
-    enabled emit.heartbeats.enabled emit.checkpoints.enabled emit.offset-syncs.enabled
-    sync.group.offsets.enabled refresh.topics.enabled refresh.groups.enabled sync.topic.configs.enabled
-    sync.topic.acls.enabled
-    heartbeats.replication.enabled replication.policy.internal.topic.separator.enabled exactly.once
-    """.split()
-)
-INTEGER_SETTINGS: Final = frozenset(
-    """
-    offset.lag.max tasks.max replication.factor heartbeats.topic.replication.factor
-    checkpoints.topic.replication.factor offset-syncs.topic.replication.factor consumer.poll.timeout.ms
-    """.split()
-)
-# MM2 declares these as whole seconds; we also accept fractions (short demo and test intervals).
-NUMBER_SETTINGS: Final = frozenset(
-    """
-    emit.heartbeats.interval.seconds emit.checkpoints.interval.seconds sync.group.offsets.interval.seconds
-    refresh.topics.interval.seconds refresh.groups.interval.seconds sync.topic.configs.interval.seconds
-    sync.topic.acls.interval.seconds metrics.period
-    """.split()
-)
-"""Settings whose values are checked when the file is loaded (with the booleans and the integers)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +70,11 @@ class Replication:
 
 
 _Found = tuple[str, PropertyEntry]
+_PARSERS: Final[dict[SettingType, tuple[Callable[[str], Any], str]]] = {
+    "boolean": (parse_bool, "true or false"),
+    "integer": (parse_int, "an integer"),
+    "number": (parse_float, "a number"),
+}
 
 
 class SrmConfig:
@@ -140,6 +123,19 @@ class SrmConfig:
     ) -> bool | None:
         return self._typed(key, source, target, default, parse_bool, "true or false")
 
+    def setting(self, key: str, source: str | None = None, target: str | None = None) -> Any:
+        """The typed value of a key of ``contract.settings.SETTINGS``, or the default written there."""
+        spec = SETTINGS[key]
+        found = self._lookup(key, source, target)
+        if found is None:
+            return list(spec.default) if isinstance(spec.default, tuple) else spec.default
+        if spec.type == "list":
+            return split_list(found[1].value)
+        if spec.type == "string":
+            return self._values[found[0]]
+        parse, expected = _PARSERS[spec.type]
+        return self._parse(found, parse, expected)
+
     def get_list(
         self, key: str, source: str | None = None, target: str | None = None, default: list[str] | None = None
     ) -> list[str]:
@@ -168,8 +164,8 @@ class SrmConfig:
             for source in self._aliases:
                 if source == target:
                     continue
-                enabled = bool(self.get_bool("enabled", source, target, default=False))
-                heartbeats = bool(self.get_bool("emit.heartbeats.enabled", source, target, default=True))
+                enabled = self.setting("enabled", source, target)
+                heartbeats = self.setting("emit.heartbeats.enabled", source, target)
                 if enabled or heartbeats:
                     pairs.append(Replication(source, target, enabled, heartbeats))
         return pairs
@@ -177,10 +173,10 @@ class SrmConfig:
     def replication_policy(self, source: str, target: str | None = None) -> ReplicationPolicy:
         """The ``replication.policy.*`` settings of a replication as a policy object."""
         return policy_from_config(
-            self.get("replication.policy.class", source, target),
-            self.get("replication.policy.separator", source, target, DEFAULT_SEPARATOR) or DEFAULT_SEPARATOR,
+            self.setting("replication.policy.class", source, target),
+            self.setting("replication.policy.separator", source, target) or DEFAULT_SEPARATOR,
             source,
-            bool(self.get_bool("replication.policy.internal.topic.separator.enabled", source, target, True)),
+            self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
 
     def kafka_client_config(
@@ -291,12 +287,8 @@ class SrmConfig:
     def _check_typed_settings(self) -> None:
         for raw_key, entry in self._entries.items():
             for setting in self._setting_names(raw_key):
-                if setting in BOOLEAN_SETTINGS:
-                    self._parse((raw_key, entry), parse_bool, "true or false")
-                elif setting in INTEGER_SETTINGS:
-                    self._parse((raw_key, entry), parse_int, "an integer")
-                elif setting in NUMBER_SETTINGS:
-                    self._parse((raw_key, entry), parse_float, "a number")
+                if setting in PARSED_ON_LOAD:
+                    self._parse((raw_key, entry), *_PARSERS[SETTINGS[setting].type])
 
     def _setting_names(self, raw_key: str) -> list[str]:
         """The setting a raw key sets, once stripped of each scope prefix it might carry."""

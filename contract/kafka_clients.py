@@ -7,6 +7,7 @@ topic creation are turned into one exception type naming the cluster and topic.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -58,8 +59,8 @@ class GroupMembership:
     members_with_partitions: int
 
 
-def admin(config: SrmConfig, alias: str) -> AdminClient:
-    return AdminClient(config.kafka_client_config(alias, role="admin"))
+def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
+    return AdminClient({**config.kafka_client_config(alias, role="admin"), **(overrides or {})})
 
 
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,

@@ -8,7 +8,6 @@ replications into it, so srm-control edits apply without a restart.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
@@ -16,9 +15,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from contract.config import ConfigError, SrmConfig, load_config
+from contract.config import SrmConfig
+from contract.entry_point import parse_and_start
 from driver.checkpoint_worker import CheckpointWorker
-from driver.control import ControlLists
+from driver.control_lists import ControlLists
 from driver.heartbeat_task import HeartbeatTask
 from driver.replication import ReplicationWorker
 
@@ -85,17 +85,12 @@ def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="srm-driver", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="SRM properties file")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stopping = threading.Event()
-    try:
-        config = load_config(args.config)
-        tasks = build_tasks(config, stopping)
-    except ConfigError as exc:
-        print(f"srm-driver: {exc}", file=sys.stderr)
-        return 2
+    started = parse_and_start("srm-driver", __doc__.splitlines()[0], argv,
+                              lambda config: (config, build_tasks(config, stopping)))
+    if isinstance(started, int):
+        return started
+    config, tasks = started
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     if not tasks.heartbeats and not tasks.workers:

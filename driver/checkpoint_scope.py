@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Set
 from dataclasses import dataclass
-from typing import Protocol
 
 from contract.config import SrmConfig
 from contract.replication_policy import ReplicationPolicy
@@ -17,17 +16,6 @@ from driver.checkpoint_rules import downstream_topic_for
 from driver.topic_filter import TopicFilter, should_replicate_topic
 
 LOG = logging.getLogger(__name__)
-
-
-class ControlLists(Protocol):
-    """The live srm-control lists (allow, deny) of one replication.
-
-    `topic_lists(source, target)` is used too when the object has it (driver.control.ControlLists).
-    """
-
-    def group_lists(self, source: str, target: str) -> tuple[Set[str], Set[str]]: ...
-
-    def version(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -41,23 +29,23 @@ class CheckpointSettings:
 
     @classmethod
     def of(cls, config: SrmConfig, source: str, target: str) -> CheckpointSettings:
-        def seconds(key: str, default: float) -> float:
-            value = config.get_float(key, source, target, default=default)
+        def seconds(key: str) -> float:
+            value = config.setting(key, source, target)
             if value is None or value <= 0:
                 raise config.config_error(key, f"must be a positive number of seconds, got {value}",
                                           source, target)
             return value
 
-        location = (config.get("offset-syncs.topic.location", source, target, "source") or "").lower()
+        location = (config.setting("offset-syncs.topic.location", source, target) or "").lower()
         if location not in ("source", "target"):
             raise config.config_error("offset-syncs.topic.location",
                                       f"expected 'source' or 'target', got {location!r}", source, target)
         return cls(
-            emit_enabled=bool(config.get_bool("emit.checkpoints.enabled", source, target, default=True)),
-            emit_interval_s=seconds("emit.checkpoints.interval.seconds", 60.0),
-            sync_enabled=bool(config.get_bool("sync.group.offsets.enabled", source, target, default=False)),
-            sync_interval_s=seconds("sync.group.offsets.interval.seconds", 60.0),
-            metrics_period_s=seconds("metrics.period", 30.0),
+            emit_enabled=config.setting("emit.checkpoints.enabled", source, target),
+            emit_interval_s=seconds("emit.checkpoints.interval.seconds"),
+            sync_enabled=config.setting("sync.group.offsets.enabled", source, target),
+            sync_interval_s=seconds("sync.group.offsets.interval.seconds"),
+            metrics_period_s=seconds("metrics.period"),
             syncs_on_source=location == "source")
 
 

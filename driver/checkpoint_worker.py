@@ -38,7 +38,12 @@ from driver.checkpoint_rules import (
     checkpoint_is_newer,
     downstream_topic_for,
 )
-from driver.checkpoint_scope import CheckpointSettings, ControlLists, checkpointable_topic, is_failback_topic
+from driver.checkpoint_scope import (
+    CheckpointSettings,
+    checkpointable_topic,
+    is_failback_topic,
+)
+from driver.control_lists import AllowDenyLists
 from driver.group_offset_sync import GroupOffsetSync
 from driver.internal_topic_feed import InternalTopicFeed, RecordHandler
 from driver.offset_sync_store import OffsetSyncStore
@@ -73,7 +78,7 @@ class CheckpointWorker(threading.Thread):
     """Checkpoints (and optionally syncs) the consumer groups of one replication."""
 
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: ControlLists | None = None) -> None:
+                 control: AllowDenyLists | None = None) -> None:
         super().__init__(name=f"checkpoints-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
@@ -129,13 +134,13 @@ class CheckpointWorker(threading.Thread):
 
     def _create_topics(self) -> None:
         source, target = self.replication.source, self.replication.target
-        replicas = self.config.get_int("checkpoints.topic.replication.factor", source, target, default=-1)
+        replicas = self.config.setting("checkpoints.topic.replication.factor", source, target)
         kafka_clients.ensure_topics(self.target_admin, target, [
             TopicSpec(self.checkpoints_topic, 1, COMPACTED, replicas if replicas is not None else -1),
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS)])
         # The data path creates it too; creating it here lets us read it before the first sync.
         alias, topic = self._syncs_location()
-        replicas = self.config.get_int("offset-syncs.topic.replication.factor", source, target, default=-1)
+        replicas = self.config.setting("offset-syncs.topic.replication.factor", source, target)
         admin = self.source_admin if alias == source else self.target_admin
         kafka_clients.ensure_topics(admin, alias, [
             TopicSpec(topic, 1, COMPACTED, replicas if replicas is not None else -1)])
@@ -150,7 +155,7 @@ class CheckpointWorker(threading.Thread):
     def _reverse_syncs_location(self) -> tuple[str, str]:
         """Where the reverse replication (target -> source) writes its offset syncs."""
         source, target = self.replication.source, self.replication.target
-        reverse_on_source = (self.config.get("offset-syncs.topic.location", target, source, "source")
+        reverse_on_source = (self.config.setting("offset-syncs.topic.location", target, source)
                              or "source").lower() == "source"
         if reverse_on_source:
             return target, self.reverse_policy.offset_syncs_topic(source)

@@ -8,7 +8,7 @@
 SRM's flags: ``--add``/``--remove`` edit the allow list (also spelled ``--add-allowlist``,
 ``--add-whitelist``...), ``--add-blacklist``/``--remove-blacklist`` the deny list (also
 ``--add-denylist``...). Entries are names or regexes matching whole names. The lists live in the
-target cluster's ``srm-control.internal`` (format: ``driver.control``); running drivers apply them
+target cluster's ``srm-control.internal`` (format: ``contract.records.control``); running drivers apply them
 without a restart.
 
 Exit codes: 0 done; 1 nothing to export; 2 bad arguments, bad configuration or a cluster that does not
@@ -31,14 +31,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from contract import kafka_clients
 from contract.config import ConfigError, SrmConfig, load_config
 from contract.kafka_clients import ClusterUnavailable
+from contract.records.control import ControlChange, ControlEntry, ControlFormatError
 from contract.records.mm2 import RECORD_PARTITION, Checkpoint, WireFormatError
-from driver.control import (
-    ControlChange,
-    ControlEntry,
-    ControlFormatError,
+from driver.control_lists import (
     ControlLists,
     ControlWriteError,
-    admin_client,
     cluster_metadata,
     ensure_control_topic,
     write_changes,
@@ -179,7 +176,8 @@ def _entry(args: argparse.Namespace, list_name: str, name: str) -> ControlEntry:
 
 def _print_lists(config: SrmConfig, args: argparse.Namespace) -> None:
     # Fails fast on an unreachable cluster; the reader below would keep retrying.
-    ensure_control_topic(config, args.target, admin_client(config, args.target, QUIET_CLIENTS), args.timeout)
+    admin = kafka_clients.admin(config, args.target, QUIET_CLIENTS)
+    ensure_control_topic(config, args.target, admin, args.timeout)
     lists = ControlLists(config, args.target, poll_timeout_s=0.2, client_overrides=QUIET_CLIENTS).start()
     try:
         if not lists.wait_until_loaded(args.timeout):
@@ -219,7 +217,8 @@ def read_checkpoints(config: SrmConfig, alias: str, topic: str,
     Reads partition 0 (MM2 writes and reads checkpoints only there) from the beginning to its end.
     Records that do not decode are reported on stderr and skipped.
     """
-    metadata = cluster_metadata(config, alias, admin_client(config, alias, QUIET_CLIENTS), timeout_s, topic)
+    admin = kafka_clients.admin(config, alias, QUIET_CLIENTS)
+    metadata = cluster_metadata(config, alias, admin, timeout_s, topic)
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         return {}
     consumer = kafka_clients.consumer(config, alias, f"srm-control-export-{uuid.uuid4().hex}",

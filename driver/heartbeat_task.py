@@ -27,8 +27,6 @@ from contract.records.mm2 import RECORD_PARTITION, Heartbeat
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 1.0
-DEFAULT_REPLICATION_FACTOR = 3
 BROKER_DEFAULT_RF = -1
 COMPACTED = {"cleanup.policy": "compact"}
 METADATA_TIMEOUT_S = 10.0
@@ -58,7 +56,7 @@ def fitted_replication_factor(client: AdminClient, alias: str, wanted: int, sett
 def checked_replication_factor(config: SrmConfig, setting: str, source: str | None,
                                target: str | None) -> int:
     """The replication factor ``setting`` asks for: -1 (broker default) or at least 1."""
-    wanted = config.get_int(setting, source, target, default=DEFAULT_REPLICATION_FACTOR)
+    wanted = config.setting(setting, source, target)
     if wanted is None or (wanted < 1 and wanted != BROKER_DEFAULT_RF):
         raise config.config_error(setting, "must be -1 (the broker's default) or at least 1", source, target)
     return wanted
@@ -71,9 +69,8 @@ class HeartbeatTask(threading.Thread):
         super().__init__(name=f"heartbeats-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping = config, replication, stopping
         source, target = replication.source, replication.target
-        interval_s = config.get_float("emit.heartbeats.interval.seconds", source, target,
-                                      default=DEFAULT_INTERVAL_S)
-        self.interval_s = DEFAULT_INTERVAL_S if interval_s is None else interval_s
+        interval_s: float = config.setting("emit.heartbeats.interval.seconds", source, target)
+        self.interval_s = interval_s
         if self.interval_s <= 0:
             raise config.config_error("emit.heartbeats.interval.seconds", "must be greater than 0",
                                       source, target)

@@ -46,10 +46,10 @@ class OffsetSyncEmitter:
     @classmethod
     def for_replication(cls, config: SrmConfig, source: str, target: str, topic: str) -> OffsetSyncEmitter:
         """Creates the offset-syncs topic on the source if needed and a producer for it."""
-        lag_max = config.get_int("offset.lag.max", source, target, default=DEFAULT_OFFSET_LAG_MAX)
+        lag_max = config.setting("offset.lag.max", source, target)
         if lag_max is None or lag_max < 0:
             raise config.config_error("offset.lag.max", f"must be >= 0, got {lag_max}", source, target)
-        factor = config.get_int("offset-syncs.topic.replication.factor", source, target, default=-1) or -1
+        factor = config.setting("offset-syncs.topic.replication.factor", source, target) or -1
         kafka_clients.ensure_topics(kafka_clients.admin(config, source), source,
                                     [TopicSpec(topic, 1, OFFSET_SYNCS_TOPIC_CONFIGS, factor)])
         producer = kafka_clients.producer(config, source, overrides=SYNC_PRODUCER_SETTINGS,

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+from contract.settings import SETTINGS
+
 LOG = logging.getLogger(__name__)
 
-DEFAULT_OFFSET_LAG_MAX: Final = 100
+DEFAULT_OFFSET_LAG_MAX: Final[int] = SETTINGS["offset.lag.max"].default  # type: ignore[assignment]
 # MM2's MAX_OUTSTANDING_OFFSET_SYNCS: keeps a slow syncs topic from piling up sends.
 MAX_IN_FLIGHT_SYNCS: Final = 10
 

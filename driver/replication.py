@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Final
 
 from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
 
@@ -28,6 +28,7 @@ from contract.config import Replication, SrmConfig
 from contract.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic, progress_topic
+from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import (
     PROGRESS_TOPIC_CONFIGS,
@@ -49,31 +50,21 @@ PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
 MAX_METADATA_REFRESH_MS: Final = 300_000
 
 
-class ControlLists(Protocol):
-    """The live srm-control allow/deny lists (driver.control.ControlLists satisfies it)."""
-
-    def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
-
-    def group_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
-
-    def version(self) -> int: ...
-
-
 def group_id(source: str, target: str) -> str:
     return f"srm-driver.{source}-{target}"
 
 
 class ReplicationWorker(threading.Thread):
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: ControlLists | None = None) -> None:
+                 control: AllowDenyLists | None = None) -> None:
         super().__init__(name=f"replication-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
         self.policy = config.replication_policy(source, target)
-        self.refresh_s = config.get_float("refresh.topics.interval.seconds", source, target, default=600.0)
-        self.metrics_period_s = config.get_float("metrics.period", source, target, default=30.0)
-        self.exactly_once = bool(config.get_bool("exactly.once", source, target, default=False))
-        self.emit_offset_syncs = bool(config.get_bool("emit.offset-syncs.enabled", source, target, True))
+        self.refresh_s = config.setting("refresh.topics.interval.seconds", source, target)
+        self.metrics_period_s = config.setting("metrics.period", source, target)
+        self.exactly_once = config.setting("exactly.once", source, target)
+        self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one

@@ -9,16 +9,17 @@ from collections.abc import Iterable, Set
 from typing import TYPE_CHECKING, Final
 
 from contract.replication_policy import ReplicationPolicy, is_cycle
+from contract.settings import SETTINGS
 
 if TYPE_CHECKING:
     from contract.config import SrmConfig
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_TOPICS: Final[tuple[str, ...]] = (".*",)
-DEFAULT_TOPICS_EXCLUDE: Final[tuple[str, ...]] = (r".*[\-\.]internal", r".*\.replica", "__.*")
-DEFAULT_GROUPS: Final[tuple[str, ...]] = (".*",)
-DEFAULT_GROUPS_EXCLUDE: Final[tuple[str, ...]] = ("console-consumer-.*", "connect-.*", "__.*")
+DEFAULT_TOPICS: Final = tuple(SETTINGS["topics"].default)  # type: ignore[arg-type]
+DEFAULT_TOPICS_EXCLUDE: Final = tuple(SETTINGS["topics.exclude"].default)  # type: ignore[arg-type]
+DEFAULT_GROUPS: Final = tuple(SETTINGS["groups"].default)  # type: ignore[arg-type]
+DEFAULT_GROUPS_EXCLUDE: Final = tuple(SETTINGS["groups.exclude"].default)  # type: ignore[arg-type]
 
 
 class PatternList:
@@ -84,22 +85,20 @@ class GroupFilter:
 
 def topic_filter_for(config: SrmConfig, source: str, target: str) -> TopicFilter:
     """The topic filter of replication ``source -> target``; a bad regex is a ConfigError at its line."""
-    include = _setting_patterns(config, "topics", source, target, DEFAULT_TOPICS)
-    exclude = _setting_patterns(config, "topics.exclude", source, target, DEFAULT_TOPICS_EXCLUDE)
+    include = _setting_patterns(config, "topics", source, target)
+    exclude = _setting_patterns(config, "topics.exclude", source, target)
     return TopicFilter(include, exclude)
 
 
 def group_filter_for(config: SrmConfig, source: str, target: str) -> GroupFilter:
     """The group filter of replication ``source -> target``; a bad regex is a ConfigError at its line."""
-    include = _setting_patterns(config, "groups", source, target, DEFAULT_GROUPS)
-    exclude = _setting_patterns(config, "groups.exclude", source, target, DEFAULT_GROUPS_EXCLUDE)
+    include = _setting_patterns(config, "groups", source, target)
+    exclude = _setting_patterns(config, "groups.exclude", source, target)
     return GroupFilter(include, exclude)
 
 
-def _setting_patterns(
-    config: SrmConfig, key: str, source: str, target: str, default: tuple[str, ...]
-) -> tuple[str, ...]:
-    patterns = tuple(config.get_list(key, source, target, default=list(default)))
+def _setting_patterns(config: SrmConfig, key: str, source: str, target: str) -> tuple[str, ...]:
+    patterns = tuple(config.setting(key, source, target))
     try:
         PatternList(patterns, key)
     except ValueError as exc:

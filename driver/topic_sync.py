@@ -20,18 +20,13 @@ from contract import kafka_clients
 from contract.config import SrmConfig
 from contract.kafka_clients import TopicConfigEntry, TopicSpec
 from contract.replication_policy import ReplicationPolicy
+from contract.settings import SETTINGS
 from driver.topic_filter import TopicFilter, should_replicate_topic, topic_filter_for
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_CONFIG_PROPERTIES_EXCLUDE: Final[tuple[str, ...]] = (
-    "follower.replication.throttled.replicas",
-    "leader.replication.throttled.replicas",
-    "message.timestamp.difference.max.ms",
-    "message.timestamp.type",
-    "unclean.leader.election.enable",
-    "min.insync.replicas",
-)
+DEFAULT_CONFIG_PROPERTIES_EXCLUDE: Final = tuple(
+    SETTINGS["config.properties.exclude"].default)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -74,14 +69,13 @@ class TopicSync:
         self.source, self.target = source, target
         self.source_admin, self.target_admin, self.policy = source_admin, target_admin, policy
         self.topic_filter: TopicFilter = topic_filter_for(config, source, target)
-        self.heartbeats = bool(config.get_bool("heartbeats.replication.enabled", source, target, True))
-        self.sync_configs = bool(config.get_bool("sync.topic.configs.enabled", source, target, True))
-        defaults_from = config.get("use.defaults.from", source, target, "target") or "target"
+        self.heartbeats = config.setting("heartbeats.replication.enabled", source, target)
+        self.sync_configs = config.setting("sync.topic.configs.enabled", source, target)
+        defaults_from = config.setting("use.defaults.from", source, target) or "target"
         self.use_source_defaults = defaults_from.lower() == "source"
-        self.excluded = frozenset(config.get_list("config.properties.exclude", source, target,
-                                                  default=list(DEFAULT_CONFIG_PROPERTIES_EXCLUDE)))
+        self.excluded = frozenset(config.setting("config.properties.exclude", source, target))
         # MM2 defaults to 2 replicas; -1 lets the target broker decide when the file does not say.
-        self.replication_factor = config.get_int("replication.factor", source, target, default=-1) or -1
+        self.replication_factor = config.setting("replication.factor", source, target) or -1
         self._applied: dict[str, ConfigChanges] = {}
 
     def eligible(self, counts: dict[str, int], allow: Set[str] = frozenset(),

@@ -11,6 +11,7 @@ import redis
 import swagger_ui_bundle
 from flask import Flask, Response, jsonify, request
 
+from contract.settings import DEFAULT_REDIS_URL, DEFAULT_SERVICE_PORT
 from service import auth, extensions
 from service.api.clusters.resources import blp as clusters
 from service.api.groups.resources import blp as groups
@@ -49,14 +50,14 @@ class DefaultSettings:
         # Authentication is optional (properties file): an empty requirement means "none needed".
         "security": [{}, {"basicAuth": []}, {"bearerAuth": []}],
     }
-    REDIS_URL = "redis://127.0.0.1:6379/0"
+    REDIS_URL = DEFAULT_REDIS_URL
     AUTH_USERNAME: str | None = None
     AUTH_PASSWORD: str | None = None
     AUTH_TOKEN: str | None = None
     SERVICE_PROTOCOL = "http"
     SERVICE_HOST = "127.0.0.1"
-    SERVICE_PORT = 6670
-    SERVICE_ROOT_PATH = "/"
+    SERVICE_PORT = DEFAULT_SERVICE_PORT
+    SERVICE_ROOT_PATH = ""
     SERVICE_TARGET_CLUSTERS: tuple[str, ...] = ()
     SERVICE_SITE = "local"
     # Errors answer JSON with the failing parameter named; never an HTML trace.

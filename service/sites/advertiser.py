@@ -15,7 +15,6 @@ worker that finalises a copied client handle can hang. So the master starts one 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -27,14 +26,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import KafkaError, Message, Producer
 
 from contract import kafka_clients
-from contract.config import ConfigError, SrmConfig, load_config
+from contract.config import SrmConfig
+from contract.entry_point import config_parser, start
 from contract.records.advertisement import (
     PROTOCOLS,
     Advertisement,
@@ -45,14 +44,12 @@ from contract.records.advertisement import (
 )
 from contract.records.mm2 import RECORD_PARTITION
 from contract.replication_policy import HEARTBEATS_TOPIC
+from service.sites.service_directory import SOFTWARE_VERSION
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 10.0
-DEFAULT_SERVICE_PORT = 6670  # SRM Service's default REST port
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 FLUSH_TIMEOUT_S = 10.0
-MM2_HEARTBEATS_REPLICATION_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -66,40 +63,31 @@ class AdvertiserSettings:
     target_clusters: tuple[str, ...]
 
 
-def software_version() -> str:
-    try:
-        return metadata.version("srm-monitor")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def site_name(config: SrmConfig) -> str:
     """This deployment's site: ``service.site``, else its target cluster aliases joined by ``+``."""
-    default = "+".join(config.service_target_clusters)
-    return config.get("service.site", default=default) or default
+    return config.setting("service.site") or "+".join(config.service_target_clusters)
 
 
 def advertiser_settings(config: SrmConfig) -> AdvertiserSettings:
     """The advertised endpoint from the config; a bad value is a ConfigError naming its key."""
-    bind_host = config.get("service.host", default="127.0.0.1") or ""
+    bind_host = config.setting("service.host") or ""
     default_host = socket.getfqdn() if bind_host in WILDCARD_HOSTS else bind_host
-    protocol = (config.get("service.advertised.protocol", default="http") or "").lower()
+    protocol = (config.setting("service.advertised.protocol") or "").lower()
     if protocol not in PROTOCOLS:
         raise config.config_error("service.advertised.protocol", f"must be one of {', '.join(PROTOCOLS)}")
-    host = config.get("service.advertised.host", default=default_host) or default_host
+    host = config.setting("service.advertised.host") or default_host
     if not valid_host(host):
         raise config.config_error("service.advertised.host", f"{host!r} is not a DNS name or an IP address")
-    port = config.get_int("service.advertised.port",
-                          default=config.get_int("service.port", default=DEFAULT_SERVICE_PORT))
-    if port is None or not 0 < port < 65536:
+    port = config.setting("service.advertised.port")
+    port = config.setting("service.port") if port is None else port
+    if not 0 < port < 65536:
         raise config.config_error("service.advertised.port", "must be between 1 and 65535")
-    interval = config.get_float("service.advertisement.interval.seconds", default=DEFAULT_INTERVAL_S)
-    if interval is None or interval <= 0:
+    interval = config.setting("service.advertisement.interval.seconds")
+    if interval <= 0:
         raise config.config_error("service.advertisement.interval.seconds", "must be positive")
     targets = tuple(config.service_target_clusters)
-    site = site_name(config)
-    root_path = normalize_root_path(config.get("service.advertised.root.path", default="") or "")
-    settings = AdvertiserSettings(site, protocol, host, port, root_path, interval, targets)
+    root_path = normalize_root_path(config.setting("service.advertised.root.path") or "")
+    settings = AdvertiserSettings(site_name(config), protocol, host, port, root_path, interval, targets)
     try:
         advertisements(settings, 0)
     except AdvertisementError as exc:
@@ -110,7 +98,7 @@ def advertiser_settings(config: SrmConfig) -> AdvertiserSettings:
 def advertisements(settings: AdvertiserSettings, now_ms: int) -> list[Advertisement]:
     """One advertisement per target cluster, as of ``now_ms``."""
     return [Advertisement(settings.protocol, settings.host, settings.port, settings.root_path, target,
-                          settings.site, software_version(), now_ms, settings.interval_s)
+                          settings.site, SOFTWARE_VERSION, now_ms, settings.interval_s)
             for target in settings.target_clusters]
 
 
@@ -155,8 +143,7 @@ class Advertiser:
         # MM2 compatible: heartbeats is a single-partition compacted topic; whoever comes first (the
         # driver's heartbeat job or this) creates it. A replication factor above the number of brokers
         # would fail, so it is capped (-1 keeps the broker's default).
-        factor = self.config.get_int("heartbeats.topic.replication.factor", target=alias,
-                                     default=MM2_HEARTBEATS_REPLICATION_FACTOR) or -1
+        factor = self.config.setting("heartbeats.topic.replication.factor", target=alias) or -1
         client = kafka_clients.admin(self.config, alias)
         if factor > 0:
             brokers = len(client.list_topics(timeout=kafka_clients.ADMIN_TIMEOUT_S).brokers)
@@ -245,18 +232,14 @@ def gunicorn_hooks(config: SrmConfig) -> dict[str, Callable[[Any], None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="srm-advertiser", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="SRM properties file")
+    parser = config_parser("srm-advertiser", __doc__.splitlines()[0])
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # APScheduler logs every run at INFO: two lines per interval drown the service's log.
     logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
-    try:
-        handle = start_advertiser(load_config(args.config))
-    except ConfigError as exc:
-        print(f"srm-advertiser: {exc}", file=sys.stderr)
-        return 2
+    handle = start("srm-advertiser", args, start_advertiser)
+    if isinstance(handle, int):
+        return handle
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

@@ -38,12 +38,13 @@ import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from contract.config import SrmConfig
+from contract.settings import SETTINGS
 from service.sites.advertiser import site_name
 from service.sites.registry import EXPIRED_STATUS, RemoteService
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_MS = 5000
+DEFAULT_TIMEOUT_MS: int = SETTINGS["service.remote.timeout.ms"].default  # type: ignore[assignment]
 OK = "ok"
 TIMEOUT = "timeout"
 LOCAL = "local"
@@ -149,7 +150,7 @@ class Gateway:
         """Bad settings fail here with a ConfigError naming the key."""
         key = "service.remote.allowed.hosts"
         try:
-            allowed = parse_allowed_hosts(config.get_list(key))
+            allowed = parse_allowed_hosts(config.setting(key))
         except ValueError as exc:
             raise config.config_error(key, str(exc)) from None
         default_ms = _timeout_ms(config, "service.remote.timeout.ms", DEFAULT_TIMEOUT_MS)

@@ -1,4 +1,4 @@
-"""The seam between the REST API and service discovery (DESIGN §6).
+"""The seam between the REST API and service discovery.
 
 `/v2/services` lists what the object at ``app.extensions[SERVICES_KEY]`` returns. Until multi-site
 discovery installs its own directory there, the app lists only itself (``LocalServiceDirectory``).
@@ -8,10 +8,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Protocol
 
 SERVICES_KEY = "srm.services"
-VERSION = "0.1.0"
+
+
+def _software_version() -> str:
+    try:
+        return metadata.version("srm-monitor")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+SOFTWARE_VERSION = _software_version()
+"""What /v2/services and the advertisements give as ``version``: the installed package's."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class LocalServiceDirectory:
                 self.root_path,
                 self.target_clusters,
                 self.site,
-                VERSION,
+                SOFTWARE_VERSION,
                 int(time.time() * 1000),
                 True,
                 "ok",

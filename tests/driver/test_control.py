@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from driver.control import (
-    ControlChange,
-    ControlEntry,
-    ControlFormatError,
-    ControlState,
-    decode_change,
-)
+from contract.records.control import ControlChange, ControlEntry, ControlFormatError, decode_change
+from driver.control_lists import ControlState
 
 
 def entry(name: str = "orders", kind: str = "topics", list_name: str = "allow") -> ControlEntry:

@@ -1,38 +1,17 @@
-"""srm-control allow/deny lists: the record format of `srm-control.internal` and its live reader.
+"""The live srm-control allow/deny lists of a target cluster, read from ``srm-control.internal``.
 
-This module is the only reader and writer of the format.
-
-Topic: ``srm-control.internal`` (``contract.replication_policy.CONTROL_TOPIC``) in each target cluster, compacted, one
-partition, every record on partition 0; replication factor ``control.topic.replication.factor``
-(default 3; -1, or a cluster with fewer brokers, gets the broker's default).
-
-One record per list entry, so two operators editing different entries at the same time never overwrite
-each other, and compaction keeps exactly the latest state of every entry:
-
-- key: UTF-8 JSON array without spaces, ``[1,"<source>","<target>","<kind>","<list>","<entry>"]``,
-  e.g. ``[1,"east","west","topics","allow","orders"]``. ``1`` is the format version, kind is
-  ``topics`` or ``groups``, list is ``allow`` or ``deny``, the entry is a topic or group name or a
-  regex matching whole names. Compaction compares key bytes, so only this canonical form (as
-  ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` writes it) is accepted when read:
-  a key spelled differently could never be removed by a tombstone of the canonical key.
-- value: UTF-8 JSON object ``{"v":1,"ts":<epoch ms of the edit>}``: the entry is on the list.
-  Readers accept any object whose ``v`` is an integer >= 1, for later additions.
-- tombstone (null value): the entry is off the list.
-
-Readers apply the records in offset order, the last record of a key wins. A record that does not
-decode is logged with its topic, partition and offset and skipped: a bad record must not stop the
-replications that read the lists.
+The record format is ``contract.records.control``; ``srm-control`` (``driver.control_cli``) writes it
+through ``write_changes``. A record that does not decode is logged with its topic, partition and
+offset and skipped: a bad record must not stop the replications that read the lists.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
@@ -40,17 +19,21 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from contract import kafka_clients
 from contract.config import SrmConfig
 from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.records.control import (
+    LISTS,
+    PARTITION,
+    TOPIC_CONFIGS,
+    ControlChange,
+    ControlFormatError,
+    decode_change,
+    shown,
+)
 from contract.replication_policy import CONTROL_TOPIC
 from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
 
 LOG = logging.getLogger(__name__)
 
-FORMAT_VERSION: Final = 1
-KINDS: Final = ("topics", "groups")
-LISTS: Final = ("allow", "deny")
-PARTITION: Final = 0
 RF_SETTING: Final = "control.topic.replication.factor"
-TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
 POLL_TIMEOUT_S: Final = 0.5
 MAX_RETRY_WAIT_S: Final = 30.0
 
@@ -58,91 +41,19 @@ MAX_RETRY_WAIT_S: Final = 30.0
 ClientOverrides = Mapping[str, object] | None
 
 
-class ControlFormatError(ValueError):
-    """A control record (or a would-be record) that does not follow the format."""
+class AllowDenyLists(Protocol):
+    """What a replication reads of the srm-control lists (``ControlLists`` is the live one; tests
+    pass fixed lists)."""
+
+    def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
+
+    def group_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]: ...
+
+    def version(self) -> int: ...
 
 
 class ControlWriteError(RuntimeError):
     """Control records the target cluster did not acknowledge."""
-
-
-@dataclass(frozen=True, order=True)
-class ControlEntry:
-    """One entry of one list of one replication: the identity of a control record (its key)."""
-
-    source: str
-    target: str
-    kind: str
-    list_name: str
-    name: str
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ControlFormatError(f"kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.list_name not in LISTS:
-            raise ControlFormatError(f"list {self.list_name!r} is not one of {', '.join(LISTS)}")
-        for field, value in (("source", self.source), ("target", self.target), ("entry", self.name)):
-            if not isinstance(value, str) or not value.strip() or value != value.strip():
-                raise ControlFormatError(f"{field} {value!r} must be a non-empty string without "
-                                         f"surrounding blanks")
-
-    def encode_key(self) -> bytes:
-        fields = [FORMAT_VERSION, self.source, self.target, self.kind, self.list_name, self.name]
-        return _canonical_json(fields)
-
-    @classmethod
-    def decode_key(cls, key: bytes | None) -> ControlEntry:
-        fields = _json(key, "key")
-        if not (isinstance(fields, list) and len(fields) == 6 and fields[0] == FORMAT_VERSION
-                and all(isinstance(f, str) for f in fields[1:])):  # fmt: skip
-            raise ControlFormatError(f"key is not [{FORMAT_VERSION},source,target,kind,list,entry]: "
-                                     f"{_shown(key)}")
-        entry = cls(*fields[1:])
-        if entry.encode_key() != key:
-            raise ControlFormatError(f"key is not in the canonical form: {_shown(key)}")
-        return entry
-
-
-@dataclass(frozen=True)
-class ControlChange:
-    """An entry put on (``present``) or taken off its list; ``ts_ms`` is when the edit was made."""
-
-    entry: ControlEntry
-    present: bool
-    ts_ms: int = 0
-
-    def encode_value(self) -> bytes | None:
-        return _canonical_json({"v": FORMAT_VERSION, "ts": self.ts_ms}) if self.present else None
-
-
-def decode_change(key: bytes | None, value: bytes | None) -> ControlChange:
-    """The change a control record makes; raises ControlFormatError naming what is wrong."""
-    entry = ControlEntry.decode_key(key)
-    if value is None:
-        return ControlChange(entry, present=False)
-    body = _json(value, "value")
-    version = body.get("v") if isinstance(body, dict) else None
-    if not (isinstance(version, int) and not isinstance(version, bool) and version >= FORMAT_VERSION):
-        raise ControlFormatError(f'value is not {{"v":{FORMAT_VERSION},"ts":...}}: {_shown(value)}')
-    ts = body.get("ts")
-    return ControlChange(entry, present=True, ts_ms=ts if isinstance(ts, int) else 0)
-
-
-def _canonical_json(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _json(raw: bytes | None, part: str) -> Any:
-    if raw is None:
-        raise ControlFormatError(f"{part} is missing (null)")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ControlFormatError(f"{part} is not UTF-8 JSON ({exc}): {_shown(raw)}") from None
-
-
-def _shown(raw: bytes | None, limit: int = 120) -> str:
-    return "null" if raw is None else repr(raw[:limit]) + ("..." if len(raw) > limit else "")
 
 
 class ControlState:
@@ -192,24 +103,17 @@ def ensure_control_topic(config: SrmConfig, alias: str, client: AdminClient, tim
     kafka_clients.ensure_topics(client, alias, [TopicSpec(CONTROL_TOPIC, 1, TOPIC_CONFIGS, rf)])
 
 
-def admin_client(config: SrmConfig, alias: str, overrides: ClientOverrides = None) -> AdminClient:
-    """``kafka_clients.admin`` plus librdkafka ``overrides`` (srm-control keeps librdkafka quiet)."""
-    if not overrides:
-        return kafka_clients.admin(config, alias)
-    return AdminClient({**config.kafka_client_config(alias, role="admin"), **overrides})
-
-
 def write_changes(config: SrmConfig, alias: str, changes: Iterable[ControlChange], timeout_s: float,
                   client_overrides: ClientOverrides = None) -> None:
     """Writes ``changes`` to the control topic of cluster ``alias`` and waits for the acknowledgements."""
-    ensure_control_topic(config, alias, admin_client(config, alias, client_overrides), timeout_s)
+    ensure_control_topic(config, alias, kafka_clients.admin(config, alias, client_overrides), timeout_s)
     producer = kafka_clients.producer(config, alias, overrides={
         "linger.ms": 0, "message.timeout.ms": max(1000, int(timeout_s * 1000)), **(client_overrides or {})})
     failures: list[str] = []
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            failures.append(f"{_shown(msg.key())}: {err.str()}")
+            failures.append(f"{shown(msg.key())}: {err.str()}")
 
     for change in changes:
         producer.produce(CONTROL_TOPIC, key=change.entry.encode_key(), value=change.encode_value(),
@@ -286,7 +190,7 @@ class ControlLists:
         wait_s = 1.0
         while not self._stopping.is_set():
             try:
-                client = admin_client(self.config, self.alias, self.client_overrides)
+                client = kafka_clients.admin(self.config, self.alias, self.client_overrides)
                 ensure_control_topic(self.config, self.alias, client, timeout_s=10.0)
                 return self._assigned_consumer()
             except (ClusterUnavailable, KafkaException) as exc:

@@ -1,0 +1,47 @@
+"""What every console script does before its own work: parse ``--config``, set up logging, load the file.
+
+A configuration problem ends the process with exit status 2 and one line naming the file, the line and
+the key (``ConfigError``), never a traceback: a restart cannot fix it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from contract.config import ConfigError, SrmConfig, load_config
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+CONFIG_ERROR_EXIT = 2
+
+_T = TypeVar("_T")
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; the message names what is wrong (exit status 2)."""
+
+
+def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", required=True, help="SRM properties file")
+    return parser
+
+
+def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T]) -> _T | int:
+    """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
+    the error is printed as ``<prog>: <message>`` and the exit status is returned instead."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        return prepare(load_config(args.config))
+    except (ConfigError, StartupError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
+
+
+def parse_and_start(prog: str, description: str, argv: Sequence[str] | None,
+                    prepare: Callable[[SrmConfig], _T]) -> _T | int:
+    """``config_parser`` + ``start`` for scripts whose only argument is ``--config``."""
+    return start(prog, config_parser(prog, description).parse_args(argv), prepare)

@@ -1,0 +1,151 @@
+"""Every key the project reads from the SRM properties file: its type, scope and default, written once.
+
+``SrmConfig.setting(key, source, target)`` reads a key through this table, so a default lives here and
+nowhere else. Scopes say which prefixes a key may carry (``SrmConfig`` resolves them, most specific
+first): ``replication`` keys may be set per ``<source>-><target>.``, per alias, under ``connectors.`` /
+``workers.`` or bare; ``process`` keys belong to one process (the service, the aggregator) and are read
+bare. Keys of the replications (``part = "driver"``) are type-checked when the file loads, since every
+part reads the same file and a typo there would otherwise surface only when a task starts.
+
+Cluster connection keys (``<alias>.bootstrap.servers`` and the Kafka client properties) are not in this
+table: ``contract.client_properties`` owns them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+SettingType = Literal["boolean", "integer", "number", "string", "list"]
+Scope = Literal["replication", "process"]
+Part = Literal["driver", "aggregator", "service", "all"]
+
+DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
+DEFAULT_SERVICE_PORT: Final = 6670  # SRM Service's default REST port
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    type: SettingType
+    default: bool | int | float | str | tuple[str, ...] | None
+    part: Part
+    doc: str
+    scope: Scope = "replication"
+
+
+def _table(*settings: Setting) -> dict[str, Setting]:
+    return {setting.key: setting for setting in settings}
+
+
+def _driver(key: str, kind: SettingType, default: object, doc: str) -> Setting:
+    return Setting(key, kind, default, "driver", doc)  # type: ignore[arg-type]
+
+
+def _process(key: str, kind: SettingType, default: object, part: Part, doc: str) -> Setting:
+    return Setting(key, kind, default, part, doc, "process")  # type: ignore[arg-type]
+
+
+SETTINGS: Final[dict[str, Setting]] = _table(
+    # --- clusters and who serves which --------------------------------------------------------------
+    _process("clusters", "list", (), "all", "Cluster aliases (required)."),
+    _process("driver.target.clusters", "list", None, "driver",
+             "Target clusters this driver serves (default: every cluster not in service.remote.clusters)."),
+    _process("service.target.clusters", "list", None, "all",
+             "Target clusters whose metrics the aggregator rolls up and the service serves "
+             "(default: driver.target.clusters)."),
+    _process("service.remote.clusters", "list", (), "service",
+             "Clusters whose heartbeats a gateway reads to discover remote services."),
+    # --- replications (MirrorMaker 2 names and defaults) -------------------------------------------
+    _driver("enabled", "boolean", False, "Replicate data and checkpoints for the pair."),
+    _driver("topics", "list", (".*",), "Topics to replicate (regexes matching whole names)."),
+    _driver("topics.exclude", "list", (r".*[\-\.]internal", r".*\.replica", "__.*"),
+            "Topics never replicated (regexes)."),
+    _driver("groups", "list", (".*",), "Consumer groups to checkpoint (regexes)."),
+    _driver("groups.exclude", "list", ("console-consumer-.*", "connect-.*", "__.*"),
+            "Consumer groups never checkpointed (regexes)."),
+    _driver("emit.heartbeats.enabled", "boolean", True, "Send heartbeats, even for a disabled pair."),
+    _driver("emit.heartbeats.interval.seconds", "number", 1.0, "Heartbeat interval."),
+    _driver("emit.checkpoints.enabled", "boolean", True, "Emit consumer-group checkpoints."),
+    _driver("emit.checkpoints.interval.seconds", "number", 60.0, "Checkpoint interval."),
+    _driver("emit.offset-syncs.enabled", "boolean", True, "Emit offset syncs."),
+    _driver("sync.group.offsets.enabled", "boolean", False,
+            "Write translated offsets to inactive consumer groups in the target."),
+    _driver("sync.group.offsets.interval.seconds", "number", 60.0, "Group offset sync interval."),
+    _driver("refresh.topics.enabled", "boolean", True, "Look for new source topics periodically."),
+    _driver("refresh.topics.interval.seconds", "number", 600.0, "Interval between topic look-ups."),
+    _driver("refresh.groups.enabled", "boolean", True, "Look for new consumer groups periodically."),
+    _driver("refresh.groups.interval.seconds", "number", 600.0, "Interval between group look-ups."),
+    _driver("sync.topic.configs.enabled", "boolean", True, "Copy topic configs to remote topics."),
+    _driver("sync.topic.configs.interval.seconds", "number", 600.0, "Topic config sync interval."),
+    _driver("sync.topic.acls.enabled", "boolean", True, "Copy topic ACLs to remote topics."),
+    _driver("sync.topic.acls.interval.seconds", "number", 600.0, "Topic ACL sync interval."),
+    _driver("config.properties.exclude", "list",
+            ("follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+             "message.timestamp.difference.max.ms", "message.timestamp.type",
+             "unclean.leader.election.enable", "min.insync.replicas"),
+            "Topic configs never copied (names)."),
+    _driver("use.defaults.from", "string", "target",
+            "Whose broker defaults a remote topic keeps for configs left at default: target or source."),
+    _driver("heartbeats.replication.enabled", "boolean", True, "Replicate heartbeats topics too."),
+    _driver("replication.policy.class", "string", None,
+            "DefaultReplicationPolicy (source.topic) or IdentityReplicationPolicy (topic)."),
+    _driver("replication.policy.separator", "string", ".", "Separator of remote topic names."),
+    _driver("replication.policy.internal.topic.separator.enabled", "boolean", True,
+            "Use the separator in internal topic names too (KIP-949)."),
+    _driver("exactly.once", "boolean", False, "Commit copies and progress in one Kafka transaction."),
+    _driver("offset.lag.max", "integer", 100, "How stale a translated offset may get before a new sync."),
+    _driver("tasks.max", "integer", 1, "Tasks per replication."),
+    _driver("consumer.poll.timeout.ms", "integer", 1000, "Source consumer poll timeout."),
+    _driver("replication.factor", "integer", -1, "Replication factor of remote topics (-1: broker's)."),
+    _driver("heartbeats.topic.replication.factor", "integer", 3, "Replication factor of heartbeats."),
+    _driver("checkpoints.topic.replication.factor", "integer", -1, "Replication factor of checkpoints."),
+    _driver("offset-syncs.topic.replication.factor", "integer", -1,
+            "Replication factor of offset syncs."),
+    _driver("offset-syncs.topic.location", "string", "source",
+            "Cluster holding the offset-syncs topic: source or target."),
+    _driver("control.topic.replication.factor", "integer", 3,
+            "Replication factor of srm-control.internal (-1: broker's)."),
+    _driver("metrics.period", "number", 30.0, "Seconds between raw-metrics reports."),
+    # --- aggregator --------------------------------------------------------------------------------
+    _process("redis.url", "string", DEFAULT_REDIS_URL, "all", "Redis holding the rollups."),
+    _process("aggregator.checkpoint.dir", "string", ".srm-checkpoints", "aggregator",
+             "Spark checkpoint directory (one sub-directory per target cluster)."),
+    _process("aggregator.spark.master", "string", None, "aggregator",
+             "Spark master (default: local[2], or spark-submit's)."),
+    _process("aggregator.trigger.interval.ms", "integer", 2000, "aggregator", "Micro-batch trigger."),
+    _process("aggregator.watermark.delay.seconds", "integer", 30, "aggregator",
+             "How late a raw-metrics record may come and still count."),
+    _process("aggregator.max.offsets.per.trigger", "integer", 200_000, "aggregator",
+             "Records per micro-batch at most (0 = unbounded)."),
+    _process("aggregator.metrics.topics.pattern", "string", None, "aggregator",
+             "Java regex of the raw-metrics topics to read (default: all)."),
+    # --- service -----------------------------------------------------------------------------------
+    _process("service.host", "string", "127.0.0.1", "service", "Address the REST API binds to."),
+    _process("service.port", "integer", DEFAULT_SERVICE_PORT, "service", "REST API port."),
+    _process("service.workers", "integer", 2, "service", "gunicorn worker processes."),
+    _process("service.threads", "integer", 4, "service", "Threads per worker (1 = sync workers)."),
+    _process("service.site", "string", None, "service",
+             "This deployment's site name (default: its target aliases joined by '+')."),
+    _process("service.auth.basic.username", "string", None, "service", "Basic auth user."),
+    _process("service.auth.basic.password", "string", None, "service", "Basic auth password."),
+    _process("service.auth.token", "string", None, "service", "Bearer token."),
+    _process("service.advertised.protocol", "string", "http", "service", "Advertised scheme."),
+    _process("service.advertised.host", "string", None, "service",
+             "Advertised host (default: service.host, or this host's name when bound to all)."),
+    _process("service.advertised.port", "integer", None, "service",
+             "Advertised port (default: service.port)."),
+    _process("service.advertised.root.path", "string", "", "service", "Advertised path prefix."),
+    _process("service.advertisement.interval.seconds", "number", 10.0, "service",
+             "Seconds between advertisements."),
+    _process("service.remote.allowed.hosts", "list", (), "service",
+             "Host globs or CIDRs a gateway may call (nothing by default)."),
+    _process("service.remote.timeout.ms", "integer", 5000, "service",
+             "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
+)
+"""The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
+
+PARSED_ON_LOAD: Final = frozenset(
+    key for key, setting in SETTINGS.items()
+    if setting.part == "driver" and setting.type in ("boolean", "integer", "number")
+)
