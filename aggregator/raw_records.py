@@ -19,9 +19,9 @@ import pyarrow.json as pj
 
 from contract.records.raw_metrics import FIELD_TYPES, METRICS, SUMMARY_FIELD_TYPES, MetricKind
 from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
+from contract.replication_policy import METRICS_TOPIC_SOURCE
 
 # Raw metrics topics are `srm-metrics.<source>.internal` (contract.replication_policy.metrics_topic).
-SOURCE_OF_TOPIC = r"^srm-metrics\.(?P<source>.+)\.internal$"
 EXCERPT_CHARS = 200
 # A record stamped further than this after its Kafka timestamp is counted as invalid: its event time
 # would push the watermark ahead and every on-time record after it would be dropped as late. Kafka's
@@ -201,7 +201,8 @@ def _source_of_topic(topics: pa.Array, rows: pa.BooleanArray) -> pa.Array | str:
     if not pc.any(rows).as_py():
         return ""
     topics = pc.dictionary_encode(topics)
-    sources = pc.fill_null(pc.struct_field(pc.extract_regex(topics.dictionary, SOURCE_OF_TOPIC), [0]), "")
+    parsed = pc.extract_regex(topics.dictionary, METRICS_TOPIC_SOURCE)
+    sources = pc.fill_null(pc.struct_field(parsed, [0]), "")
     return sources.take(topics.indices)
 
 

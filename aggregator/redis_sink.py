@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame
 from aggregator import latest_values, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.raw_records import flat_table, late_counts, on_time
+from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
@@ -109,7 +110,7 @@ class RedisRollupSink:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(self.redis_url)
-            self._latest = self._client.register_script(layout.UPSERT_LATEST_LUA)
+            self._latest = self._client.register_script(UPSERT_LATEST_LUA)
         return self._client
 
     @property
@@ -220,7 +221,7 @@ class RedisRollupSink:
             return
         pipe = self.client.pipeline(transaction=True)
         for key, hash_field, value in latest:
-            keys, argv = layout.latest_args(key, hash_field, value)
+            keys, argv = latest_args(key, hash_field, value)
             self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 

@@ -3,7 +3,7 @@
 Merging a batch's partial windows inside Redis (a Lua read-modify-write of each window at each size)
 cost 15–20 us a window, the sink's slowest stage by far. One query is the only writer of its target's
 series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
-on Arrow; Redis then only replaces members (redis_layout.REPLACE_WINDOWS_LUA).
+on Arrow; Redis then only replaces members (redis_scripts.REPLACE_WINDOWS_LUA).
 
 Series are numbered once per process (SeriesKeys), so joins and sorts run on integers, and key names are
 made once per series, not per window. Per window size a table holds (series, start, value columns,
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.redis_scripts import replace_args
 from aggregator.window_partials import window_starts
 from contract import redis_layout as layout
 
@@ -211,7 +212,7 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
         key = keys.keys[series][size]
         replaced = [old for old in olds[begin:end] if old is not None]
         calls[-1][0].append(key)
-        calls[-1][1].extend(layout.replace_args(key, end - begin, len(replaced), trims.get((size, series))))
+        calls[-1][1].extend(replace_args(key, end - begin, len(replaced), trims.get((size, series))))
         calls[-1][1].extend(pairs[2 * begin:2 * end])
         calls[-1][1].extend(replaced)
         begin = end

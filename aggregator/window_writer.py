@@ -26,6 +26,7 @@ import pyarrow as pa
 import redis
 
 from aggregator.batch_plan import numbered_partials
+from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
 from contract import redis_layout as layout
 
@@ -65,7 +66,7 @@ class WindowWriter:
         self.scope = scope
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
-        self._replace = client.register_script(layout.REPLACE_WINDOWS_LUA)
+        self._replace = client.register_script(REPLACE_WINDOWS_LUA)
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:
         self.apply(batch_id, windows)

@@ -37,6 +37,10 @@ def metrics_topic_pattern() -> str:
     return r"srm-metrics\..+\.internal"
 
 
+METRICS_TOPIC_SOURCE: Final[str] = r"^srm-metrics\.(?P<source>.+)\.internal$"
+"""Regex taking the source alias out of a raw metrics topic's name (group ``source``)."""
+
+
 def progress_topic(source_alias: str) -> str:
     """Replication progress (committed source offsets), in the target; MM2 dedicated-mode name."""
     return f"mm2-offsets.{source_alias}.internal"

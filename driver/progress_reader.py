@@ -1,9 +1,6 @@
-"""Replication progress in `mm2-offsets.<source>.internal` on the target, in Kafka Connect's format.
-
-MM2 compatible (Connect offset store written by MirrorSourceConnector): the key is the JSON array
-`["MirrorSourceConnector",{"cluster":"<src>","partition":p,"topic":"t"}]` and the value `{"offset":N}`,
-N being the offset of the last replicated record; a restart seeks to N + 1. Connect looks offsets up
-by the raw key bytes, so the field order and the compact separators above are part of the format.
+"""Reads replication progress from `mm2-offsets.<source>.internal` on the target (the record format is
+``contract.records.progress``, MM2's Connect offsets, so MM2 and this driver can take over from each
+other).
 
 The topic may hold other connectors' keys (checkpoints, heartbeats) and other sources' clusters: the
 reader keeps only what it was asked for and skips, with a warning, records that do not parse.
@@ -11,10 +8,8 @@ reader keeps only what it was asked for and skips, with a warning, records that 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import (
@@ -27,77 +22,16 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from contract.records.progress import decode_key, decode_value
+
 LOG = logging.getLogger(__name__)
 
-CONNECTOR_NAME: Final = "MirrorSourceConnector"
-# Kafka Connect's default offset.storage.partitions; the producer hashes keys with murmur2 like Java's.
-PROGRESS_TOPIC_PARTITIONS: Final = 25
-PROGRESS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
 READ_POLL_S: Final = 0.2
 RETRY_BACKOFF_S: Final = 0.5
 
 
 class ProgressReadTimeout(RuntimeError):
     """The progress topic could not be read to its end in time (e.g. a transaction left open)."""
-
-
-@dataclass(frozen=True)
-class SourcePartition:
-    """A Connect source partition of MirrorSourceConnector: one topic-partition of the source cluster."""
-
-    cluster: str
-    topic: str
-    partition: int
-
-
-def encode_key(source: SourcePartition) -> bytes:
-    # Field order of Java's HashMap for these three keys (what MM2 writes): cluster, partition, topic.
-    partition_map = {"cluster": source.cluster, "partition": source.partition, "topic": source.topic}
-    return json.dumps([CONNECTOR_NAME, partition_map], separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def encode_value(last_replicated_offset: int) -> bytes:
-    return json.dumps({"offset": last_replicated_offset}, separators=(",", ":")).encode()
-
-
-def decode_key(key: bytes | None) -> SourcePartition | None:
-    """The source partition of a MirrorSourceConnector key; None for other connectors' keys."""
-    if key is None:
-        raise ValueError("progress record without a key")
-    try:
-        decoded = json.loads(key)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"progress key is not JSON: {exc}") from None
-    if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict)):
-        raise ValueError(f"progress key is not [connector, partition]: {key[:200]!r}")
-    connector, partition_map = decoded
-    if connector != CONNECTOR_NAME or "cluster" not in partition_map:
-        return None
-    cluster, topic, partition = (partition_map.get(f) for f in ("cluster", "topic", "partition"))
-    if not (isinstance(cluster, str) and isinstance(topic, str) and isinstance(partition, int)):
-        raise ValueError(f"progress key lacks cluster/topic/partition: {key[:200]!r}")
-    return SourcePartition(cluster, topic, partition)
-
-
-def decode_value(value: bytes | None) -> int | None:
-    """The last replicated offset, None for a tombstone (progress forgotten)."""
-    if value is None:
-        return None
-    try:
-        decoded = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"progress value is not JSON: {exc}") from None
-    offset = decoded.get("offset") if isinstance(decoded, dict) else None
-    if not isinstance(offset, int) or isinstance(offset, bool):
-        raise ValueError(f"progress value has no integer offset: {value[:200]!r}")
-    return offset
-
-
-def resume_offset(last_replicated: int | None) -> int | None:
-    """Where to start a partition: stored offset + 1; None (auto.offset.reset) when missing or < 0."""
-    if last_replicated is None or last_replicated < 0:
-        return None
-    return last_replicated + 1
 
 
 class ProgressReader:

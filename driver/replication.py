@@ -27,15 +27,12 @@ from contract import kafka_clients
 from contract.config import Replication, SrmConfig
 from contract.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
+from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from contract.replication_policy import metrics_topic, progress_topic
+from contract.status import DriverStatus
 from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
-from driver.progress_reader import (
-    PROGRESS_TOPIC_CONFIGS,
-    PROGRESS_TOPIC_PARTITIONS,
-    ProgressReader,
-    resume_offset,
-)
+from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
 from driver.target_writer import TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow, TransactionalWriter
 from driver.topic_sync import TopicSync
@@ -84,7 +81,7 @@ class ReplicationWorker(threading.Thread):
             except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
                 LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
                               RESTART_BACKOFF_S)
-                self.stats.status, self.stats.error = "FAILED", f"{type(exc).__name__}: {exc}"
+                self.stats.status, self.stats.error = DriverStatus.FAILED, f"{type(exc).__name__}: {exc}"
                 self._publish_failure()
                 self.stopping.wait(RESTART_BACKOFF_S)
 
@@ -253,7 +250,7 @@ class ReplicationWorker(threading.Thread):
         # The status is the replication's (Connect's connector state), not this worker's: a standby
         # holding no partition must not report UNASSIGNED over the RUNNING of the worker that does.
         running = bool(self.writer.flows) or bool(tasks)
-        self.stats.status = "RUNNING" if running else "UNASSIGNED"
+        self.stats.status = DriverStatus.RUNNING if running else DriverStatus.UNASSIGNED
         self.stats.error = None
         self._produce_metrics(self.stats.drain())
 

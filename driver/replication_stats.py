@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from contract.records.raw_metrics import LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.status import DriverStatus
 
 # Keeps a long period's summary cheap: beyond this, latencies are sampled evenly rather than all kept.
 MAX_SAMPLES_PER_PERIOD = 4096
@@ -89,7 +90,7 @@ class ReplicationStats:
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], PartitionStats] = {}
         self._last_report = time.time()
-        self.status = "RUNNING"
+        self.status: str = DriverStatus.RUNNING
         self.error: str | None = None
         self.topics_replicated = 0
         self.workers = 1

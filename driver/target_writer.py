@@ -28,8 +28,8 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from contract.records.progress import SourcePartition, encode_key, encode_value
 from driver.offset_sync_emitter import OffsetSyncEmitter
-from driver.progress_reader import SourcePartition, encode_key, encode_value
 from driver.replication_stats import PartitionStats
 
 LOG = logging.getLogger(__name__)

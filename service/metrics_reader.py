@@ -16,9 +16,12 @@ import redis
 
 from contract import redis_layout as layout
 from contract.records.raw_metrics import METRICS
+from contract.replication_policy import DefaultReplicationPolicy
 from service.metric_summary import MetricSeries, WindowColumns, merge_subjects, summarize, summarize_columns
 
 LOG = logging.getLogger(__name__)
+# The names the default policy gives are tried first; other policies are found through the topic index.
+DEFAULT_POLICY = DefaultReplicationPolicy()
 
 __all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "PartitionKey", "Windows"]
 
@@ -182,7 +185,7 @@ class MetricsReader:
     def remote_topic(self, source: str, target: str, upstream_topic: str) -> str:
         # Hot path: one round trip checks the replication and the names the default (`source.topic`) and
         # identity policies give; only another policy or separator reads the whole topic index.
-        guesses = [f"{source}.{upstream_topic}", upstream_topic]
+        guesses = [DEFAULT_POLICY.format_remote_topic(source, upstream_topic), upstream_topic]
         pipe = self.client.pipeline(transaction=False)
         pipe.sismember(layout.targets_key(), target)
         pipe.sismember(layout.sources_key(target), source)
@@ -268,7 +271,7 @@ class MetricsReader:
         """
         self.require_metric(metric)
         window = self.resolve_window(from_ms, to_ms, granularity)
-        guess = f"{source}.{upstream_topic}"
+        guess = DEFAULT_POLICY.format_remote_topic(source, upstream_topic)
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(layout.topics_key(target, source), guess)
         series = layout.SeriesId(target, source, guess, layout.WHOLE_TOPIC, metric)

@@ -19,9 +19,9 @@ from prometheus_client.registry import Collector
 
 from contract import redis_layout as layout
 from contract.records.raw_metrics import METRICS
+from contract.status import ReplicationState
 from service.health.lag_evaluation import Status
 from service.health.replication_overview import replication_healths
-from service.health.replication_status import ReplicationState
 from service.metric_summary import point_of
 from service.metrics_reader import MetricsReader
 

@@ -124,13 +124,6 @@ class GroupMetrics:
         return f"group|{self.source}|{self.target}|{self.group}|{self.topic}|{self.partition}"
 
 
-class ReplicationStatus(Enum):
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    FAILED = "FAILED"
-    UNASSIGNED = "UNASSIGNED"
-
-
 @dataclass(frozen=True)
 class ReplicationMetrics:
     ts: int

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from contract.records.raw_metrics import METRICS
 from contract.redis_layout import WINDOWS, WindowAggregate
+from contract.status import ReplicationState
 from service.health.replication_health import ReplicationHealth
-from service.health.replication_status import ReplicationState
 from service.metric_summary import downsample, point_of
 
 FILTER_KEYS = ("source", "target", "topic", "group")

@@ -1,4 +1,4 @@
-"""Replication status (DESIGN §8) from what the driver last reported for a replication.
+"""Replication status from what the driver last reported for a replication.
 
 Rules, checked in this order (the first that holds decides):
 
@@ -17,21 +17,20 @@ Rules, checked in this order (the first that holds decides):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
+
+from contract.status import DriverStatus, ReplicationState
 
 __all__ = [
     "IDLE_AFTER_PERIODS",
     "STALE_AFTER_PERIODS",
-    "DriverStatus",
     "ReplicationLatest",
-    "ReplicationState",
     "replication_state",
 ]
 
 # The driver reports once per metrics period. Up to two missing reports (a driver restart, a
 # rebalance, an aggregator micro-batch running late) are normal; a third means we no longer know.
-# The gateway applies the same three-interval rule to advertised services (DESIGN §6).
+# The gateway applies the same three-interval rule to advertised services (sites.registry).
 STALE_AFTER_PERIODS: Final = 3
 
 # One period without records is routine for bursty producers, or when a period boundary falls
@@ -39,22 +38,6 @@ STALE_AFTER_PERIODS: Final = 3
 IDLE_AFTER_PERIODS: Final = 2
 
 _MS_PER_SECOND: Final = 1000
-
-
-class ReplicationState(StrEnum):
-    ACTIVE = "ACTIVE"
-    INACTIVE = "INACTIVE"
-    FAILED = "FAILED"
-    UNKNOWN = "UNKNOWN"
-
-
-class DriverStatus(StrEnum):
-    """What the driver reports for a replication (Kafka Connect's connector states)."""
-
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    FAILED = "FAILED"
-    UNASSIGNED = "UNASSIGNED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,13 +73,6 @@ def test_coarser_windows_are_exact_multiples_of_the_finest():
     assert all(w.retention_ms < layout.key_ttl_ms(w.name) for w in layout.WINDOWS.values())
 
 
-def test_replace_args_carry_the_window_counts_cut_off_and_the_key_lifetime():
-    key = layout.series_key(layout.SeriesId("west", "east", "east.t", 0, "record_count"), "1m")
-    assert layout.replace_args(key, 2, 2, None) == [2, 2, "", layout.key_ttl_ms("1m")]
-    # A new window: the retention cut-off travels and resets the key's lifetime (see key_ttl_ms).
-    assert layout.replace_args(key, 1, 0, 5_000) == [1, 0, "5000", layout.key_ttl_ms("1m")]
-
-
 def test_member_keeps_the_last_ts_and_reads_members_without_it():
     agg = WindowAggregate(10_000, 2, 3, 1, 2, 2, 15_000)
     assert layout.encode_member(agg) == "10000:2:3:1:2:2:15000"

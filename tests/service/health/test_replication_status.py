@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from contract.status import ReplicationState
 from service.health.replication_status import (
     IDLE_AFTER_PERIODS,
     STALE_AFTER_PERIODS,
     ReplicationLatest,
-    ReplicationState,
     replication_state,
 )
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from driver.progress_reader import (
+from contract.records.progress import (
     SourcePartition,
     decode_key,
     decode_value,

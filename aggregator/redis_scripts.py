@@ -1,0 +1,72 @@
+"""The Redis scripts only the aggregator runs: replacing merged windows and upserting latest values.
+
+Key names and member encodings come from ``contract.redis_layout``; these scripts are how the one
+writer changes them atomically inside a batch's MULTI.
+"""
+
+from __future__ import annotations
+
+from contract.redis_layout import LATEST_TTL_MS, encode_latest, key_ttl_ms
+
+
+def replace_args(key: str, windows: int, replaced: int, trim_before: int | None) -> list:
+    """The head of one key's part of REPLACE_WINDOWS_LUA's ARGV: its number of windows and of stored
+    members they replace, then (when the batch created a window there) the retention cut-off, which also
+    resets the key's lifetime. The windows follow as start and new member each, then the replaced
+    members."""
+    window = key.rsplit(":", 1)[1]
+    return [windows, replaced, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
+
+
+def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of UPSERT_LATEST_LUA; `value` must carry an integer `ts`."""
+    return [key], [field, encode_latest(value), str(int(value["ts"])), str(LATEST_TTL_MS)]
+
+
+# Replaces a latest-value field only when the stored one is not newer: a replayed or late record
+# cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through.
+UPSERT_LATEST_LUA = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then
+  local ok, stored = pcall(cjson.decode, current)
+  if ok and type(stored) == 'table' and tonumber(stored.ts) and tonumber(stored.ts) > tonumber(ARGV[3]) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+# Replaces windows by their new absolute values (stored_windows computes them): per key, its new members
+# are added first and the members they replace removed after, so a key is never empty for a moment
+# (Redis would delete it and its TTL). Runs in the batch's MULTI after the batch-id check. Retention is
+# trimmed relative to the newest window written (when one is created), not the clock, so a replay of the
+# same input leaves the same members. ARGV: per key, in KEYS order, replace_args, its windows (start,
+# member) and the members they replace: runs of ARGV handed to ZADD and ZREM as they are (building Lua
+# tables of them cost more than the commands).
+REPLACE_WINDOWS_LUA = """
+local CHUNK = 1000
+local pos = 1
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local windows, replaced = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  local cut, ttl = ARGV[pos + 2], ARGV[pos + 3]
+  pos = pos + 4
+  local last = pos + 2 * windows - 1
+  for j = pos, last, 2 * CHUNK do
+    redis.call('ZADD', key, unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
+  end
+  pos = last + 1
+  last = pos + replaced - 1
+  for j = pos, last, CHUNK do
+    redis.call('ZREM', key, unpack(ARGV, j, math.min(j + CHUNK - 1, last)))
+  end
+  pos = last + 1
+  if cut ~= '' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cut)
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+return 1
+"""
