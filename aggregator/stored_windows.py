@@ -1,4 +1,4 @@
-"""The recent windows of every series the sink writes, kept across batches, so Redis only stores values.
+"""The merge's copy of every series' recent windows at every size, on Arrow, so Redis only stores values.
 
 Merging a batch's partial windows inside Redis (a Lua read-modify-write of each window at each size)
 cost 15–20 us a window, the sink's slowest stage by far. One query is the only writer of its target's

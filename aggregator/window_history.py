@@ -1,4 +1,7 @@
-"""The recent finest windows of the series that latest values are derived from, kept across batches.
+"""Lag in seconds' view of the past: a partition's recent 10 s end-offset windows, kept across batches.
+
+Not the merge's copy of the windows (``stored_windows`` keeps every window size on Arrow for merging):
+this one is a small per-series dict that latest values read, by the query thread.
 
 Lag in seconds needs ~60 windows of a partition's end-offset history per report: reading them from
 Redis for every partition of every batch would cost more than the batch itself. One query is the only

@@ -1,7 +1,7 @@
 """The Redis key layout of the rollups: the aggregator writes through it, the service reads through it.
 
 Pure Python (no redis import), so both sides and the unit tests share one definition of every key
-name, member encoding, window size and retention (DESIGN.md §5).
+name, member encoding, window size and retention (docs/architecture.md draws the whole layout).
 
 - A series is one metric of one subject (a remote topic-partition, a whole remote topic, or a consumer
   group's topic-partition) of one replication into one target, at one window size. It is a sorted set:
@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 PREFIX = "srm"
 WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
@@ -31,7 +31,7 @@ REPLICATION_LEVEL_METRICS = ("record_count", "byte_count")
 # Raw records that do not parse, per raw-metrics topic partition: a series under the source named by
 # the topic (topic ALL_TOPICS, partition = the Kafka partition), count = records, min/max/last = their
 # Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key(). Records whose
-# ts is more than 10 min after their Kafka timestamp count here too (rollups.MAX_FUTURE_SKEW_MS).
+# ts is more than 10 min after their Kafka timestamp count here too (aggregator.raw_records).
 INVALID_RECORDS_METRIC = "invalid_records"
 
 
@@ -101,21 +101,6 @@ def series_key(series: SeriesId, window: str) -> str:
     group = "" if series.group is None else _part(series.group)
     return (f"{PREFIX}:ts:{_tag(series.target, series.source, series.topic)}:{series.partition}:"
             f"{group}:{_part(series.metric)}:{window}")
-
-
-def parse_series_key(key: str) -> tuple[SeriesId, str]:
-    try:
-        prefix, kind, rest = key.split(":", 2)
-        tag_end = rest.index("}")
-        target, source, topic = (unquote(x) for x in rest[1:tag_end].split("|"))
-        partition, group, metric, window = rest[tag_end + 2:].split(":")
-        if (prefix, kind) != (PREFIX, "ts") or window not in WINDOWS:
-            raise ValueError(key)
-        series = SeriesId(target, source, topic, int(partition), unquote(metric),
-                          unquote(group) if group else None)
-    except ValueError:
-        raise ValueError(f"not a series key: {key!r}") from None
-    return series, window
 
 
 def _number(x: float) -> str:

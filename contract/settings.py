@@ -22,6 +22,8 @@ Part = Literal["driver", "aggregator", "service", "all"]
 
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVICE_PORT: Final = 6670  # SRM Service's default REST port
+DEFAULT_METRICS_PERIOD_S: Final = 30.0
+DEFAULT_METRICS_PERIOD_MS: Final = int(DEFAULT_METRICS_PERIOD_S * 1000)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ SETTINGS: Final[dict[str, Setting]] = _table(
             "Cluster holding the offset-syncs topic: source or target."),
     _driver("control.topic.replication.factor", "integer", 3,
             "Replication factor of srm-control.internal (-1: broker's)."),
-    _driver("metrics.period", "number", 30.0, "Seconds between raw-metrics reports."),
+    _driver("metrics.period", "number", DEFAULT_METRICS_PERIOD_S, "Seconds between raw-metrics reports."),
     # --- aggregator --------------------------------------------------------------------------------
     _process("redis.url", "string", DEFAULT_REDIS_URL, "all", "Redis holding the rollups."),
     _process("aggregator.checkpoint.dir", "string", ".srm-checkpoints", "aggregator",

@@ -2,7 +2,7 @@
 
 Records are copied as bytes (key, value, headers, timestamp, same partition) to the remote topic the
 ReplicationPolicy names. Where each source partition stands lives in `mm2-offsets.<source>.internal`
-on the target, in MM2's Connect offset format (`driver.progress_reader`), so a restart, a takeover by
+on the target, in MM2's Connect offset format (`contract.records.progress`), so a restart, a takeover by
 another driver process or MM2 itself resumes from the last replicated record.
 
 Worker coordination: MM2 dedicated mode coordinates its workers in a Connect group on the target and

@@ -1,7 +1,7 @@
 """Writes polled source records to the target with their progress: at-least-once or exactly-once.
 
 Both writers copy a record as bytes (key, value, headers, timestamp) to the same partition of the
-remote topic, and record progress in the MM2 Connect format (`driver.progress_reader`).
+remote topic, and record progress in the MM2 Connect format (`contract.records.progress`).
 
 - `AtLeastOnceWriter`: one idempotent producer. Progress only ever names records the target
   acknowledged, written every flush interval and when partitions are revoked, so a crash replays at

@@ -1,7 +1,8 @@
 """The raw-metrics record: what the driver publishes to `srm-metrics.<source>.internal` on the target.
 
-This module alone owns the format (DESIGN.md §4): encode and decode here, the JSON Schema beside it
-(`raw_metrics.schema.json`), and the Spark DDL the aggregator parses with. One JSON object per record,
+This module alone owns the format: encode and decode here, the JSON Schema beside it
+(`raw_metrics.schema.json`), and the field types the aggregator's Arrow reader parses with
+(`FIELD_TYPES`). One JSON object per record,
 `"v": 1`; the Kafka key is the subject's identity so a compacted or partitioned topic keeps a subject
 in order.
 

@@ -36,6 +36,8 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Final
 
+from contract.settings import DEFAULT_METRICS_PERIOD_MS
+
 __all__ = [
     "DEFAULT_ALLOWED_LAG",
     "DEFAULT_INTERVALS",
@@ -61,8 +63,8 @@ DEFAULT_INTERVALS: Final = 10
 # at the start of the rules.
 DEFAULT_ALLOWED_LAG: Final = 0
 
-# DESIGN §2 default metrics period; the floors below are counted in it.
-_DEFAULT_METRICS_PERIOD_MS: Final = 30_000
+# The default metrics period (contract.settings); the floors below are counted in it.
+_DEFAULT_METRICS_PERIOD_MS: Final = DEFAULT_METRICS_PERIOD_MS
 
 # STOP: the driver samples every period, so one late or lost metrics record leaves a one-period
 # gap; silence is only an error when it outlasts three periods, the staleness rule used for

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.redis_layout import WindowAggregate
+from contract.settings import DEFAULT_METRICS_PERIOD_MS
 from contract.status import ReplicationState
 from service.health.lag_evaluation import Evaluation, EvaluationPolicy, OffsetObservation, evaluate
 from service.health.replication_status import ReplicationLatest, replication_state
 
-DEFAULT_METRICS_PERIOD_MS = 30_000  # DESIGN §2 default `metrics.period`
 PARTITION_OFFSETS = ("upstream_offset", "records_lag")
 GROUP_OFFSETS = ("group_upstream_offset", "group_lag")
 

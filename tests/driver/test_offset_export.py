@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from driver.offset_export import ResetPlanError, export_csv, parse_csv
+from driver.offset_export import export_csv
+from tests.driver.reset_plan_reader import ResetPlanError, parse_csv
 
 
 def test_export_is_headerless_topic_partition_offset_lines() -> None:

@@ -14,7 +14,7 @@ def iso(ms: int) -> str:
 
 
 def query_body(scenario, targets: list[dict], **extra) -> dict:
-    """A DataQueryRequest as the plugin POSTs it, unknown keys included (reference §1.2)."""
+    """A DataQueryRequest as the plugin POSTs it, unknown keys included (the plugin's DataQueryRequest)."""
     start, end = scenario.first_window, scenario.last_window + 10_000
     return {
         "app": "dashboard",
