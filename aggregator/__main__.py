@@ -26,6 +26,7 @@ from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
 from contract.config import SrmConfig
 from contract.entry_point import StartupError, config_parser, start
+from contract.reachability import Unreachable, redis_problem, warn_unreachable_clusters
 
 # A stop that takes longer ends the process anyway. Under spark-submit the JVM may be gone first, and a
 # driver was seen blocked for good in py4j's cleanup; the checkpoints make a hard exit as safe as a crash.
@@ -70,6 +71,16 @@ def spark_master(config: SrmConfig, cli_master: str | None) -> str | None:
     if configured:
         return configured
     return None if launched_by_spark_submit() else "local[2]"
+
+
+def check_prerequisites() -> None:
+    """Java for Spark, and the Kafka connector jars (Maven resolves them on the first run): named in one
+    line (StartupError) instead of PySpark's traceback."""
+    from stack.jars import spark_connector_jars
+    from stack.prerequisites import require_java
+
+    require_java()
+    spark_connector_jars()
 
 
 def run(specs: list[RollupQuerySpec], master: str | None) -> None:
@@ -117,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         specs = query_specs(config)
         if not specs:
             raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
+        check_prerequisites()
+        problem = redis_problem(specs[0].redis_url)
+        if problem:
+            raise Unreachable(problem)
+        warn_unreachable_clusters(config, [spec.target for spec in specs],
+                                  "its rollups start once it answers")
         return specs, spark_master(config, args.master)
 
     started = start("srm-aggregator", args, prepare)

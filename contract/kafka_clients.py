@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from contract.config import SrmConfig
+from contract.librdkafka_logs import client_log_settings
 
 LOG = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
-    return AdminClient({**config.kafka_client_config(alias, role="admin"), **(overrides or {})})
+    return AdminClient({**client_log_settings(alias), **config.kafka_client_config(alias, role="admin"),
+                        **(overrides or {})})
 
 
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
@@ -68,7 +70,7 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random"}
+                                   "partitioner": "murmur2_random", **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     return Producer(settings)
@@ -77,7 +79,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
 def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, object] | None = None,
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
-                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                   **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     return Consumer(settings)
