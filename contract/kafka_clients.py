@@ -28,6 +28,10 @@ from contract.librdkafka_logs import client_log_settings
 LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
+# Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
+# defaults are 30 s and 60 s); `<alias>.socket.connection.setup.timeout.ms` and the like override them.
+CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
+                                       "socket.timeout.ms": 30_000}
 
 
 class ClusterUnavailable(RuntimeError):
@@ -61,8 +65,9 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
-    return AdminClient({**client_log_settings(alias), **config.kafka_client_config(alias, role="admin"),
-                        **(overrides or {})})
+    settings = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
+                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+    return AdminClient(settings)
 
 
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
@@ -70,7 +75,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random", **client_log_settings(alias)}
+                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS,
+                                   **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     return Producer(settings)
@@ -80,7 +86,7 @@ def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, 
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                                   **client_log_settings(alias)}
+                                   **CLIENT_TIMEOUTS, **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     return Consumer(settings)

@@ -111,6 +111,10 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _driver("metrics.period", "number", DEFAULT_METRICS_PERIOD_S, "Seconds between raw-metrics reports."),
     # --- aggregator --------------------------------------------------------------------------------
     _process("redis.url", "string", DEFAULT_REDIS_URL, "all", "Redis holding the rollups."),
+    _process("redis.connect.timeout.ms", "integer", 5000, "all",
+             "Timeout of a connection to Redis (a URL's socket_connect_timeout wins)."),
+    _process("redis.socket.timeout.ms", "integer", 10_000, "all",
+             "Timeout of one Redis reply: a hung Redis fails the call (a URL's socket_timeout wins)."),
     _process("aggregator.checkpoint.dir", "string", ".srm-checkpoints", "aggregator",
              "Spark checkpoint directory (one sub-directory per target cluster)."),
     _process("aggregator.spark.master", "string", None, "aggregator",

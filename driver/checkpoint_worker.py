@@ -222,7 +222,7 @@ class CheckpointWorker(threading.Thread):
         self._feeds, self._reverse_feed = [], None
         producer = getattr(self, "producer", None)
         if producer is not None:
-            producer.flush(30)
+            producer.flush(2.0)  # checkpoints are re-emitted every interval: a stop does not wait long
             self.producer = None
 
     # -- the loop -----------------------------------------------------------------------------------

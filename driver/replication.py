@@ -34,7 +34,13 @@ from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
-from driver.target_writer import TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow, TransactionalWriter
+from driver.target_writer import (
+    SHUTDOWN_FLUSH_S,
+    TRANSACTION_TIMEOUT_S,
+    AtLeastOnceWriter,
+    PartitionFlow,
+    TransactionalWriter,
+)
 from driver.topic_sync import TopicSync
 
 LOG = logging.getLogger(__name__)
@@ -133,16 +139,17 @@ class ReplicationWorker(threading.Thread):
         return messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
 
     def _shutdown(self, emitter: OffsetSyncEmitter | None) -> None:
+        """Bounded: the process stops within its deadline (driver.__main__) even with the target down."""
         try:
             keys = list(self.writer.flows)
-            self.writer.release(keys)
+            self.writer.release(keys, timeout_s=SHUTDOWN_FLUSH_S)
             self._produce_metrics(self.stats.retire(set(keys)))
         finally:
             self.consumer.close()
             self.progress.close()
             if emitter is not None:
-                emitter.close()
-            self.producer.flush(30)
+                emitter.close(1.0)
+            self.producer.flush(1.0)
 
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
