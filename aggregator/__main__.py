@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if not specs:
             raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
         check_prerequisites()
-        problem = redis_problem(specs[0].redis_url)
+        problem = redis_problem(config.setting("redis.url") or "")
         if problem:
             raise Unreachable(problem)
         warn_unreachable_clusters(config, [spec.target for spec in specs],

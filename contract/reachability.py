@@ -37,9 +37,10 @@ def redis_problem(url: str) -> str | None:
     """None when Redis at ``url`` answers PING, else one line naming it and the fix."""
     import redis
 
+    from contract.redis_connection import connect
+
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=PROBE_TIMEOUT_S,
-                                      socket_timeout=PROBE_TIMEOUT_S)
+        client = connect(url, PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
         try:
             client.ping()
         finally:
