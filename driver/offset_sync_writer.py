@@ -23,8 +23,10 @@ LOG = logging.getLogger(__name__)
 DEFAULT_OFFSET_LAG_MAX: Final[int] = SETTINGS["offset.lag.max"].default  # type: ignore[assignment]
 # MM2's MAX_OUTSTANDING_OFFSET_SYNCS: keeps a slow syncs topic from piling up sends.
 MAX_IN_FLIGHT_SYNCS: Final = 10
-# Pending syncs kept per partition while no permit frees (the syncs topic is down): bounds memory.
-MAX_PENDING_PER_PARTITION: Final = 64
+# Pending syncs kept per partition while no permit frees: a burst of acknowledgements (one poll, one
+# committed transaction) makes up to its size / (offset.lag.max + 1) of them; the cap bounds memory
+# (about 40 KB per partition) when the syncs topic is unreachable.
+MAX_PENDING_PER_PARTITION: Final = 256
 
 
 class QueuedOffsetSync(NamedTuple):
