@@ -97,6 +97,8 @@ SETTINGS: Final[dict[str, Setting]] = _table(
             "Use the separator in internal topic names too (KIP-949)."),
     _driver("exactly.once", "boolean", False, "Commit copies and progress in one Kafka transaction."),
     _driver("offset.lag.max", "integer", 100, "How stale a translated offset may get before a new sync."),
+    _driver("offset-syncs.history.size", "integer", 1024,
+            "Offset syncs kept per partition for tight offset translation (0: MM2's 64 slots only)."),
     _driver("tasks.max", "integer", 1, "Tasks per replication."),
     _driver("consumer.poll.timeout.ms", "integer", 1000, "Source consumer poll timeout."),
     _driver("replication.factor", "integer", -1, "Replication factor of remote topics (-1: broker's)."),

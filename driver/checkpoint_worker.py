@@ -126,8 +126,8 @@ class CheckpointWorker(threading.Thread):
         self._create_topics()
         restored = self._restore_checkpoints()
         # Without the previous checkpoints only the newest syncs are trusted (MM2 KAFKA-16622).
-        self.store = OffsetSyncStore(initialization_must_read_to_end=not restored)
-        self.reverse_store = OffsetSyncStore(initialization_must_read_to_end=not restored)
+        self.store = self.settings.sync_store(initialization_must_read_to_end=not restored)
+        self.reverse_store = self.settings.sync_store(not restored, reverse=True)
         self._start_forward_feed()
         self._attach_reverse_feed()
         self._loop()

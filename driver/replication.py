@@ -69,6 +69,7 @@ class ReplicationWorker(threading.Thread):
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
+        self.emitter: OffsetSyncEmitter | None = None
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
@@ -85,8 +86,12 @@ class ReplicationWorker(threading.Thread):
                 self._run(source, target)
                 return
             except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
-                LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
-                              RESTART_BACKOFF_S)
+                if isinstance(exc, ClusterUnavailable):  # an outage: one line per retry, no traceback
+                    LOG.warning("replication %s->%s: %s; retrying in %.0f s", source, target, exc,
+                                RESTART_BACKOFF_S)
+                else:
+                    LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
+                                  RESTART_BACKOFF_S)
                 self.stats.status, self.stats.error = DriverStatus.FAILED, f"{type(exc).__name__}: {exc}"
                 self._publish_failure()
                 self.stopping.wait(RESTART_BACKOFF_S)
@@ -105,6 +110,7 @@ class ReplicationWorker(threading.Thread):
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)
+        self.emitter = emitter
         self.writer = self._writer(emitter)
         self.consumer = self._source_consumer()
         try:
@@ -216,6 +222,8 @@ class ReplicationWorker(threading.Thread):
         counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
                   .items() if t in {k[0] for k in keys}}
         self.topic_sync.ensure_remote(counts)  # new source partitions may reach us before our refresh
+        if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
+            self.emitter.forget(keys)
         if isinstance(self.writer, TransactionalWriter):
             self.writer.fence(keys)  # before reading progress: aborts what a zombie left open
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
@@ -247,6 +255,8 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
+        if self.emitter is not None:
+            self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
