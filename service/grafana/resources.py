@@ -113,6 +113,10 @@ class Query(MethodView):
         A target's `payload.site` (a site name or `all`) asks other sites through the gateway; their
         frames say their site (`site` tag, `<site>: ` name prefix, leading `Site` table column)."""
         from_ms, to_ms = _range(body)
+        targets, cap = body.get("targets") or [], int(current_app.config["GRAFANA_MAX_TARGETS"])
+        if len(targets) > cap:
+            abort(400, message=f"targets: {len(targets)} targets, over the limit of {cap} per query "
+                               "(service.grafana.max.targets)")
         reader = metrics_reader()
         here = (LOCAL, local_site(current_app))
         try:
