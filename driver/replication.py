@@ -11,6 +11,11 @@ joins the consumer group `srm-driver.<source>-<target>` on the SOURCE cluster (t
 live there) with cooperative-sticky assignment, so the source partitions are shared among the live
 processes and a dead one's partitions move to the others, who resume from the progress topic. The
 group only coordinates: progress is never committed to it.
+
+Outages: while the target takes nothing in, copied records wait in a bounded queue and then in the
+backlog of their paused source partitions (`driver.send_queue`); while the source does not answer,
+nothing arrives (`driver.source_watch`). Either way the loop keeps running, so the worker stays in its
+group, reports FAILED with the reason while the outage lasts, and copies on as soon as it ends.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Final
 
 from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
@@ -34,6 +40,8 @@ from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
+from driver.send_queue import QueueLimits
+from driver.source_watch import SourceWatch
 from driver.target_writer import (
     SHUTDOWN_FLUSH_S,
     TRANSACTION_TIMEOUT_S,
@@ -51,6 +59,11 @@ RESTART_BACKOFF_S: Final = 10.0
 PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
 # librdkafka's consumer notices new partitions of subscribed topics on its metadata refresh.
 MAX_METADATA_REFRESH_MS: Final = 300_000
+OUTAGE_CHECK_S: Final = 1.0
+# A topic refresh that failed (a cluster not answering) is tried again this soon.
+REFRESH_RETRY_S: Final = 10.0
+# Under load the target acknowledges every few milliseconds: a second of silence means trouble.
+SILENT_TARGET_S: Final = 1.0
 
 
 def group_id(source: str, target: str) -> str:
@@ -69,6 +82,12 @@ class ReplicationWorker(threading.Thread):
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
+        self.limits = QueueLimits.from_config(config, source, target)
+        self.source_watch = SourceWatch(source)
+        self.outage: str | None = None  # why nothing is copied now (source or target not answering)
+        self._outage_began = 0.0
+        self._paused: set[tuple[str, int]] = set()
+        self._refreshing: Future[dict[str, int]] | None = None  # a topic refresh under way
         self.emitter: OffsetSyncEmitter | None = None
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
@@ -99,7 +118,8 @@ class ReplicationWorker(threading.Thread):
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
         self.target_admin = kafka_clients.admin(self.config, target)
-        self.producer = kafka_clients.producer(self.config, target, source=source, target=target)
+        self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
+                                               overrides=self.limits.producer_limits())
         self.topic_sync = TopicSync(self.config, source, target, self.source_admin, self.target_admin,
                                     self.policy)
         kafka_clients.ensure_topics(self.target_admin, target, [
@@ -120,25 +140,98 @@ class ReplicationWorker(threading.Thread):
 
     def _loop(self) -> None:
         next_refresh, next_report = 0.0, time.monotonic() + self.metrics_period_s
+        next_outage_check, self._refreshing = 0.0, None
         while not self.stopping.is_set():
             now = time.monotonic()
-            if now >= next_refresh or self._control_changed():
-                self._refresh_topics()
+            if (self._refreshing is None and (now >= next_refresh or self._control_changed())
+                    and not self._clusters_silent()):
                 next_refresh = now + self.refresh_s
+                self._start_refresh()
+            if self._refreshing is not None and self._refreshing.done() and not self._refresh_applied():
+                next_refresh = now + REFRESH_RETRY_S
             if self._topics:
                 self.writer.write(self._poll())
             else:  # nothing to replicate yet: wait for the next refresh without spinning
                 self.stopping.wait(min(1.0, max(0.0, next_refresh - now)))
             self.writer.tick(time.monotonic())
+            self._pause_backlogged()
+            if now >= next_outage_check:
+                next_outage_check = now + OUTAGE_CHECK_S
+                if self._outage_changed(now):
+                    next_report = now  # the status changes now, not at the next period
             if now >= next_report:
                 self._publish_metrics()
                 next_report = now + self.metrics_period_s
+
+    def _clusters_silent(self) -> bool:
+        """A refresh now would wait out its admin timeout (30 s) with the loop, and the copy, stopped."""
+        return self.source_watch.suspect or self.writer.queue.unacknowledged_for() > SILENT_TARGET_S
+
+    def _start_refresh(self) -> None:
+        """The first refresh runs here (start-up fails with it); later ones on a thread of their own, so
+        an admin request waiting out its timeout (30 s) on a cluster gone silent does not stop the copy."""
+        if not self.refreshes:
+            self._apply_topics(self._eligible_topics())
+            return
+        future: Future[dict[str, int]] = Future()
+
+        def refresh() -> None:
+            try:
+                future.set_result(self._eligible_topics())
+            except BaseException as exc:  # handed to the loop, which decides
+                future.set_exception(exc)
+
+        self._refreshing = future
+        threading.Thread(target=refresh, name=f"{self.name}-topics", daemon=True).start()
+
+    def _refresh_applied(self) -> bool:
+        """Applies a finished background refresh; False when a cluster did not answer it (an outage to
+        wait out, with the next attempt sooner, not a reason to leave the group)."""
+        future, self._refreshing = self._refreshing, None
+        try:
+            self._apply_topics(future.result())  # type: ignore[union-attr]
+            return True
+        except ClusterUnavailable as exc:
+            LOG.warning("replication %s: topic refresh failed (%s); trying again in %.0f s",
+                        self.replication.name, exc, REFRESH_RETRY_S)
+            return False
+
+    def _pause_backlogged(self) -> None:
+        """Pauses the source partitions whose records wait for room, resumes those whose wait is over.
+        librdkafka drops what it fetched ahead for a paused partition and fetches again from the last
+        record it handed us, which sits first in the backlog."""
+        held = self.writer.paused()
+        if held == self._paused:
+            return
+        pause, resume = held - self._paused, self._paused - held
+        if pause:
+            self.consumer.pause([TopicPartition(t, p) for t, p in sorted(pause)])
+        if resume:
+            self.consumer.resume([TopicPartition(t, p) for t, p in sorted(resume)])
+        self._paused = held
+
+    def _outage_changed(self, now: float) -> bool:
+        """Looks for a source or target outage; True when one began or ended (logged once each)."""
+        outage = (self.source_watch.outage(lambda timeout: self.consumer.list_topics(timeout=timeout))
+                  or self.writer.queue.outage(self.replication.target))
+        began, ended = outage is not None and self.outage is None, outage is None and self.outage is not None
+        if began:
+            self._outage_began = now
+            LOG.warning("replication %s: %s; copying resumes when it answers", self.replication.name, outage)
+        elif ended:
+            LOG.info("replication %s: outage over after %.0f s (%s); copying again", self.replication.name,
+                     now - self._outage_began, self.outage)
+        self.outage = outage
+        return began or ended
 
     def _poll(self) -> list[Message]:
         # librdkafka's batch consume waits for a full batch or the timeout: take what is already
         # fetched at once, and when nothing is, wait for the first record only (latency).
         messages = self.consumer.consume(POLL_BATCH, timeout=0)
-        return messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        messages = messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        if messages:
+            self.source_watch.records_arrived()
+        return messages
 
     def _shutdown(self, emitter: OffsetSyncEmitter | None) -> None:
         """Bounded: the process stops within its deadline (driver.__main__) even with the target down."""
@@ -156,20 +249,21 @@ class ReplicationWorker(threading.Thread):
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
         if not self.exactly_once:
-            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter)
+            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits)
             # One bound callback for every record: no closure per record on the hot path.
             self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
-                                                   overrides={"on_delivery": writer.delivered})
+                                                   overrides={"on_delivery": writer.delivered,
+                                                              **self.limits.producer_limits()})
             writer.producer = self.producer
             return writer
         return TransactionalWriter(self._transactional_producer, source, progress_topic(source),
-                                   f"{group_id(source, target)}", emitter)
+                                   f"{group_id(source, target)}", emitter, self.limits)
 
     def _transactional_producer(self, transactional_id: str, delivered: Callable[..., None]) -> Producer:
         source, target = self.replication.source, self.replication.target
         return kafka_clients.producer(self.config, target, source=source, target=target, overrides={
             "transactional.id": transactional_id, "on_delivery": delivered,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000)})
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000), **self.limits.producer_limits()})
 
     def _progress_consumer(self) -> Consumer:
         source, target = self.replication.source, self.replication.target
@@ -184,7 +278,8 @@ class ReplicationWorker(threading.Thread):
                                       target=target, overrides={
                                           "partition.assignment.strategy": "cooperative-sticky",
                                           "topic.metadata.refresh.interval.ms": refresh_ms,
-                                          "fetch.wait.max.ms": 100})
+                                          "fetch.wait.max.ms": 100, "error_cb": self.source_watch.on_error,
+                                          **self.limits.consumer_limits()})
 
     def _control_changed(self) -> bool:
         if self.control is None:
@@ -194,11 +289,13 @@ class ReplicationWorker(threading.Thread):
         self._control_version = version
         return changed
 
-    def _refresh_topics(self) -> None:
+    def _eligible_topics(self) -> dict[str, int]:
         source, target = self.replication.source, self.replication.target
         allow, deny = (self.control.topic_lists(source, target) if self.control is not None
                        else (frozenset(), frozenset()))
-        eligible = self.topic_sync.refresh(allow, deny)
+        return self.topic_sync.refresh(allow, deny)
+
+    def _apply_topics(self, eligible: dict[str, int]) -> None:
         if eligible != self._topics:
             self._subscribe(eligible)
         self.refreshes += 1
@@ -255,6 +352,7 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
+        self._paused -= set(keys)  # librdkafka forgets the pause of an unassigned partition
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
@@ -269,6 +367,8 @@ class ReplicationWorker(threading.Thread):
         running = bool(self.writer.flows) or bool(tasks)
         self.stats.status = DriverStatus.RUNNING if running else DriverStatus.UNASSIGNED
         self.stats.error = None
+        if self.outage is not None:  # Connect's FAILED with its trace: the reason, while it lasts
+            self.stats.status, self.stats.error = DriverStatus.FAILED, self.outage
         self._produce_metrics(self.stats.drain())
 
     def _update_levels(self) -> int | None:
@@ -278,6 +378,8 @@ class ReplicationWorker(threading.Thread):
                                                          cached=True)
             if end is not None and end >= 0:
                 flow.stats.source_end_offset = end
+        if self.source_watch.suspect:  # the request would wait out its whole timeout: keep the last counts
+            return self.stats.tasks
         try:
             membership = kafka_clients.group_membership(
                 self.source_admin, self.replication.source,
