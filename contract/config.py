@@ -25,6 +25,8 @@ from contract.client_properties import (
     layered_client_properties,
     to_librdkafka,
 )
+from contract.java_client_properties import to_java
+from contract.librdkafka_features import unsupported_mechanism
 from contract.properties_file import (
     ConfigError,
     PropertyEntry,
@@ -43,7 +45,9 @@ _ARROW: Final = "->"
 _GLOBAL_SCOPES: Final = ("connectors", "workers")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+")
 _T = TypeVar("_T")
-
+RENDERINGS: Final = ("librdkafka", "java")
+"""The two renderings of a cluster's client properties: librdkafka (driver, service, srm-control) and
+Java (the aggregator's Spark Kafka source)."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,16 @@ _PARSERS: Final[dict[SettingType, tuple[Callable[[str], Any], str]]] = {
 class SrmConfig:
     """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``."""
 
-    def __init__(self, path: str, entries: Mapping[str, PropertyEntry]) -> None:
+    def __init__(self, path: str, entries: Mapping[str, PropertyEntry],
+                 clients: tuple[str, ...] = ("librdkafka",)) -> None:
+        unknown = set(clients) - set(RENDERINGS)
+        if unknown:
+            raise ValueError(f"unknown client rendering(s) {sorted(unknown)}; expected {RENDERINGS}")
         self.path = path
+        self.clients = clients
         self._entries = dict(entries)
         self._values = {key: entry.value.strip() for key, entry in self._entries.items()}
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: set[tuple[str, str, str]] = set()
         self._aliases = self._cluster_aliases()
         self.clusters = {alias: self._cluster(alias) for alias in self._aliases}
         self.service_remote_clusters = self._alias_list("service.remote.clusters", [])
@@ -191,25 +200,72 @@ class SrmConfig:
         merged = layered_client_properties(self._values, alias, role, source, target)
         return self._librdkafka(alias, role, merged)
 
+    def java_client_config(
+        self, alias: str, role: str = "admin", source: str | None = None, target: str | None = None
+    ) -> dict[str, str]:
+        """The same client properties for a Java Kafka client (Spark's Kafka source): the Java keys as
+        written, JKS stores and JAAS entries included; librdkafka-only keys mapped back or dropped."""
+        if alias not in self.clusters:
+            raise ValueError(f"unknown cluster alias {alias!r}; known: {', '.join(self._aliases)}")
+        merged = layered_client_properties(self._values, alias, role, source, target)
+        rendering = self._located(merged, lambda props: to_java(props))
+        self._warn_dropped(alias, role, merged, rendering.dropped, "librdkafka-only property a Java client")
+        config = rendering.config
+        config["bootstrap.servers"] = self.clusters[alias].bootstrap_servers
+        return config
+
+    def security_of(self, alias: str) -> tuple[str, str | None]:
+        """(security.protocol, sasl.mechanism) of cluster ``alias`` as configured, for messages."""
+        props = self.clusters[alias].client_properties
+        protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+        mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms")
+        if mechanism is None and protocol.startswith("SASL"):
+            mechanism = "GSSAPI"  # the default of both Java clients and librdkafka
+        return protocol, mechanism.strip().upper() if mechanism else None
+
+    def secret_values(self) -> set[str]:
+        """Every secret value of the file (passwords, keys, JAAS password options) worth hiding in logs."""
+        from contract.client_faults import jaas_secrets
+
+        found: set[str] = set()
+        for raw_key, value in self._values.items():
+            if is_secret(raw_key):
+                found.add(value)
+                found.update(jaas_secrets(value))
+        return {value for value in found if len(value) >= 4}
+
     def _librdkafka(self, alias: str, role: str, merged: SourcedProperties) -> dict[str, str]:
+        translation = self._located(merged, lambda props: to_librdkafka(props))
+        self._warn_dropped(alias, role, merged, translation.dropped, "Java client property librdkafka")
+        config = translation.config
+        mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+        if mechanism is None and config.get("security.protocol", "").upper().startswith("SASL"):
+            mechanism = "GSSAPI"  # librdkafka's default
+        problem = unsupported_mechanism(mechanism) if mechanism else None
+        if problem:
+            raw_key = next((merged[k][1] for k in ("sasl.mechanism", "sasl.mechanisms", "sasl.jaas.config")
+                            if k in merged), "sasl.mechanism")
+            raise ConfigError(problem, source_name=self.path, line=self.line_of(raw_key), key=raw_key)
+        config["bootstrap.servers"] = self.clusters[alias].bootstrap_servers
+        return config
+
+    def _located(self, merged: SourcedProperties, render: Callable[[dict[str, str]], _T]) -> _T:
         try:
-            translation = to_librdkafka({prop: value for prop, (value, _) in merged.items()})
+            return render({prop: value for prop, (value, _) in merged.items()})
         except UnsupportedClientProperty as exc:
             raw_key = merged[exc.key][1] if exc.key in merged else exc.key
             raise ConfigError(
                 exc.reason, source_name=self.path, line=self.line_of(raw_key), key=raw_key
             ) from exc
-        for prop in translation.dropped:
+
+    def _warn_dropped(self, alias: str, role: str, merged: SourcedProperties, dropped: tuple[str, ...],
+                      what: str) -> None:
+        for prop in dropped:
             raw_key = merged[prop][1]
-            if (alias, raw_key) not in self._warned:
-                self._warned.add((alias, raw_key))
-                LOG.warning(
-                    "%s:%s: %s is a Java client property librdkafka does not support; ignored for %s %s",
-                    self.path, self.line_of(raw_key), raw_key, alias, role,
-                )  # fmt: skip
-        config = translation.config
-        config["bootstrap.servers"] = self.clusters[alias].bootstrap_servers
-        return config
+            if (alias, raw_key, what) not in self._warned:
+                self._warned.add((alias, raw_key, what))
+                LOG.warning("%s:%s: %s is a %s does not support; ignored for %s %s",
+                            self.path, self.line_of(raw_key), raw_key, what, alias, role)
 
     def _lookup(self, key: str, source: str | None, target: str | None) -> _Found | None:
         candidates = [f"{source}{_ARROW}{target}.{key}"] if source and target else []
@@ -313,14 +369,18 @@ class SrmConfig:
                 raise self._error(raw_key, str(exc)) from None
 
     def _check_client_configs(self) -> None:
-        """Fail at start-up, not at the first connection, on client properties that cannot work."""
-        for alias in self._aliases:
-            for role in ROLES:
-                self.kafka_client_config(alias, role)
-        for replication in self.replications():
-            for alias in (replication.source, replication.target):
+        """Fail at start-up, not at the first connection, on client properties that cannot work, in the
+        renderings this process builds clients with (``clients``)."""
+        renderings = [self.kafka_client_config if name == "librdkafka" else self.java_client_config
+                      for name in self.clients]
+        for render in renderings:
+            for alias in self._aliases:
                 for role in ROLES:
-                    self.kafka_client_config(alias, role, replication.source, replication.target)
+                    render(alias, role)
+            for replication in self.replications():
+                for alias in (replication.source, replication.target):
+                    for role in ROLES:
+                        render(alias, role, replication.source, replication.target)
 
 
 def _alias_problem(alias: str, separator: str) -> str | None:
@@ -333,12 +393,14 @@ def _alias_problem(alias: str, separator: str) -> str | None:
     return None
 
 
-def parse_config(text: str, source_name: str = "<string>") -> SrmConfig:
-    """Parse and validate properties text; ``source_name`` is used in error messages."""
-    return SrmConfig(source_name, read_entries(text, source_name))
+def parse_config(text: str, source_name: str = "<string>",
+                 clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
+    """Parse and validate properties text; ``source_name`` is used in error messages; ``clients``: the
+    client renderings (``RENDERINGS``) whose properties must work in this process."""
+    return SrmConfig(source_name, read_entries(text, source_name), clients)
 
 
-def load_config(path: str | os.PathLike[str]) -> SrmConfig:
+def load_config(path: str | os.PathLike[str], clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
     """Read, parse and validate a properties file; any problem is a ConfigError naming the file."""
     name = os.fspath(path)
     try:
@@ -351,4 +413,4 @@ def load_config(path: str | os.PathLike[str]) -> SrmConfig:
     except UnicodeDecodeError:
         # Java reads .properties files as ISO-8859-1; accept such files too.
         text = raw.decode("latin-1")
-    return parse_config(text, name)
+    return parse_config(text, name, clients)

@@ -1,7 +1,8 @@
 """What every console script does before its own work: parse ``--config``, set up logging, load the file.
 
 A configuration problem ends the process with exit status 2 and one line naming the file, the line and
-the key (``ConfigError``), never a traceback: a restart cannot fix it.
+the key (``ConfigError``), never a traceback: a restart cannot fix it. Once the file is read, every
+secret value in it is hidden from every log line (``contract.client_faults.SecretScrubber``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from contract.client_faults import install_secret_scrubber
 from contract.config import ConfigError, SrmConfig, load_config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -30,12 +32,16 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T]) -> _T | int:
+def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T],
+          clients: tuple[str, ...] = ("librdkafka",)) -> _T | int:
     """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
-    the error is printed as ``<prog>: <message>`` and the exit status is returned instead."""
+    the error is printed as ``<prog>: <message>`` and the exit status is returned instead. ``clients``:
+    the client renderings this process uses (``contract.config.RENDERINGS``), checked at load."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        return prepare(load_config(args.config))
+        config = load_config(args.config, clients)
+        install_secret_scrubber(config.secret_values())
+        return prepare(config)
     except (ConfigError, StartupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -8,6 +8,8 @@ INSTALL_HINTS = {
     "java": "install a Java 17+ runtime, e.g. `apt-get install -y openjdk-17-jre-headless`",
     "mvn": "install Apache Maven, e.g. `apt-get install -y maven`",
     "redis-server": "install Redis, e.g. `apt-get install -y redis-server`",
+    "keytool": "install a Java 17+ runtime (keytool ships with it), e.g. "
+               "`apt-get install -y openjdk-17-jre-headless`",
 }
 
 

@@ -146,7 +146,7 @@ class Advertiser:
         factor = self.config.setting("heartbeats.topic.replication.factor", target=alias) or -1
         client = kafka_clients.admin(self.config, alias)
         if factor > 0:
-            brokers = len(client.list_topics(timeout=kafka_clients.ADMIN_TIMEOUT_S).brokers)
+            brokers = len(kafka_clients.cluster_metadata(client, alias).brokers)
             factor = min(factor, max(1, brokers))
         spec = kafka_clients.TopicSpec(HEARTBEATS_TOPIC, 1, {"cleanup.policy": "compact"}, factor)
         kafka_clients.ensure_topics(client, alias, [spec])
