@@ -10,6 +10,7 @@ through its environment, never its command line (``ps`` shows argv to everyone).
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from contract.client_properties import UnsupportedClientProperty
 KEYTOOL_TIMEOUT_S: Final = 60.0
 _PEM_BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
 _lock = threading.Lock()
-_cache: dict[tuple[str, str, int, int], str] = {}
+_cache: dict[tuple[str, str, int, int, str], str] = {}
 _workdir: Path | None = None
 
 
@@ -38,7 +39,7 @@ def pem_trust_store(key: str, location: str, password: str | None, store_type: s
             raise UnsupportedClientProperty(key, f"the {store_type} trust store holds no certificate")
         out.write_text("\n".join(blocks) + "\n")
 
-    return _converted(key, location, "trust.pem", export)
+    return _converted(key, location, password, "trust.pem", export)
 
 
 def pkcs12_key_store(key: str, location: str, store_password: str | None, key_password: str | None,
@@ -55,15 +56,17 @@ def pkcs12_key_store(key: str, location: str, store_password: str | None, key_pa
                        "-destkeystore", str(out), "-deststoretype", "PKCS12"],
                  {"-srcstorepass": password, "-deststorepass": password})
 
-    return _converted(key, location, "key.p12", convert), password
+    return _converted(key, location, password, "key.p12", convert), password
 
 
-def _converted(key: str, location: str, suffix: str, make) -> str:  # noqa: ANN001
+def _converted(key: str, location: str, password: str | None, suffix: str, make) -> str:  # noqa: ANN001
     try:
         stat = os.stat(location)
     except OSError as exc:
         raise UnsupportedClientProperty(key, f"cannot read the store: {exc.strerror or exc}") from None
-    cache_key = (suffix, os.path.abspath(location), stat.st_mtime_ns, stat.st_size)
+    # Keyed by a digest of the password too: the same store with another password is another answer.
+    digest = hashlib.sha256((password or "").encode()).hexdigest()
+    cache_key = (suffix, os.path.abspath(location), stat.st_mtime_ns, stat.st_size, digest)
     with _lock:
         if cache_key not in _cache:
             out = _private_dir() / f"{len(_cache)}-{suffix}"

@@ -259,7 +259,8 @@ def test_plain_cluster_gets_only_bootstrap_servers():
 
 
 def test_connection_properties_global_then_cluster():
-    config = parse("security.protocol = SSL\nclient.id = srm\neast.security.protocol = SASL_SSL\n")
+    config = parse("security.protocol = SSL\nclient.id = srm\neast.security.protocol = SASL_SSL\n"
+                   "east.sasl.mechanism = SCRAM-SHA-512\n")
     assert config.kafka_client_config("east")["security.protocol"] == "SASL_SSL"
     assert config.kafka_client_config("west") == {
         "bootstrap.servers": "west-1:9092",
