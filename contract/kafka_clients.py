@@ -41,6 +41,10 @@ LOG = logging.getLogger(__name__)
 ADMIN_TIMEOUT_S = 30.0
 POLL_STEP_S = 0.1
 METADATA_STEP_S = 1.0
+# Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
+# defaults are 30 s and 60 s); `<alias>.socket.connection.setup.timeout.ms` and the like override them.
+CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
+                                       "socket.timeout.ms": 30_000}
 
 
 class WatchedAdmin(AdminClient):
@@ -96,7 +100,8 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> WatchedAdmin:
-    settings: dict[str, Any] = {**config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+    settings: dict[str, Any] = {**CLIENT_TIMEOUTS, **config.kafka_client_config(alias, role="admin"),
+                                **(overrides or {})}
     watch = _watched(config, alias, settings)
     client = WatchedAdmin(settings)
     client.watch = watch
@@ -108,7 +113,7 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random"}
+                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)
@@ -120,7 +125,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
 def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, object] | None = None,
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
-                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                   **CLIENT_TIMEOUTS}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)
