@@ -8,8 +8,6 @@ words that name a broker address and not the cluster alias, and it reconnects at
   ``east: SASL authentication failed (SCRAM-SHA-512): invalid credentials``;
 - keeps the newest fault of one client (``ClientWatch``, the client's ``error_cb``), so its owner can
   stop, close the client (the only thing that ends librdkafka's reconnects) and back off;
-- routes librdkafka's own log lines to Python logging under ``librdkafka.<alias>`` with at most one
-  line per kind of line and minute (``librdkafka_logger``);
 - hides every secret value of the configuration in every log record (``install_secret_scrubber``).
 
 The callbacks run only inside the client's ``poll``/``consume``/``flush``: owners must poll.
@@ -20,7 +18,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +29,6 @@ LOG = logging.getLogger(__name__)
 AUTHENTICATION: Final = "authentication"
 TLS: Final = "tls"
 AUTHORIZATION: Final = "authorization"
-LOG_WINDOW_S: Final = 60.0
 REDACTED: Final = "[redacted]"
 
 _AUTHORIZATION_CODES: Final = frozenset({
@@ -44,8 +40,6 @@ _TLS_ALERTS: Final = (
     (re.compile(r"alert number 4[68]|certificate unknown|unknown ca", re.I),
      "the broker does not trust the client certificate"),
 )
-_NOISE: Final = re.compile(r"\(after \d+ms in state \w+\)|\b\w+://[^\s:]+:\d+/(?:\d+|bootstrap)\b:?"
-                           r"|\b\d+(?:\.\d+)*\b")
 _JAAS_OPTION: Final = re.compile(
     r'(?P<name>[\w.$-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;"]+))')
 _PUBLIC_JAAS_OPTIONS: Final = frozenset({"username", "principal", "keytab", "usekeytab", "storekey",
@@ -168,43 +162,6 @@ class ClientWatch:
         fault = self.fault
         if fault is not None:
             raise ClusterRejected(fault)
-
-
-class LibrdkafkaLogThrottle(logging.Filter):
-    """At most one record per kind of librdkafka line and window; the next one says how many were held
-    back. A kind is the line without addresses, numbers and timings."""
-
-    def __init__(self, alias: str, window_s: float = LOG_WINDOW_S) -> None:
-        super().__init__()
-        self.alias, self.window_s = alias, window_s
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, int]] = {}  # kind -> (window start, lines held back)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        kind = _NOISE.sub("", message)
-        now = time.monotonic()
-        with self._lock:
-            start, held = self._seen.get(kind, (-self.window_s, 0))
-            if now - start < self.window_s:
-                self._seen[kind] = (start, held + 1)
-                return False
-            self._seen[kind] = (now, 0)
-        suffix = f" ({held} more like it in the last {self.window_s:.0f} s)" if held else ""
-        record.msg, record.args = f"{self.alias}: {message}{suffix}", ()
-        return True
-
-
-_loggers_lock = threading.Lock()
-
-
-def librdkafka_logger(alias: str) -> logging.Logger:
-    """The logger librdkafka's lines about cluster ``alias`` go to (throttled)."""
-    logger = logging.getLogger(f"librdkafka.{alias}")
-    with _loggers_lock:
-        if not any(isinstance(f, LibrdkafkaLogThrottle) for f in logger.filters):
-            logger.addFilter(LibrdkafkaLogThrottle(alias))
-    return logger
 
 
 def jaas_secrets(text: str) -> list[str]:

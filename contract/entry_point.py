@@ -1,8 +1,11 @@
 """What every console script does before its own work: parse ``--config``, set up logging, load the file.
 
 A configuration problem ends the process with exit status 2 and one line naming the file, the line and
-the key (``ConfigError``), never a traceback: a restart cannot fix it. Once the file is read, every
-secret value in it is hidden from every log line (``contract.client_faults.SecretScrubber``).
+the key (``ConfigError``), never a traceback: a restart cannot fix it. So does a missing prerequisite
+(``StartupError``, e.g. no ``java`` for the aggregator). Something that does not answer yet
+(``contract.reachability.Unreachable``, e.g. the aggregator's Redis) is one line too, with exit
+status 1: a restart once it answers works. Once the file is read, every secret value in it is hidden
+from every log line (``contract.client_faults.SecretScrubber``).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from typing import TypeVar
 
 from contract.client_faults import install_secret_scrubber
 from contract.config import ConfigError, SrmConfig, load_config
+from contract.reachability import Unreachable
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 CONFIG_ERROR_EXIT = 2
+UNREACHABLE_EXIT = 1
 
 _T = TypeVar("_T")
 
@@ -35,8 +40,9 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T],
           clients: tuple[str, ...] = ("librdkafka",)) -> _T | int:
     """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
-    the error is printed as ``<prog>: <message>`` and the exit status is returned instead. ``clients``:
-    the client renderings this process uses (``contract.config.RENDERINGS``), checked at load."""
+    the error is printed as ``<prog>: <message>`` and the exit status is returned instead (2; 1 for
+    ``Unreachable``). ``clients``: the client renderings this process uses
+    (``contract.config.RENDERINGS``), checked at load."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = load_config(args.config, clients)
@@ -45,6 +51,9 @@ def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T
     except (ConfigError, StartupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
+    except Unreachable as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return UNREACHABLE_EXIT
 
 
 def parse_and_start(prog: str, description: str, argv: Sequence[str] | None,

@@ -4,7 +4,7 @@ Byte-array clients only (MM2 compatible: records are copied as opaque bytes). li
 topic creation are turned into one exception type naming the cluster and topic.
 
 Every client carries a ``watch`` (``contract.client_faults.ClientWatch``, fed by its error callback)
-and logs librdkafka's lines, throttled, under ``librdkafka.<alias>``. Admin requests wait by polling
+and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``contract.librdkafka_logs``). Admin requests wait by polling
 the client, because librdkafka serves the error callback only inside ``poll``: a rejected login is a
 ``ClusterRejected`` naming the cluster within about a second, not a timeout 30 s later.
 """
@@ -31,8 +31,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable, librdkafka_logger
+from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable
 from contract.config import SrmConfig
+from contract.librdkafka_logs import client_log_settings
 
 __all__ = ["ClusterRejected", "ClusterUnavailable"]
 
@@ -60,12 +61,9 @@ class WatchedConsumer(Consumer):
 
 
 def _watched(config: SrmConfig, alias: str, settings: dict[str, Any]) -> ClientWatch:
-    """Adds the error callback and the logger to ``settings``; the caller's own ones win."""
+    """Adds the error callback to ``settings`` (the caller's own one wins)."""
     watch = ClientWatch(alias, config.security_of(alias)[1])
     settings.setdefault("error_cb", watch.error_cb)
-    settings.setdefault("logger", librdkafka_logger(alias))
-    # One INFO line per idle connection closed by the broker is noise, not news.
-    settings.setdefault("log.connection.close", False)
     return watch
 
 
@@ -100,8 +98,8 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> WatchedAdmin:
-    settings: dict[str, Any] = {**CLIENT_TIMEOUTS, **config.kafka_client_config(alias, role="admin"),
-                                **(overrides or {})}
+    settings: dict[str, Any] = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
+                                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
     watch = _watched(config, alias, settings)
     client = WatchedAdmin(settings)
     client.watch = watch
@@ -113,7 +111,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS}
+                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS,
+                                   **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)
@@ -126,7 +125,7 @@ def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, 
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                                   **CLIENT_TIMEOUTS}
+                                   **CLIENT_TIMEOUTS, **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)

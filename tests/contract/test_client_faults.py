@@ -1,4 +1,4 @@
-"""Client faults named for people, throttled librdkafka lines, back-off lines, and secrets kept out.
+"""Client faults named for people, back-off lines, and secrets kept out.
 
 The error strings are librdkafka 2.16's and the Java client's own words, as seen on real brokers
 (tests/e2e/test_secured_clusters.py drives the same paths end to end).
@@ -14,7 +14,6 @@ from confluent_kafka import KafkaError
 from contract.client_faults import (
     ClientWatch,
     ClusterRejected,
-    LibrdkafkaLogThrottle,
     SecretScrubber,
     classify,
     classify_java,
@@ -90,30 +89,6 @@ def test_watch_keeps_the_fault_and_check_raises_it():
     with pytest.raises(ClusterRejected) as caught:
         watch.check()
     assert str(caught.value) == "east: SASL authentication failed (SCRAM-SHA-512): invalid credentials"
-
-
-def _record(message: str) -> logging.LogRecord:
-    return logging.LogRecord("librdkafka.east", logging.ERROR, __file__, 1, "%s [%s] %s",
-                             ("FAIL", "rdkafka#producer-1", message), None)
-
-
-def test_librdkafka_lines_are_throttled_per_kind(monkeypatch):
-    clock = [1000.0]
-    monkeypatch.setattr("contract.client_faults.time.monotonic", lambda: clock[0])
-    throttle = LibrdkafkaLogThrottle("east", window_s=60)
-    passed = []
-    for i in range(150):  # one a second at most in a real minute; 2.5 s-¹ here: 60 s of retries
-        clock[0] += 0.4
-        record = _record(SASL_BAD.replace("308ms", f"{300 + i}ms").replace("40123", str(40000 + i % 3)))
-        if throttle.filter(record):
-            passed.append(record.getMessage())
-    assert len(passed) == 1
-    assert passed[0].startswith("east: FAIL [rdkafka#producer-1] ")
-    clock[0] += 1.0  # the window is over: the next line passes and says what was held back
-    record = _record(SASL_BAD)
-    assert throttle.filter(record)
-    assert record.getMessage().endswith("(149 more like it in the last 60 s)")
-    assert throttle.filter(_record("Disconnected while requesting ApiVersion"))  # another kind
 
 
 def test_jaas_secrets_are_found_and_redacted():
