@@ -4,9 +4,10 @@ Byte-array clients only (MM2 compatible: records are copied as opaque bytes). li
 topic creation are turned into one exception type naming the cluster and topic.
 
 Every client carries a ``watch`` (``contract.client_faults.ClientWatch``, fed by its error callback)
-and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``contract.librdkafka_logs``). Admin requests wait by polling
-the client, because librdkafka serves the error callback only inside ``poll``: a rejected login is a
-``ClusterRejected`` naming the cluster within about a second, not a timeout 30 s later.
+and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``contract.librdkafka_logs``).
+Admin requests wait by polling the client, because librdkafka serves the error callback only inside
+``poll``: a rejected login is a ``ClusterRejected`` naming the cluster within about a second, not a
+timeout 30 s later.
 """
 
 from __future__ import annotations
