@@ -9,7 +9,6 @@ cluster's alias is unique per run, so heartbeats topics other tests left on west
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
