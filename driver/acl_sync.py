@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
+LOGGED_BINDINGS = 10  # a change is logged with this many bindings named
 ALL_TOPIC_ACLS = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
                                   AclOperation.ANY, AclPermissionType.ANY)
 
@@ -114,8 +115,10 @@ class TopicAclSync:
     def _report(self, synced: list[AclBinding]) -> None:
         if synced != self._synced:
             if synced:
-                LOG.info("%s->%s: %d topic ACLs on the target: %s", self.source, self.target, len(synced),
-                         "; ".join(describe(b) for b in synced))
+                shown = "; ".join(describe(b) for b in synced[:LOGGED_BINDINGS])
+                more = f" and {len(synced) - LOGGED_BINDINGS} more" if len(synced) > LOGGED_BINDINGS else ""
+                LOG.info("%s->%s: %d topic ACLs on the target: %s%s", self.source, self.target, len(synced),
+                         shown, more)
             self._synced = synced
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
