@@ -93,8 +93,12 @@ class ReplicationWorker(threading.Thread):
                 self._run(source, target)
                 return
             except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
-                LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
-                              RESTART_BACKOFF_S)
+                if isinstance(exc, ClusterUnavailable):  # an outage: one line per retry, no traceback
+                    LOG.warning("replication %s->%s: %s; retrying in %.0f s", source, target, exc,
+                                RESTART_BACKOFF_S)
+                else:
+                    LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
+                                  RESTART_BACKOFF_S)
                 self.stats.status, self.stats.error = DriverStatus.FAILED, f"{type(exc).__name__}: {exc}"
                 self._publish_failure()
                 self.stopping.wait(RESTART_BACKOFF_S)
