@@ -2,16 +2,19 @@
 
 Topology (one driver): `far -> east -> west` replicate, and disabled pairs into east and far still
 send heartbeats there (MM2's default), so every cluster has a `heartbeats` topic. West then holds
-`east.heartbeats` (east's heartbeats, one hop) and `east.far.heartbeats` (far's, two hops). The third
-cluster's alias is unique per run, so heartbeats topics other tests left on west cannot answer for it.
+`east.heartbeats` (east's heartbeats, one hop) and `east.far.heartbeats` (far's, two hops). The three
+clusters are this module's own: the heartbeats topics it leaves behind must not reach other tests'
+replications, and theirs must not answer for `far` here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from stack.kafka_cluster import KafkaClusters
 from tests.interop.conftest import MirrorProbe
 from tests.interop.support import (
     alter_group_offsets,
@@ -37,16 +40,25 @@ class Written:
 
 
 @pytest.fixture(scope="module")
-def written(kafka_clusters: dict[str, str], north: str, mirror_probe: MirrorProbe,
+def three_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    clusters = KafkaClusters(["east", "west", "far"], root=tmp_path_factory.mktemp("hops")).start()
+    try:
+        yield {alias: clusters.bootstrap(alias) for alias in clusters.clusters}
+    finally:
+        clusters.cleanup()
+
+
+@pytest.fixture(scope="module")
+def written(three_clusters: dict[str, str], mirror_probe: MirrorProbe,
             tmp_path_factory: pytest.TempPathFactory) -> Written:
     """Runs the driver until every internal topic holds records, then stops it cleanly."""
-    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    east, west, far_servers = three_clusters["east"], three_clusters["west"], three_clusters["far"]
     suffix = tag()
-    far, topic, group = f"far{suffix}", f"orders-{suffix}", f"g-{suffix}"
+    far, topic, group = "far", f"orders-{suffix}", f"g-{suffix}"
     create_topic(east, topic, 2)
     produce_values(east, topic, 2, 300)
     alter_group_offsets(east, group, topic, {0: 120, 1: 250})
-    bootstraps = {"east": east, "west": west, far: north}
+    bootstraps = {"east": east, "west": west, far: far_servers}
     settings = {"topics": topic, "groups": group}
     with running_driver(tmp_path_factory.mktemp("mirror-client"), bootstraps,
                         [(far, "east"), ("east", "west")], settings, targets=["west", "east", far]) as driver:
