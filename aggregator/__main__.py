@@ -17,26 +17,36 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
+from contract import redis_connection
 from contract.config import SrmConfig
 from contract.entry_point import StartupError, config_parser, start
 
-# A stop that takes longer ends the process anyway. Under spark-submit the JVM may be gone first, and a
-# driver was seen blocked for good in py4j's cleanup; the checkpoints make a hard exit as safe as a crash.
-STOP_TIMEOUT_S = 60.0
+# A stop that takes longer ends the process anyway (SIGTERM to exit within 10 s). Under spark-submit the
+# JVM may be gone first, and a driver was seen blocked for good in py4j's cleanup; the checkpoints and the
+# sink's one MULTI per batch make a hard exit as safe as a crash.
+STOP_TIMEOUT_S = 9.0
+# Each query's stop waits this long for its running batch (spark.sql.streaming.stopTimeout), then the
+# batch is abandoned: Spark replays it on the next start and the sink skips what Redis has.
+QUERY_STOP_TIMEOUT_MS = 4000
+# What is left of the deadline after the queries stopped goes to the merge children finishing the batches
+# already handed to them, so Redis is left at a batch boundary; the Spark context stops last.
+SPARK_STOP_RESERVE_S = 2.0
 
 LOG = logging.getLogger("aggregator")
 
 
 def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
     checkpoint_dir = config.setting("aggregator.checkpoint.dir") or ""
-    redis_url = config.setting("redis.url") or ""
+    redis_url = redis_connection.configured_url(config)
     trigger_ms = config.setting("aggregator.trigger.interval.ms")
     watermark_s = config.setting("aggregator.watermark.delay.seconds")
     # Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
@@ -79,12 +89,14 @@ def run(specs: list[RollupQuerySpec], master: str | None) -> None:
         targets = [spec.target for spec in specs]
         pools = write_fair_scheduler_file(targets, Path(scratch) / "fairscheduler.xml")
         # Spark reads the allocation file once, when the session starts.
-        spark = build_session(master, extra={ALLOCATION_FILE_CONF: str(pools)})
+        spark = build_session(master, extra={ALLOCATION_FILE_CONF: str(pools),
+                                             "spark.sql.streaming.stopTimeout": str(QUERY_STOP_TIMEOUT_MS)})
     supervise(spark, specs)
 
 
 def supervise(spark, specs: list[RollupQuerySpec]) -> None:
     from aggregator.supervisor import QuerySupervisor
+    from aggregator.window_writer import join_window_writers
 
     supervisor = QuerySupervisor(spark, specs).start_all()
     stopping = threading.Event()
@@ -93,17 +105,47 @@ def supervise(spark, specs: list[RollupQuerySpec]) -> None:
     while not stopping.is_set():
         supervisor.check()
         stopping.wait(1.0)
-    watchdog = threading.Timer(STOP_TIMEOUT_S, _exit_hung)
+    jvm = _jvm_process(spark)
+    watchdog = threading.Timer(STOP_TIMEOUT_S, _exit_hung, args=(jvm,))
     watchdog.daemon = True
     watchdog.start()
-    supervisor.stop_all()
-    spark.stop()
-    watchdog.cancel()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    try:
+        supervisor.stop_all()
+        join_window_writers(max(0.0, deadline - SPARK_STOP_RESERVE_S - time.monotonic()))
+        spark.stop()
+    except Exception as exc:  # a SIGTERM to the process group reached the JVM too, and it went first
+        LOG.warning("the Spark side ended before the queries were stopped (%s); Spark replays the "
+                    "unfinished batch on the next start", type(exc).__name__)
+    finally:
+        _end_jvm(jvm, deadline)
+        watchdog.cancel()
 
 
-def _exit_hung() -> None:
+def _jvm_process(spark) -> subprocess.Popen | None:  # noqa: ANN001
+    """The JVM this process launched (None under spark-submit, which launched us)."""
+    context = getattr(spark, "sparkContext", None)
+    return getattr(getattr(context, "_gateway", None), "proc", None)
+
+
+def _end_jvm(jvm: subprocess.Popen | None, deadline: float) -> None:
+    """The JVM's own shutdown hooks (run when the SIGTERM reached it too) were seen to take over 15 s:
+    what is left of it at the deadline is killed."""
+    if jvm is None:
+        return
+    try:
+        jvm.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        LOG.warning("the Spark JVM did not exit in time; killing it")
+        jvm.kill()
+        jvm.wait()
+
+
+def _exit_hung(jvm: subprocess.Popen | None) -> None:
     # Not through logging: its locks may be what the stop is stuck on.
     os.write(2, f"srm-aggregator: stop did not finish in {STOP_TIMEOUT_S:g} s; exiting\n".encode())
+    if jvm is not None and jvm.poll() is None:
+        jvm.kill()
     os._exit(1)
 
 

@@ -42,6 +42,7 @@ from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
+from contract import redis_connection
 from contract import redis_layout as layout
 from contract.replication_policy import metrics_topic
 
@@ -120,7 +121,7 @@ class RedisRollupSink:
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url)
+            self._client = redis_connection.connect(self.redis_url)
             self._latest = self._client.register_script(UPSERT_LATEST_LUA)
         return self._client
 

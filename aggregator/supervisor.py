@@ -59,6 +59,9 @@ class QuerySupervisor:
         return restarted
 
     def stop_all(self) -> None:
-        for query in self.queries.values():
-            if query.isActive:
-                query.stop()
+        for name, query in self.queries.items():
+            try:
+                if query.isActive:
+                    query.stop()
+            except Exception as exc:  # noqa: PERF203 (one query's failed stop must not keep the others)
+                LOG.warning("query %s ended with an error while stopping: %s", name, type(exc).__name__)

@@ -28,6 +28,7 @@ import redis
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from contract import redis_connection
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ WATCH_RETRIES = 5
 # finest window (10 s); at 20k records/s merging every batch (~0.6 s) took ~40 % of a core.
 MERGE_INTERVAL_S = 2.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+CHILD_PREFIX = "srm-windows-"
 
 
 def encode_partials(windows: pa.Table) -> bytes:
@@ -174,7 +176,7 @@ class BackgroundWindowWriter:
         self._conn, child = context.Pipe()
         level = logging.getLogger(__name__).getEffectiveLevel()
         self._process = context.Process(target=_serve, args=(redis_url, scope, committed, child, level),
-                                        name=f"srm-windows-{scope}", daemon=True)
+                                        name=f"{CHILD_PREFIX}{scope}", daemon=True)
         self._process.start()
         child.close()
         self._pending = 1  # the recovery of what a crash left staged
@@ -216,12 +218,22 @@ class BackgroundWindowWriter:
             self._failure = self._failure or failure
 
 
+def join_window_writers(timeout_s: float) -> list[str]:
+    """Waits up to `timeout_s` for the merge children whose query ended (they finish the batches they
+    were handed, then exit); returns the names of those still running."""
+    deadline = time.monotonic() + timeout_s
+    children = [c for c in multiprocessing.active_children() if c.name.startswith(CHILD_PREFIX)]
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+    return [c.name for c in children if c.is_alive()]
+
+
 def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, level: int) -> None:
     """The child: recover, then merge the submitted batches from their staged copies, those that come
     within MERGE_INTERVAL_S of the last merge together; answer each with None or what failed. After a
     failure nothing more is merged (later batches build on it): the query restarts."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    writer = WindowWriter(redis.Redis.from_url(redis_url), scope)
+    writer = WindowWriter(redis_connection.connect(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
     last_merge = 0.0
     try:

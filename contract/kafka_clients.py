@@ -27,6 +27,10 @@ from contract.config import SrmConfig
 LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
+# Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
+# defaults are 30 s and 60 s); `<alias>.socket.connection.setup.timeout.ms` and the like override them.
+CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
+                                       "socket.timeout.ms": 30_000}
 
 
 class ClusterUnavailable(RuntimeError):
@@ -60,7 +64,8 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
-    return AdminClient({**config.kafka_client_config(alias, role="admin"), **(overrides or {})})
+    settings = {**CLIENT_TIMEOUTS, **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+    return AdminClient(settings)
 
 
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
@@ -68,7 +73,7 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random"}
+                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     return Producer(settings)
@@ -77,7 +82,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
 def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, object] | None = None,
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
-                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                   **CLIENT_TIMEOUTS}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     return Consumer(settings)

@@ -9,6 +9,7 @@ replications into it, so srm-control edits apply without a restart.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -25,7 +26,11 @@ from driver.replication import ReplicationWorker
 LOG = logging.getLogger("driver")
 
 CONTROL_LOAD_TIMEOUT_S = 30.0
-JOIN_TIMEOUT_S = 60.0
+# SIGTERM to exit: every task gets this long to flush, commit or abort and close its clients (their own
+# shutdown waits are bounded by SHUTDOWN_FLUSH_S). A task still busy then (a call into a cluster that
+# went silent) is left behind and the process exits: what it had not recorded as progress is replayed
+# by the next owner, and an open transaction is aborted when that owner fences it.
+STOP_DEADLINE_S = 8.0
 
 
 @dataclass
@@ -54,15 +59,19 @@ class DriverTasks:
         for worker in self.workers:
             worker.start()
 
-    def stop(self) -> None:
-        """Joins the threads (``stopping`` is already set); workers first, they read the lists."""
-        for thread in [*reversed(self.workers), *reversed(self.heartbeats)]:
+    def stop(self, deadline_s: float = STOP_DEADLINE_S) -> list[str]:
+        """Joins the threads (``stopping`` is already set) until the deadline; workers first, they read
+        the lists. Returns the names of the threads still running then."""
+        deadline = time.monotonic() + deadline_s
+        threads = [*reversed(self.workers), *reversed(self.heartbeats)]
+        for thread in threads:
             if thread.is_alive():
-                thread.join(JOIN_TIMEOUT_S)
-                if thread.is_alive():
-                    LOG.warning("%s did not stop within %.0f s", thread.name, JOIN_TIMEOUT_S)
+                thread.join(max(0.0, deadline - time.monotonic()))
         for lists in reversed(self.control.values()):
-            lists.stop()
+            lists.stop(max(0.1, deadline - time.monotonic()))
+        hung = [t.name for t in threads if t.is_alive()]
+        hung += [f"control lists of {alias}" for alias, lists in self.control.items() if lists.running]
+        return hung
 
 
 def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
@@ -100,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping.wait(1.0):
         pass
     LOG.info("stopping")
-    tasks.stop()
+    hung = tasks.stop()
+    if hung:
+        LOG.warning("%s did not stop within %.0f s; exiting without them", ", ".join(hung), STOP_DEADLINE_S)
+        logging.shutdown()
+        os._exit(1)  # their threads sit in librdkafka calls that an interpreter exit would wait for
     LOG.info("stopped")
     return 0
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from contract.config import SrmConfig
 from contract.replication_policy import ReplicationPolicy
 from driver.checkpoint_rules import downstream_topic_for
+from driver.offset_sync_store import OffsetSyncStore
 from driver.topic_filter import TopicFilter, should_replicate_topic
 
 LOG = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ class CheckpointSettings:
     sync_interval_s: float
     metrics_period_s: float
     syncs_on_source: bool  # offset-syncs.topic.location
+    history_size: int = 0  # offset-syncs.history.size: dense recent syncs per partition
+    spacing: int = 101  # offset.lag.max + 1 of this replication: how far apart kept syncs may be
+    reverse_spacing: int = 101  # the same for the reverse replication's syncs (fail-back)
 
     @classmethod
     def of(cls, config: SrmConfig, source: str, target: str) -> CheckpointSettings:
@@ -34,6 +38,12 @@ class CheckpointSettings:
             if value is None or value <= 0:
                 raise config.config_error(key, f"must be a positive number of seconds, got {value}",
                                           source, target)
+            return value
+
+        def count(key: str, of: tuple[str, str] = (source, target)) -> int:
+            value = config.setting(key, *of)
+            if value is None or value < 0:
+                raise config.config_error(key, f"must be >= 0, got {value}", *of)
             return value
 
         location = (config.setting("offset-syncs.topic.location", source, target) or "").lower()
@@ -46,7 +56,15 @@ class CheckpointSettings:
             sync_enabled=config.setting("sync.group.offsets.enabled", source, target),
             sync_interval_s=seconds("sync.group.offsets.interval.seconds"),
             metrics_period_s=seconds("metrics.period"),
-            syncs_on_source=location == "source")
+            syncs_on_source=location == "source",
+            history_size=count("offset-syncs.history.size"),
+            spacing=count("offset.lag.max") + 1,
+            reverse_spacing=count("offset.lag.max", (target, source)) + 1)
+
+    def sync_store(self, initialization_must_read_to_end: bool, reverse: bool = False) -> OffsetSyncStore:
+        """A store for this replication's offset syncs (or, with `reverse`, the reverse one's)."""
+        return OffsetSyncStore(initialization_must_read_to_end, self.history_size,
+                               self.reverse_spacing if reverse else self.spacing)
 
 
 def checkpointable_topic(topic: str, topic_filter: TopicFilter, policy: ReplicationPolicy, source: str,

@@ -127,8 +127,8 @@ class CheckpointWorker(threading.Thread):
         self._create_topics()
         restored = self._restore_checkpoints()
         # Without the previous checkpoints only the newest syncs are trusted (MM2 KAFKA-16622).
-        self.store = OffsetSyncStore(initialization_must_read_to_end=not restored)
-        self.reverse_store = OffsetSyncStore(initialization_must_read_to_end=not restored)
+        self.store = self.settings.sync_store(initialization_must_read_to_end=not restored)
+        self.reverse_store = self.settings.sync_store(not restored, reverse=True)
         self._start_forward_feed()
         self._attach_reverse_feed()
         self._loop()
@@ -224,7 +224,7 @@ class CheckpointWorker(threading.Thread):
         self._feeds, self._reverse_feed = [], None
         producer = getattr(self, "producer", None)
         if producer is not None:
-            producer.flush(30)
+            producer.flush(2.0)  # checkpoints are re-emitted every interval: a stop does not wait long
             self.producer = None
 
     # -- the loop -----------------------------------------------------------------------------------

@@ -173,6 +173,10 @@ class ControlLists:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def wait_until_loaded(self, timeout_s: float) -> bool:
         """True once every record that existed when reading began has been applied."""
         return self._loaded.wait(timeout_s)

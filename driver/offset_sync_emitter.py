@@ -4,12 +4,17 @@ MM2 compatible: the decision (`offset.lag.max`, gaps, truncation) and the in-fli
 `driver.offset_sync_writer`; this module feeds it every acknowledged record, sends the due syncs to
 partition 0 of the compacted single-partition topic, and promotes the delayed ones on each progress
 flush, so a quiet partition's latest position reaches the checkpoint side within one flush (KAFKA-15906).
-Syncs are best-effort, as in MM2: a failed send is logged and superseded by the next one.
+A due sync leaves from the acknowledgement that made it due when one of the 10 permits is free, and
+otherwise as soon as a delivery report returns one (the writer's queue refills itself); it is never
+overwritten by a later sync of its partition, and `close` drains the queue, so the positions a
+hand-over needs are on the topic. Syncs are best-effort, as in MM2: a failed send is logged.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -57,10 +62,12 @@ class OffsetSyncEmitter:
         return cls(producer, topic, lag_max)
 
     def acknowledged(self, topic: str, partition: int, upstream_offset: int, downstream_offset: int) -> None:
-        """A record the target acknowledged (committed, in exactly-once mode); call `send_due` after.
+        """A record the target acknowledged (committed, in exactly-once mode), as MM2's commitRecord.
 
         Hot path: most records only advance the partition state (no gap, no truncation, not stale), which
         is what `PartitionState.update` does for them too; those skip the writer's queue until a flush.
+        A due sync is sent at once: a burst of acknowledgements (one producer poll) must not leave only
+        its last sync per partition.
         """
         key = (topic, partition)
         state = self._states.get(key)
@@ -71,16 +78,26 @@ class OffsetSyncEmitter:
             self._latest[key] = (upstream_offset, downstream_offset)
             return
         self._latest.pop(key, None)  # superseded: maybe_queue keeps this one
-        self.writer.maybe_queue(topic, partition, upstream_offset, downstream_offset)
+        due = self.writer.maybe_queue(topic, partition, upstream_offset, downstream_offset)
         if state is None:
             # After its first record a partition has a sync, so the fast path's conditions hold.
             self._states[key] = self.writer.partition_state(topic, partition)  # type: ignore[assignment]
+        if due:
+            self._fire()
 
-    def send_due(self) -> None:
+    def _fire(self) -> None:
+        queue = self.writer.queue
         try:
-            self.writer.queue.fire_pending()
+            queue.fire_pending()
         except BufferError:  # the producer queue is full: the sync stays queued for the next call
             LOG.debug("offset-syncs producer queue full; retrying later")
+        if queue.saturated:
+            # Delivery reports that already arrived return permits, and the queue refills from them.
+            self.producer.poll(0)
+
+    def send_due(self) -> None:
+        """Each tick: sends what waits for a permit, and serves the delivery reports that return them."""
+        self._fire()
         self.producer.poll(0)
 
     def flush_delayed(self) -> None:
@@ -91,9 +108,33 @@ class OffsetSyncEmitter:
         self.writer.queue.promote_delayed()
         self.send_due()
 
+    def forget(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Partitions revoked or (re)assigned: their latest positions are queued, and their next record
+        starts a new lifetime with a sync due, as a new MM2 task's first record does."""
+        keys = [key for key in keys if key in self._states or key in self._latest]
+        if not keys:
+            return
+        for key in keys:
+            latest = self._latest.pop(key, None)
+            if latest is not None:
+                self.writer.queue.queue_later(QueuedOffsetSync(key[0], key[1], *latest))
+            self._states.pop(key, None)
+        self.writer.queue.promote_delayed()
+        self.writer.forget(keys)
+        self._fire()
+
     def close(self, timeout_s: float = 10.0) -> None:
+        """Sends every queued sync (MM2 drops what is pending at task stop), then flushes."""
         self.flush_delayed()
-        self.producer.flush(timeout_s)
+        queue = self.writer.queue
+        deadline = time.monotonic() + timeout_s
+        while (queue.pending() or queue.in_flight) and time.monotonic() < deadline:
+            self._fire()
+            self.producer.poll(0.05)
+        left = len(queue.pending())
+        if left:
+            LOG.warning("%d offset syncs not sent within %.0f s of closing %s", left, timeout_s, self.topic)
+        self.producer.flush(max(0.0, deadline - time.monotonic()))
 
     def _send(self, sync: QueuedOffsetSync, done: DeliveryCallback) -> None:
         record = OffsetSync(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)

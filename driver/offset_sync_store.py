@@ -11,6 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from driver.offset_sync_history import RecentSyncs
+
 LOG = logging.getLogger(__name__)
 
 # One slot per bit of a 64-bit offset, as MM2 does (SYNCS_PER_PARTITION = Long.SIZE).
@@ -57,12 +59,24 @@ class OffsetSyncStore:
 
     The per-partition history is an immutable tuple replaced on each `add`, so
     readers on other threads always see a consistent history.
+
+    Beyond MM2: with `recent_capacity` > 0 the store also keeps the recent syncs of
+    each partition densely (`RecentSyncs`, thinned to `spacing` = offset.lag.max + 1)
+    and translates through whichever of the two holds the later sync at or before
+    the group's offset. Both are real syncs at or before it, so the answer is never
+    above the exact offset; within the recent span it re-reads at most
+    offset.lag.max records. The recent history is read and written on one thread.
     """
 
-    def __init__(self, initialization_must_read_to_end: bool = True) -> None:
+    def __init__(self, initialization_must_read_to_end: bool = True, recent_capacity: int = 0,
+                 spacing: int = 101) -> None:
+        if recent_capacity < 0:
+            raise ValueError(f"recent_capacity must be >= 0, got {recent_capacity}")
         self._initialization_must_read_to_end = initialization_must_read_to_end
         self._read_to_end = False
         self._histories: dict[TopicPartition, tuple[SyncPoint, ...]] = {}
+        self._recent_capacity, self._spacing = recent_capacity, spacing
+        self._recent: dict[TopicPartition, RecentSyncs] = {}
 
     @property
     def ready(self) -> bool:
@@ -79,14 +93,28 @@ class OffsetSyncStore:
         sync = SyncPoint(_checked_offset(upstream_offset), _checked_offset(downstream_offset))
         key = (topic, partition)
         history = self._histories.get(key)
-        if history is None or self._must_restart_history(history, sync):
+        restart = history is None or self._must_restart_history(history, sync)
+        if history is None or restart:
             self._histories[key] = (sync,) * SYNCS_PER_PARTITION
         else:
             self._histories[key] = advance_history(history, sync)
+        if self._recent_capacity:
+            recent = self._recent.get(key)
+            if recent is None:
+                recent = self._recent[key] = RecentSyncs(self._recent_capacity, self._spacing)
+            if restart:
+                recent.reset(sync.upstream_offset, sync.downstream_offset)
+            else:
+                recent.add(sync.upstream_offset, sync.downstream_offset)
 
     def syncs(self, topic: str, partition: int) -> tuple[SyncPoint, ...]:
         """The 64 slots of a partition, newest first; empty when none was read."""
         return self._histories.get((topic, partition), ())
+
+    def recent(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """The dense recent syncs of a partition, oldest first; empty when disabled or none read."""
+        recent = self._recent.get((topic, partition))
+        return recent.syncs() if recent is not None else []
 
     def translate_downstream(
         self, group: str, topic: str, partition: int, upstream_offset: int
@@ -101,6 +129,11 @@ class OffsetSyncStore:
             LOG.debug("translate %s %s-%d: no offset sync", group, topic, partition)
             return None
         sync = latest_sync_at_or_before(history, upstream_offset)
+        recent = self._recent.get((topic, partition))
+        closer = recent.at_or_before(upstream_offset) if recent is not None else None
+        if closer is not None and (sync.upstream_offset > upstream_offset
+                                   or closer[0] > sync.upstream_offset):
+            sync = SyncPoint(*closer)
         if sync.upstream_offset > upstream_offset:
             LOG.debug(
                 "translate %s %s-%d@%d: behind oldest %s", group, topic, partition, upstream_offset, sync

@@ -34,7 +34,13 @@ from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
-from driver.target_writer import TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow, TransactionalWriter
+from driver.target_writer import (
+    SHUTDOWN_FLUSH_S,
+    TRANSACTION_TIMEOUT_S,
+    AtLeastOnceWriter,
+    PartitionFlow,
+    TransactionalWriter,
+)
 from driver.topic_sync import TopicSync
 
 LOG = logging.getLogger(__name__)
@@ -63,6 +69,7 @@ class ReplicationWorker(threading.Thread):
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
+        self.emitter: OffsetSyncEmitter | None = None
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
@@ -99,6 +106,7 @@ class ReplicationWorker(threading.Thread):
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)
+        self.emitter = emitter
         self.writer = self._writer(emitter)
         self.consumer = self._source_consumer()
         try:
@@ -129,16 +137,17 @@ class ReplicationWorker(threading.Thread):
         return messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
 
     def _shutdown(self, emitter: OffsetSyncEmitter | None) -> None:
+        """Bounded: the process stops within its deadline (driver.__main__) even with the target down."""
         try:
             keys = list(self.writer.flows)
-            self.writer.release(keys)
+            self.writer.release(keys, timeout_s=SHUTDOWN_FLUSH_S)
             self._produce_metrics(self.stats.retire(set(keys)))
         finally:
             self.consumer.close()
             self.progress.close()
             if emitter is not None:
-                emitter.close()
-            self.producer.flush(30)
+                emitter.close(1.0)
+            self.producer.flush(1.0)
 
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
@@ -209,6 +218,8 @@ class ReplicationWorker(threading.Thread):
         counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
                   .items() if t in {k[0] for k in keys}}
         self.topic_sync.ensure_remote(counts)  # new source partitions may reach us before our refresh
+        if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
+            self.emitter.forget(keys)
         if isinstance(self.writer, TransactionalWriter):
             self.writer.fence(keys)  # before reading progress: aborts what a zombie left open
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
@@ -240,6 +251,8 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
+        if self.emitter is not None:
+            self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))

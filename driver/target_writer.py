@@ -38,6 +38,9 @@ PROGRESS_FLUSH_INTERVAL_S: Final = 1.0
 TRANSACTION_INTERVAL_S: Final = 0.25
 TRANSACTION_TIMEOUT_S: Final = 30.0
 FLUSH_TIMEOUT_S: Final = 60.0
+# Flushes when the process stops: within the driver's stop deadline (driver.__main__). What is not
+# acknowledged by then is not recorded as progress, so the next owner replays it.
+SHUTDOWN_FLUSH_S: Final = 5.0
 PARTITION_WAIT_S: Final = 30.0
 
 
@@ -150,15 +153,17 @@ class AtLeastOnceWriter(_WriterBase):
                 self.emitter.flush_delayed()
             self._next_flush = now + PROGRESS_FLUSH_INTERVAL_S
 
-    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False) -> None:
+    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False,
+                timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Stop writing partitions: wait for their records, then record their final progress."""
         flows = [self.flows[k] for k in keys if k in self.flows]
         if not flows:
             return
-        self._flush()
+        deadline = time.monotonic() + timeout_s
+        self._flush(timeout_s)
         if not lost:  # a lost partition may already be owned elsewhere: never rewind its progress
             self._persist(flows)
-            self._flush()
+            self._flush(max(0.1, deadline - time.monotonic()))
         for flow in flows:
             del self.flows[flow.key]
             self._by_remote.pop((flow.remote, flow.partition), None)
@@ -170,9 +175,9 @@ class AtLeastOnceWriter(_WriterBase):
                 self.producer.produce(self.progress_topic, value, key)
                 flow.persisted = flow.acked
 
-    def _flush(self) -> None:
-        if self.producer.flush(FLUSH_TIMEOUT_S) > 0:
-            raise DeliveryFailed(f"records not acknowledged by the target within {FLUSH_TIMEOUT_S:.0f} s")
+    def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        if self.producer.flush(timeout_s) > 0:
+            raise DeliveryFailed(f"records not acknowledged by the target within {timeout_s:.0f} s")
         self._check()
 
 
@@ -284,36 +289,46 @@ class TransactionalWriter(_WriterBase):
         elif self.emitter is not None:
             self.emitter.send_due()
 
-    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False) -> None:
+    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False,
+                timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         keys = [k for k in keys if k in self.producers]
+        deadline = time.monotonic() + timeout_s
         if lost:
             for key in keys:
                 if key in self._open:
                     self._abort(key)
         else:
-            self._commit([k for k in keys if k in self._open])
+            try:
+                self._commit([k for k in keys if k in self._open], timeout_s)
+            except (KafkaException, DeliveryFailed) as exc:  # not committed in time: aborted instead
+                LOG.warning("releasing %d partition(s): commit failed (%s); aborting", len(keys), exc)
+                for key in keys:
+                    if key in self._open:
+                        self._abort(key, max(0.1, deadline - time.monotonic()))
         for key in keys:
-            self.producers.pop(key).flush(FLUSH_TIMEOUT_S)
+            self.producers.pop(key).flush(max(0.0, deadline - time.monotonic()))
             self.flows.pop(key, None)
             self._holders.pop(key, None)
 
-    def _commit(self, keys: list[tuple[str, int]]) -> None:
+    def _commit(self, keys: list[tuple[str, int]], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
         for key in keys:
             flow, producer = self.flows[key], self.producers[key]
             progress_key, value = self._progress_record(flow, flow.produced)
             producer.produce(self.progress_topic, value, progress_key)
-            producer.flush(FLUSH_TIMEOUT_S)
+            if producer.flush(max(0.1, deadline - time.monotonic())) > 0:
+                raise DeliveryFailed(f"records of {flow.topic}[{flow.partition}] not acknowledged in time")
             self._check()
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+            producer.commit_transaction(max(0.1, deadline - time.monotonic()))
             self._open.discard(key)
             flow.acked = flow.persisted = flow.produced
             for upstream, downstream in flow.pending_syncs:
                 self._feed_sync(flow, upstream, downstream)
             flow.pending_syncs.clear()
 
-    def _abort(self, key: tuple[str, int]) -> None:
+    def _abort(self, key: tuple[str, int], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
         try:
-            self.producers[key].abort_transaction(TRANSACTION_TIMEOUT_S)
+            self.producers[key].abort_transaction(timeout_s)
         except KafkaException as exc:  # fenced already: the new owner aborted it for us
             LOG.info("abort of %s not needed: %s", self.transactional_id(*key), exc)
         self._open.discard(key)
@@ -322,5 +337,5 @@ class TransactionalWriter(_WriterBase):
             flow.in_flight.clear()
             flow.pending_syncs.clear()
 
-    def close(self) -> None:
-        self.release(list(self.producers))
+    def close(self, timeout_s: float = SHUTDOWN_FLUSH_S) -> None:
+        self.release(list(self.producers), timeout_s=timeout_s)

@@ -7,6 +7,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from contract import redis_connection
 from contract.config import SrmConfig
 from contract.entry_point import StartupError, parse_and_start
 from service.app import create_app
@@ -19,7 +20,7 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
     """Flask settings from the properties file; the auth secrets go to the app, never to a log."""
     advertised = advertiser_settings(config)  # /v2/services shows what the advertisements say
     return {
-        "REDIS_URL": config.setting("redis.url"),
+        "REDIS_URL": redis_connection.configured_url(config),
         "AUTH_USERNAME": config.setting("service.auth.basic.username"),
         "AUTH_PASSWORD": config.setting("service.auth.basic.password"),
         "AUTH_TOKEN": config.setting("service.auth.token"),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import flask_smorest
-import redis
 from flask import Flask, current_app, request
 from flask_smorest import Api
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
+from contract import redis_connection
 from service.api.common import Timestamp
 from service.metrics_reader import MetricsReader
 
@@ -51,9 +51,7 @@ def init_app(app: Flask) -> Api:
     api = ServiceApi(app)
     api.register_field(Timestamp, "string", None)
     app.extensions[API_KEY] = api
-    client = redis.Redis.from_url(
-        app.config["REDIS_URL"], socket_connect_timeout=2, socket_timeout=5, health_check_interval=30
-    )
+    client = redis_connection.connect(app.config["REDIS_URL"])
     app.extensions[READER_KEY] = MetricsReader(client)
     return api
 

@@ -31,7 +31,7 @@ def test_one_spec_per_target_with_the_aggregator_settings():
     assert (west.bootstrap_servers, west.trigger_interval, west.max_offsets_per_trigger) == (
         "127.0.0.1:2", "250 milliseconds", 9)
     assert (west.topics_pattern, west.checkpoint_dir, west.redis_url) == (
-        r"srm-metrics\.east\.internal", "/tmp/chk", "redis://r:1/2")
+        r"srm-metrics\.east\.internal", "/tmp/chk", "redis://r:1/2?socket_connect_timeout=5&socket_timeout=10")
     assert specs["east"].query_name == "rollup_east" and west.watermark_delay_ms == 30_000
 
 
@@ -52,7 +52,14 @@ def test_spark_master_precedence(monkeypatch):
     assert spark_master(parse_config(BASE), None) is None
 
 
+def test_redis_timeouts_come_from_the_settings_unless_the_url_names_them():
+    (spec, *_) = query_specs(parse_config(BASE + "redis.url = redis://r:1/0?socket_timeout=3\n"
+                                          "redis.connect.timeout.ms = 1500\n"))
+    assert spec.redis_url == "redis://r:1/0?socket_timeout=3&socket_connect_timeout=1.5"
+
+
 @pytest.mark.parametrize(("line", "expected"), [
+    ("redis.socket.timeout.ms = 0", "redis.socket.timeout.ms"),
     ("aggregator.trigger.interval.ms = soon", "aggregator.trigger.interval.ms"),
     ("aggregator.max.offsets.per.trigger = -5", "aggregator.max.offsets.per.trigger"),
 ])

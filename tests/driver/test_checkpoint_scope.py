@@ -18,7 +18,19 @@ class TestSettings:
         settings = CheckpointSettings.of(parse_config(BASE), "A", "B")
         assert settings == CheckpointSettings(emit_enabled=True, emit_interval_s=60.0, sync_enabled=False,
                                               sync_interval_s=60.0, metrics_period_s=30.0,
-                                              syncs_on_source=True)
+                                              syncs_on_source=True, history_size=1024, spacing=101,
+                                              reverse_spacing=101)
+
+    def test_history_size_and_spacing_per_direction(self):
+        config = parse_config(BASE + "offset-syncs.history.size = 0\nA->B.offset.lag.max = 9\n"
+                                     "B->A.offset.lag.max = 4\n")
+        settings = CheckpointSettings.of(config, "A", "B")
+        assert (settings.history_size, settings.spacing, settings.reverse_spacing) == (0, 10, 5)
+        assert settings.sync_store(True).recent("t", 0) == []
+
+    def test_negative_history_size_is_a_config_error(self):
+        with pytest.raises(ConfigError, match="offset-syncs.history.size"):
+            CheckpointSettings.of(parse_config(BASE + "offset-syncs.history.size = -1\n"), "A", "B")
 
     def test_replication_level_wins(self):
         config = parse_config(BASE + "emit.checkpoints.interval.seconds = 10\n"

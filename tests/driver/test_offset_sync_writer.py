@@ -9,6 +9,7 @@ import pytest
 
 from driver.offset_sync_writer import (
     MAX_IN_FLIGHT_SYNCS,
+    MAX_PENDING_PER_PARTITION,
     DeliveryCallback,
     OffsetSyncQueue,
     OffsetSyncWriter,
@@ -117,24 +118,102 @@ class TestOffsetSyncQueue:
         assert queue.pending() == (sync(0, 2, 2),)
         assert queue.delayed() == (sync(1, 5, 5),)
 
-    def test_only_latest_sync_per_partition_is_kept(self) -> None:
+    def test_delayed_keeps_only_latest_per_partition(self) -> None:
         queue = OffsetSyncQueue(FakeProducer().send)
         for offset in range(3):
             queue.queue_later(sync(0, offset, offset))
-            queue.queue_now(sync(1, offset, offset))
 
         assert queue.delayed() == (sync(0, 2, 2),)
-        assert queue.pending() == (sync(1, 2, 2),)
 
-    def test_promote_delayed_makes_them_pending_newest_winning(self) -> None:
-        queue = OffsetSyncQueue(FakeProducer().send)
+    def test_due_syncs_queue_in_order_without_overwrite(self) -> None:
+        # No permit free: every due sync of the burst waits, none replaces another (MM2 keeps the last).
+        producer = FakeProducer()
+        queue = OffsetSyncQueue(producer.send, max_in_flight=1, offset_lag_max=100)
+        queue.queue_now(sync(9, 0, 0))
+        queue.fire_pending()
+        for offset in (0, 101, 202, 303, 404):
+            queue.queue_now(sync(0, offset, offset))
+
+        assert queue.pending() == tuple(sync(0, o, o) for o in (0, 101, 202, 303, 404))
+
+    def test_redundant_pending_sync_is_thinned(self) -> None:
+        # a sent, b waiting, c within lag.max + 1 of a: translating through a still keeps the bound.
+        producer = FakeProducer()
+        queue = OffsetSyncQueue(producer.send, max_in_flight=1, offset_lag_max=100)
+        queue.queue_now(sync(0, 0, 0))
+        queue.fire_pending()
+        queue.queue_now(sync(0, 11, 10))
+        queue.queue_now(sync(0, 22, 20))
+        queue.queue_now(sync(0, 120, 101))
+        queue.queue_now(sync(0, 131, 111))
+
+        assert producer.sent == [sync(0, 0, 0)]
+        assert queue.pending() == (sync(0, 120, 101), sync(0, 131, 111))
+        assert queue.thinned == 2
+
+    def test_first_sync_and_backward_syncs_are_never_thinned(self) -> None:
+        queue = OffsetSyncQueue(FakeProducer().send, max_in_flight=1, offset_lag_max=100)
+        queue.queue_now(sync(1, 0, 0))
+        queue.fire_pending()  # takes the only permit
+        queue.queue_now(sync(0, 0, 0))
+        queue.queue_now(sync(0, 5, 5))
+        queue.queue_now(sync(0, 6, 2))  # the target was truncated
+        queue.queue_now(sync(0, 3, 7))  # the source was rewound
+
+        assert queue.pending() == (sync(0, 0, 0), sync(0, 5, 5), sync(0, 6, 2), sync(0, 3, 7))
+        assert queue.thinned == 0
+
+    def test_hard_cap_coalesces_newest(self) -> None:
+        queue = OffsetSyncQueue(FakeProducer().send, max_in_flight=1, offset_lag_max=0)
+        queue.queue_now(sync(1, 0, 0))
+        queue.fire_pending()
+        offsets = range(0, 3 * MAX_PENDING_PER_PARTITION, 2)  # 2 apart: never redundant at lag 0
+        for offset in offsets:
+            queue.queue_now(sync(0, offset, offset))
+
+        pending = queue.pending()
+        assert len(pending) == MAX_PENDING_PER_PARTITION
+        kept = offsets[MAX_PENDING_PER_PARTITION - 2]
+        assert pending[-2] == sync(0, kept, kept)
+        assert pending[-1] == sync(0, offsets[-1], offsets[-1])
+        assert queue.coalesced == len(offsets) - MAX_PENDING_PER_PARTITION
+
+    def test_promoted_delayed_does_not_replace_pending_due_sync(self) -> None:
+        queue = OffsetSyncQueue(FakeProducer().send, max_in_flight=1, offset_lag_max=0)
+        queue.queue_now(sync(1, 0, 0))
+        queue.fire_pending()
+        queue.queue_now(sync(0, 1, 1))
+        queue.queue_later(sync(0, 5, 5))
+
+        queue.promote_delayed()
+
+        assert queue.pending() == (sync(0, 1, 1), sync(0, 5, 5))
+
+    def test_release_refills_from_pending(self) -> None:
+        # A permit coming back sends the next sync at once, without waiting for a tick.
+        producer = FakeProducer()
+        queue = OffsetSyncQueue(producer.send, max_in_flight=1)
+        queue.queue_now(sync(0, 0, 0))
+        queue.queue_now(sync(1, 0, 0))
+        queue.fire_pending()
+        assert producer.sent == [sync(0, 0, 0)]
+
+        producer.callbacks[0](None)
+
+        assert producer.sent == [sync(0, 0, 0), sync(1, 0, 0)]
+        assert queue.pending() == () and queue.in_flight == 1
+
+    def test_promote_delayed_queues_them_behind_pending(self) -> None:
+        queue = OffsetSyncQueue(FakeProducer().send, max_in_flight=1, offset_lag_max=0)
+        queue.queue_now(sync(2, 0, 0))
+        queue.fire_pending()
         queue.queue_now(sync(0, 1, 1))
         queue.queue_later(sync(0, 2, 2))
         queue.queue_later(sync(1, 9, 9))
 
         queue.promote_delayed()
 
-        assert queue.pending() == (sync(0, 2, 2), sync(1, 9, 9))
+        assert queue.pending() == (sync(0, 1, 1), sync(0, 2, 2), sync(1, 9, 9))
         assert queue.delayed() == ()
 
     def test_fire_pending_sends_in_first_queued_order(self) -> None:
@@ -142,10 +221,10 @@ class TestOffsetSyncQueue:
         queue = OffsetSyncQueue(producer.send)
         for partition in (3, 1, 2):
             queue.queue_now(sync(partition, 0, 0))
-        queue.queue_now(sync(3, 1, 1))  # keeps partition 3's place in line
+        queue.queue_now(sync(3, 1, 1))  # behind the others: first queued, first sent
 
-        assert queue.fire_pending() == 3
-        assert producer.sent == [sync(3, 1, 1), sync(1, 0, 0), sync(2, 0, 0)]
+        assert queue.fire_pending() == 4
+        assert producer.sent == [sync(3, 0, 0), sync(1, 0, 0), sync(2, 0, 0), sync(3, 1, 1)]
         assert queue.pending() == ()
 
     def test_in_flight_is_capped_at_ten(self) -> None:
@@ -158,14 +237,15 @@ class TestOffsetSyncQueue:
         assert queue.in_flight == 10
         assert len(queue.pending()) == 5
 
-        producer.callbacks[0](None)
-        assert queue.fire_pending() == 1
+        producer.callbacks[0](None)  # the permit refills at once
         assert [s.partition for s in producer.sent] == list(range(11))
+        assert queue.in_flight == 10
 
         producer.complete_all()
+        producer.complete_all()
         assert queue.in_flight == 0
-        assert queue.fire_pending() == 4
         assert queue.pending() == ()
+        assert [s.partition for s in producer.sent] == list(range(15))
 
     def test_failed_delivery_releases_permit(self, caplog: pytest.LogCaptureFixture) -> None:
         producer = FakeProducer()
@@ -176,9 +256,9 @@ class TestOffsetSyncQueue:
 
         producer.complete_all(RuntimeError("broker down"))
 
-        assert queue.in_flight == 0
         assert "broker down" in caplog.text
-        assert queue.fire_pending() == 1
+        assert producer.sent == [sync(0, 0, 0), sync(1, 0, 0)]  # the freed permit sent the next one
+        assert queue.in_flight == 1
 
     def test_duplicate_completion_does_not_release_twice(self) -> None:
         producer = FakeProducer()
@@ -213,11 +293,11 @@ class TestOffsetSyncQueue:
         assert queue.fire_pending() == 2
         assert attempts == [sync(0, 0, 0), sync(0, 0, 0), sync(1, 0, 0)]
 
-    def test_requeue_yields_to_newer_sync_of_partition(self) -> None:
+    def test_requeue_keeps_both_syncs_of_partition_in_order(self) -> None:
         queue_ref: list[OffsetSyncQueue] = []
 
         def racing_send(sync: QueuedOffsetSync, on_complete: DeliveryCallback) -> None:
-            queue_ref[0].queue_now(QueuedOffsetSync("t", 0, 5, 5))  # arrives meanwhile
+            queue_ref[0].queue_now(QueuedOffsetSync("t", 0, 500, 500))  # arrives meanwhile
             raise BufferError("local queue full")
 
         queue = OffsetSyncQueue(racing_send)
@@ -227,7 +307,7 @@ class TestOffsetSyncQueue:
         with pytest.raises(BufferError):
             queue.fire_pending()
 
-        assert queue.pending() == (sync(0, 5, 5),)
+        assert queue.pending() == (sync(0, 0, 0), sync(0, 500, 500))
 
     def test_completion_inside_send_is_handled(self) -> None:
         sent: list[QueuedOffsetSync] = []
@@ -301,18 +381,30 @@ class TestOffsetSyncWriter:
         assert state is not None and state.sync_due is False
         assert writer.partition_state("t", 9) is None
 
-    def test_backpressure_keeps_latest_pending_sync(self) -> None:
+    def test_backpressure_keeps_every_due_sync(self) -> None:
         producer = FakeProducer()
         writer = OffsetSyncWriter(producer.send, offset_lag_max=0, max_in_flight=1)
         for offset in range(5):
             writer.on_record_committed("t", 0, offset, offset)
 
         assert producer.sent == [sync(0, 0, 0)]
-        assert writer.queue.pending() == (sync(0, 4, 4),)
+        assert writer.queue.pending() == tuple(sync(0, o, o) for o in range(1, 5))
 
-        producer.complete_all()
-        writer.queue.fire_pending()
-        assert producer.sent[-1] == sync(0, 4, 4)
+        for _ in range(4):
+            producer.complete_all()
+        assert producer.sent == [sync(0, o, o) for o in range(5)]
+
+    def test_forget_makes_next_record_first_of_lifetime(self) -> None:
+        producer = FakeProducer()
+        writer = OffsetSyncWriter(producer.send)
+        for offset in range(5):
+            writer.on_record_committed("t", 0, offset, offset)
+        assert writer.maybe_queue("t", 0, 5, 5) is False
+
+        writer.forget([("t", 0)])
+
+        assert writer.partition_state("t", 0) is None
+        assert writer.maybe_queue("t", 0, 6, 6) is True
 
     def test_negative_lag_is_rejected(self) -> None:
         with pytest.raises(ValueError, match="offset.lag.max"):

@@ -32,6 +32,10 @@ class RecordingProducer:
             callback(None, None)
         return len(waiting)
 
+    def flush(self, timeout: float) -> int:
+        self.poll(max(timeout, 0.001))
+        return 0
+
 
 def reference(records: list[tuple[str, int, int, int]], lag_max: int, flush_every: int) -> list[tuple]:
     sent: list[tuple] = []
@@ -86,3 +90,119 @@ def test_quiet_partition_reaches_its_latest_position_on_flush() -> None:
     records = [("t", 0, offset, offset) for offset in range(5)]
     sent = emitted(records, 100, 10_000)
     assert sent[0] == ("t", 0, 0, 0) and sent[-1] == ("t", 0, 4, 4)
+
+
+class LaggingProducer(RecordingProducer):
+    """Acknowledges only on a poll that waits: inside a burst (`poll(0)`) the broker has not answered."""
+
+    def poll(self, timeout: float) -> int:
+        return super().poll(timeout) if timeout > 0 else 0
+
+
+def burst(emitter: OffsetSyncEmitter, records: list[tuple[str, int, int, int]]) -> None:
+    """Acknowledgements as one target producer poll delivers them: no tick in between."""
+    for record in records:
+        emitter.acknowledged(*record)
+
+
+def interleaved(partitions: int, count: int) -> list[tuple[str, int, int, int]]:
+    return [("orders", p, offset, offset) for offset in range(count) for p in range(partitions)]
+
+
+def test_bursty_acknowledgements_send_every_due_sync() -> None:
+    # The regression behind "first syncs at 707/909": 3,000 acks in one poll kept only the last sync.
+    producer = RecordingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    burst(emitter, interleaved(3, 1000))
+    emitter.send_due()
+    emitter.flush_delayed()
+
+    for partition in range(3):
+        syncs = [(up, down) for _, p, up, down in producer.sent if p == partition]
+        assert syncs[0] == (0, 0)
+        assert {up for up, _ in syncs} >= set(range(0, 1000, 101))
+        assert syncs[-1] == (999, 999)
+
+
+def test_syncs_wait_for_permits_and_none_is_lost_when_the_broker_is_slow() -> None:
+    producer = LaggingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    burst(emitter, interleaved(3, 1000))
+
+    assert len(producer.sent) == 10  # MAX_IN_FLIGHT_SYNCS: the rest wait, in order
+    for _ in range(5):
+        producer.poll(0.1)  # delivery reports return permits, which send the next syncs at once
+    per_partition = {p: [up for _, q, up, _ in producer.sent if q == p] for p in range(3)}
+    assert all(ups == list(range(0, 1000, 101)) for ups in per_partition.values())
+
+
+def test_close_drains_more_than_ten_pending() -> None:
+    producer = LaggingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    burst(emitter, interleaved(3, 1000))
+    assert len(emitter.writer.queue.pending()) > 10
+
+    emitter.close(timeout_s=5)
+
+    assert emitter.writer.queue.pending() == () and emitter.writer.queue.in_flight == 0
+    for partition in range(3):
+        ups = [up for _, p, up, _ in producer.sent if p == partition]
+        assert ups == [*range(0, 1000, 101), 999]
+
+
+def test_forgotten_partition_syncs_its_next_record_and_its_last_position() -> None:
+    producer = RecordingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    burst(emitter, [("t", 0, offset, offset) for offset in range(50)])
+    emitter.forget([("t", 0)])  # revoked, then assigned again
+    emitter.acknowledged("t", 0, 50, 50)
+    emitter.send_due()
+
+    assert producer.sent == [("t", 0, 0, 0), ("t", 0, 49, 49), ("t", 0, 50, 50)]
+
+
+def transactional(count: int, per_transaction: int) -> list[tuple[str, int, int, int]]:
+    """A commit marker after every transaction upstream, and after every 25 records downstream."""
+    records, up, down = [], 0, 0
+    for i in range(count):
+        records.append(("tx", 0, up, down))
+        up += 2 if (i + 1) % per_transaction == 0 else 1
+        down += 2 if (i + 1) % 25 == 0 else 1
+    return records
+
+
+def re_read_bound(records: list[tuple[str, int, int, int]], syncs: list[tuple[int, int]]) -> int:
+    """Worst records re-read over every upstream offset, translating as MM2 does (+1 past a sync)."""
+    syncs = sorted(syncs)
+    worst, s = 0, -1
+    downs = [down for *_, down in records]
+    ups = [up for _, _, up, _ in records]
+    i = 0
+    for g in range(ups[0], ups[-1] + 1):
+        while s + 1 < len(syncs) and syncs[s + 1][0] <= g:
+            s += 1
+        while ups[i] < g:
+            i += 1
+        exact = downs[i]
+        translated = syncs[s][1] + (0 if syncs[s][0] == g else 1)
+        assert translated <= exact, f"group at {g} would skip records"
+        worst = max(worst, sum(1 for d in downs if translated <= d < exact))
+    return worst
+
+
+def test_transactional_commit_burst_keeps_bound() -> None:
+    # One committed transaction replays its acks at once; every 10 records a marker leaves a gap, so a
+    # sync is due for each. With permits busy, the redundant ones are thinned, never the bound.
+    records = transactional(3000, 10)
+    producer = LaggingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    burst(emitter, records)
+    queue = emitter.writer.queue
+    assert queue.thinned > 0 and queue.coalesced == 0
+    assert len(queue.pending()) < 3000 // 101 * 2 + 2
+
+    emitter.close(timeout_s=5)
+
+    syncs = [(up, down) for *_, up, down in producer.sent]
+    assert syncs[0] == (0, 0) and syncs[-1] == records[-1][2:]
+    assert re_read_bound(records, syncs) <= 100

@@ -131,3 +131,14 @@ def test_the_dashboard_shows_every_required_view_per_site():
                                               "replication_status"}
     assert {t["datasource"]["uid"] for t in targets} == {"${site}"}
     assert any(panel.get("repeat") == "site" for panel in dashboard["panels"])
+
+
+def test_each_sites_redis_keeps_its_data_in_an_everysec_append_only_file_on_a_volume(compose):
+    for site in SITES:
+        redis_service = compose["services"][f"redis-{site}"]
+        command = redis_service["command"]
+        options = dict(zip(command[1::2], command[2::2], strict=True))
+        assert (options["--appendonly"], options["--appendfsync"]) == ("yes", "everysec")
+        volume, _, mount = redis_service["volumes"][0].partition(":")
+        assert mount == "/data" and volume in compose["volumes"]  # a named volume, one per site
+    assert compose["services"]["redis-east"]["volumes"] != compose["services"]["redis-west"]["volumes"]
