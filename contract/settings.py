@@ -156,6 +156,10 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Targets one Grafana /query may carry; past it a 400."),
     _process("service.remote.timeout.ms", "integer", 5000, "service",
              "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
+    _process("service.remote.max.clock.skew.ms", "integer", 60_000, "service",
+             "Advertisements stamped further ahead of this gateway's clock are refused."),
+    _process("service.remote.max.sites", "integer", 64, "service",
+             "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
 )
 """The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
 
