@@ -5,11 +5,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from service.grafana.queries import (
     ALERTS,
     FILTER_KEYS,
-    LAG_SECONDS,
     STATUS_TABLE,
     Filter,
     QueryError,
@@ -23,7 +22,7 @@ AGGREGATES = (("per topic (or group)", "topic"), ("per replication", "replicatio
 
 
 def metric_names() -> list[str]:
-    return [*METRICS, LAG_SECONDS, STATUS_TABLE, ALERTS]
+    return [*METRICS, STATUS_TABLE, ALERTS]  # lag_seconds, group_lag_seconds: windows like the others
 
 
 def topic_subjects(replications: Sequence[Replication]) -> list[Subject]:
@@ -104,7 +103,7 @@ def metric_descriptors() -> list[dict]:
             for k in keys
         ]
         editors.append({"name": "site", "label": "Site", "type": "select", "placeholder": "this site"})
-        if metric in METRICS or metric == LAG_SECONDS:
+        if metric in METRICS:
             editors.append(
                 {
                     "name": "aggregate",

@@ -6,12 +6,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from contract import redis_layout as layout
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from service.grafana import catalog
 from service.grafana.queries import (
     ALERTS,
     ANNOTATION_COLUMNS,
-    LAG_SECONDS,
     STATUS_COLUMNS,
     STATUS_TABLE,
     Filter,
@@ -19,7 +18,6 @@ from service.grafana.queries import (
     Subject,
     alert_rows,
     filters_of,
-    latest_lag_seconds,
     payload_filters,
     plan,
     select,
@@ -92,21 +90,6 @@ def _metric_series(
     return answers
 
 
-def _lag_seconds_series(reader: MetricsReader, replications: Sequence[Replication],
-                       subjects: Sequence[Subject], aggregate: str, span: tuple[int, int],
-                       ref_id: str | None) -> list[dict]:
-    wanted = {(s.source, s.target) for s in subjects}
-    latest: dict[Subject, list[dict]] = {}
-    for replication in replications:
-        if (replication.source, replication.target) not in wanted:
-            continue
-        for (topic, _), value in reader.partition_latest(replication).items():
-            subject = Subject(replication.source, replication.target, topic, replication.topics.get(topic))
-            latest.setdefault(subject, []).append(value)
-    return [latest_lag_seconds(key, [v for s in members for v in latest.get(s, [])], span, ref_id)
-            for key, members in _grouped(subjects, aggregate).items()]
-
-
 def answer_target(
     reader: MetricsReader,
     index: int,
@@ -125,10 +108,6 @@ def answer_target(
     if name == ALERTS:
         rows = alert_rows(replication_healths(reader, replications), now_ms)
         return [table(ANNOTATION_COLUMNS, [r for r in rows if span[0] <= r[1] and r[0] <= span[1]], ref_id)]
-    if name == LAG_SECONDS:
-        subjects = select(catalog.topic_subjects(replications), chosen)
-        aggregate = str(payload.get("aggregate") or "topic")
-        return _lag_seconds_series(reader, replications, subjects, aggregate, span, ref_id)
     spec = METRICS.get(str(name))
     if spec is None:
         raise QueryError(f"targets[{index}].target: unknown metric {name!r}; see POST /grafana/metrics")
