@@ -148,8 +148,18 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Seconds between advertisements."),
     _process("service.remote.allowed.hosts", "list", (), "service",
              "Host globs or CIDRs a gateway may call (nothing by default)."),
+    _process("service.max.points.per.request", "integer", 200_000, "service",
+             "Series x windows one request may read; past it a 400 names the granularity that fits."),
+    _process("service.max.request.bytes", "integer", 1_048_576, "service",
+             "Largest request body (Grafana queries); past it a 413."),
+    _process("service.grafana.max.targets", "integer", 50, "service",
+             "Targets one Grafana /query may carry; past it a 400."),
     _process("service.remote.timeout.ms", "integer", 5000, "service",
              "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
+    _process("service.remote.max.clock.skew.ms", "integer", 60_000, "service",
+             "Advertisements stamped further ahead of this gateway's clock are refused."),
+    _process("service.remote.max.sites", "integer", 64, "service",
+             "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
 )
 """The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
 

@@ -34,7 +34,22 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
         "SERVICE_ROOT_PATH": advertised.root_path,
         "SERVICE_TARGET_CLUSTERS": advertised.target_clusters,
         "SERVICE_SITE": advertised.site,
+        **request_limits(config),
     }
+
+
+def request_limits(config: SrmConfig) -> dict[str, int]:
+    """The caps on one request's cost (docs/operations.md); each must be a positive integer."""
+    limits = {"MAX_POINTS_PER_REQUEST": "service.max.points.per.request",
+              "MAX_CONTENT_LENGTH": "service.max.request.bytes",
+              "GRAFANA_MAX_TARGETS": "service.grafana.max.targets"}
+    values = {}
+    for name, key in limits.items():
+        value = config.setting(key)
+        if value is None or value <= 0:
+            raise config.config_error(key, f"must be a positive integer, got {value}")
+        values[name] = value
+    return values
 
 
 def check_auth_settings(settings: dict[str, Any]) -> str | None:
