@@ -128,7 +128,10 @@ def test_the_dashboard_shows_every_required_view_per_site():
     targets = [t for panel in dashboard["panels"] for t in panel.get("targets", [])]
     assert {t["target"] for t in targets} >= {"record_count", "byte_count", "replication_latency_ms",
                                               "records_lag", "lag_seconds", "checkpoint_latency_ms",
-                                              "replication_status"}
+                                              "replication_status", "group_lag_seconds"}
+    lag_panels = [p for p in dashboard["panels"] if p.get("title", "").endswith("lag in seconds")
+                  or p.get("title") == "Lag in seconds"]
+    assert {p["type"] for p in lag_panels} == {"timeseries"} and len(lag_panels) == 2  # history, not a stat
     assert {t["datasource"]["uid"] for t in targets} == {"${site}"}
     assert any(panel.get("repeat") == "site" for panel in dashboard["panels"])
 
