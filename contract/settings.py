@@ -152,6 +152,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
     _process("service.remote.max.clock.skew.ms", "integer", 60_000, "service",
              "Advertisements stamped further ahead of this gateway's clock are refused."),
+    _process("service.remote.credentials.without.auth", "boolean", False, "service",
+             "Send service.remote.<site> credentials although this gateway's own auth is off (only "
+             "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
 )

@@ -198,7 +198,8 @@ def test_fan_out_answers_with_every_site_even_when_one_is_slow_and_one_is_dead(h
                 remote("south", port=closed_port())]
     timeouts = {"east": 10.0, "north": 0.3, "south": 10.0}
     gateway = Gateway("west", parse_allowed_hosts(["127.0.0.1"]),
-                      lambda site: SiteAccess(timeouts[site], token="s3cret" if site == "east" else None))
+                      lambda site: SiteAccess(timeouts[site], token="s3cret" if site == "east" else None),
+                      forwards_credentials=True)  # as with its own auth on
     try:
         answer = fan_out(gateway, services, "/v2/topic-metrics/east/west/t/record_count", {"from": "1"},
                          local=lambda: (200, {"site": "west"}), expired=[remote("gone", port=1)]).to_json()
