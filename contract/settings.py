@@ -138,6 +138,8 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _process("service.auth.basic.username", "string", None, "service", "Basic auth user."),
     _process("service.auth.basic.password", "string", None, "service", "Basic auth password."),
     _process("service.auth.token", "string", None, "service", "Bearer token."),
+    _process("service.cors.allowed.origins", "list", (), "service",
+             "Browser origins (https://grafana.example.com) whose pages may call /grafana; none by default."),
     _process("service.advertised.protocol", "string", "http", "service", "Advertised scheme."),
     _process("service.advertised.host", "string", None, "service",
              "Advertised host (default: service.host, or this host's name when bound to all)."),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import sys
 from typing import Any
 
@@ -15,6 +17,8 @@ from service.server import connection_close, head_with_body
 from service.sites.advertiser import advertiser_settings, gunicorn_hooks
 from service.sites.discovered_directory import install_discovery
 
+LOG = logging.getLogger("srm-service")
+
 
 def app_settings(config: SrmConfig) -> dict[str, Any]:
     """Flask settings from the properties file; the auth secrets go to the app, never to a log."""
@@ -24,6 +28,7 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
         "AUTH_USERNAME": config.setting("service.auth.basic.username"),
         "AUTH_PASSWORD": config.setting("service.auth.basic.password"),
         "AUTH_TOKEN": config.setting("service.auth.token"),
+        "CORS_ORIGINS": tuple(config.setting("service.cors.allowed.origins")),
         "SERVICE_PROTOCOL": advertised.protocol,
         "SERVICE_HOST": advertised.host,
         "SERVICE_PORT": advertised.port,
@@ -39,6 +44,26 @@ def check_auth_settings(settings: dict[str, Any]) -> str | None:
         missing = "password" if settings["AUTH_USERNAME"] else "username"
         return f"service.auth.basic.{missing} is required when the other Basic auth key is set"
     return None
+
+
+def startup_warnings(config: SrmConfig) -> list[str]:
+    """What an operator must hear at start: an API anyone who can reach it may read."""
+    settings = app_settings(config)
+    if settings["AUTH_TOKEN"] or settings["AUTH_USERNAME"]:
+        return []
+    bind = f"{config.setting('service.host')}:{config.setting('service.port')}"
+    warning = (f"authentication is off: anyone who can reach {bind} reads every metric; set "
+               "service.auth.token or service.auth.basic.username/password (docs/security.md)")
+    if not _loopback(config.setting("service.host")):
+        warning += "; this address is not loopback, so other hosts can reach it"
+    return [warning]
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class ServiceServer(BaseApplication):
@@ -69,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = check_auth_settings(app_settings(config))
         if problem:
             raise StartupError(f"{config.path}: {problem}")
+        for warning in startup_warnings(config):
+            # ERROR when other hosts can reach the open API: it must stand out in any log setup.
+            LOG.log(logging.ERROR if "not loopback" in warning else logging.WARNING, warning)
         return ServiceServer(config, gunicorn_hooks(config))
 
     server = parse_and_start("srm-service", __doc__.splitlines()[0], argv, prepare)

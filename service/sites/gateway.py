@@ -76,9 +76,25 @@ class AllowList:
             address = ipaddress.ip_address(host)
         except ValueError:
             address = None
-        if address is not None and any(address in network for network in self.networks):
-            return True
-        return any(fnmatch.fnmatchcase(host.lower().rstrip("."), glob) for glob in self.globs)
+        if address is not None:  # an IP literal only ever matches a network entry, never a glob
+            return any(address in network for network in self.networks)
+        labels = host.lower().rstrip(".").split(".")
+        return any(_labels_match(labels, glob.split(".")) for glob in self.globs)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _labels_match(labels: list[str], globs: list[str]) -> bool:
+    """Label by label: ``*`` stands for one label, never for dots, so ``service-*`` does not allow
+    ``service-east.attacker.net`` (fnmatch's ``*`` crosses dots)."""
+    return len(labels) == len(globs) and all(
+        fnmatch.fnmatchcase(label, glob) for label, glob in zip(labels, globs, strict=True))
 
 
 def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
@@ -99,6 +115,10 @@ def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
                 networks.append(ipaddress.ip_network(item))
             except ValueError:
                 raise ValueError(f"{raw!r} is neither a host glob nor an IP address") from None
+        elif _is_ip(item):
+            networks.append(ipaddress.ip_network(item))
+        elif "[" in item:
+            raise ValueError(f"{raw!r}: character classes are not allowed in host globs; use * or ?")
         else:
             globs.append(item.rstrip("."))
     return AllowList(tuple(globs), tuple(networks))

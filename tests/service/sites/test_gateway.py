@@ -234,3 +234,13 @@ def test_a_gateway_without_a_local_part_says_so_for_the_local_selector():
     finally:
         gateway.close()
     assert (site.site, site.status) == ("hq", "error: this service has no local answer for that path")
+
+
+def test_globs_match_label_by_label_and_never_ip_literals():
+    allowed = parse_allowed_hosts(["service-*", "*.srm.example.com", "*.*.*.*"])
+    assert allowed.allows("service-east")
+    assert not allowed.allows("service-east.attacker.net")  # fnmatch's * crossed the dots
+    assert not allowed.allows("a.b.srm.example.com")
+    assert not allowed.allows("169.254.169.254")  # metadata address: only a network entry may allow it
+    with pytest.raises(ValueError, match="character classes"):
+        parse_allowed_hosts(["srm-[a-z].example.com"])
