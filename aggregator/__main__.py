@@ -29,6 +29,7 @@ from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_schedule
 from contract import redis_connection
 from contract.config import SrmConfig
 from contract.entry_point import StartupError, config_parser, start
+from contract.reachability import Unreachable, redis_problem, warn_unreachable_clusters
 
 # A stop that takes longer ends the process anyway (SIGTERM to exit within 10 s). Under spark-submit the
 # JVM may be gone first, and a driver was seen blocked for good in py4j's cleanup; the checkpoints and the
@@ -80,6 +81,16 @@ def spark_master(config: SrmConfig, cli_master: str | None) -> str | None:
     if configured:
         return configured
     return None if launched_by_spark_submit() else "local[2]"
+
+
+def check_prerequisites() -> None:
+    """Java for Spark, and the Kafka connector jars (Maven resolves them on the first run): named in one
+    line (StartupError) instead of PySpark's traceback."""
+    from stack.jars import spark_connector_jars
+    from stack.prerequisites import require_java
+
+    require_java()
+    spark_connector_jars()
 
 
 def run(specs: list[RollupQuerySpec], master: str | None) -> None:
@@ -159,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         specs = query_specs(config)
         if not specs:
             raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
+        check_prerequisites()
+        problem = redis_problem(config.setting("redis.url") or "")
+        if problem:
+            raise Unreachable(problem)
+        warn_unreachable_clusters(config, [spec.target for spec in specs],
+                                  "its rollups start once it answers")
         return specs, spark_master(config, args.master)
 
     started = start("srm-aggregator", args, prepare)

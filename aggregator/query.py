@@ -19,6 +19,8 @@ from contract.replication_policy import metrics_topic_pattern
 
 LOG = logging.getLogger(__name__)
 
+RECONNECT_BACKOFF_MAX_MS = 30_000
+
 
 @dataclass(frozen=True)
 class RollupQuerySpec:
@@ -48,6 +50,9 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         # Raw metrics topics are short-lived monitoring data; retention must not kill the query.
         .option("failOnDataLoss", "false")
         .option("groupIdPrefix", f"srm-aggregator-{spec.target}")
+        # The Java client warns once per reconnect; its default 1 s cap makes that 60 lines a minute
+        # while a cluster is down. Backing off to 30 s keeps the news and drops the flood.
+        .option("kafka.reconnect.backoff.max.ms", str(RECONNECT_BACKOFF_MAX_MS))
     )
     for key, value in spec.kafka_options.items():
         reader = reader.option(f"kafka.{key}", value)

@@ -1,7 +1,10 @@
 """What every console script does before its own work: parse ``--config``, set up logging, load the file.
 
 A configuration problem ends the process with exit status 2 and one line naming the file, the line and
-the key (``ConfigError``), never a traceback: a restart cannot fix it.
+the key (``ConfigError``), never a traceback: a restart cannot fix it. So does a missing prerequisite
+(``StartupError``, e.g. no ``java`` for the aggregator). Something that does not answer yet
+(``contract.reachability.Unreachable``, e.g. the aggregator's Redis) is one line too, with exit
+status 1: a restart once it answers works.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from contract.config import ConfigError, SrmConfig, load_config
+from contract.reachability import Unreachable
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 CONFIG_ERROR_EXIT = 2
+UNREACHABLE_EXIT = 1
 
 _T = TypeVar("_T")
 
@@ -32,13 +37,17 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T]) -> _T | int:
     """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
-    the error is printed as ``<prog>: <message>`` and the exit status is returned instead."""
+    the error is printed as ``<prog>: <message>`` and the exit status is returned instead (2; 1 for
+    ``Unreachable``)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         return prepare(load_config(args.config))
     except (ConfigError, StartupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
+    except Unreachable as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return UNREACHABLE_EXIT
 
 
 def parse_and_start(prog: str, description: str, argv: Sequence[str] | None,

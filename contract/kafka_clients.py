@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from contract.config import SrmConfig
+from contract.librdkafka_logs import client_log_settings
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ class GroupMembership:
 
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
-    settings = {**CLIENT_TIMEOUTS, **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+    settings = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
+                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
     return AdminClient(settings)
 
 
@@ -73,7 +75,8 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
     settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
-                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS}
+                                   "partitioner": "murmur2_random", **CLIENT_TIMEOUTS,
+                                   **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     return Producer(settings)
@@ -83,7 +86,7 @@ def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, 
              source: str | None = None, target: str | None = None) -> Consumer:
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                                   **CLIENT_TIMEOUTS}
+                                   **CLIENT_TIMEOUTS, **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     return Consumer(settings)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from contract.config import SrmConfig
 from contract.entry_point import parse_and_start
+from contract.reachability import warn_unreachable_clusters
 from driver.checkpoint_worker import CheckpointWorker
 from driver.control_lists import ControlLists
 from driver.heartbeat_task import HeartbeatTask
@@ -88,15 +89,23 @@ def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
             tasks.workers.append(ReplicationWorker(config, replication, stopping, control=control))
             tasks.workers.append(CheckpointWorker(config, replication, stopping, control=control))
     LOG.info("driver for %s: %d replication(s) enabled, %d emitting heartbeats only",
-             ", ".join(config.driver_target_clusters) or "no target", len(tasks.workers),
+             ", ".join(config.driver_target_clusters) or "no target",
+             sum(1 for r in replications if r.enabled),
              sum(1 for r in replications if r.emit_heartbeats and not r.enabled))
     return tasks
 
 
 def main(argv: list[str] | None = None) -> int:
     stopping = threading.Event()
-    started = parse_and_start("srm-driver", __doc__.splitlines()[0], argv,
-                              lambda config: (config, build_tasks(config, stopping)))
+
+    def prepare(config: SrmConfig) -> tuple[SrmConfig, DriverTasks]:
+        tasks = build_tasks(config, stopping)
+        involved = [alias for r in config.replications() if r.enabled or r.emit_heartbeats
+                    for alias in (r.source, r.target)]
+        warn_unreachable_clusters(config, involved, "its tasks retry with backoff until it answers")
+        return config, tasks
+
+    started = parse_and_start("srm-driver", __doc__.splitlines()[0], argv, prepare)
     if isinstance(started, int):
         return started
     config, tasks = started

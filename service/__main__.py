@@ -12,12 +12,13 @@ from gunicorn.app.base import BaseApplication
 from contract import redis_connection
 from contract.config import SrmConfig
 from contract.entry_point import StartupError, parse_and_start
+from contract.reachability import redis_problem
 from service.app import create_app
 from service.server import connection_close, head_with_body
 from service.sites.advertiser import advertiser_settings, gunicorn_hooks
 from service.sites.discovered_directory import install_discovery
 
-LOG = logging.getLogger("srm-service")
+LOG = logging.getLogger("service")
 
 
 def app_settings(config: SrmConfig) -> dict[str, Any]:
@@ -35,7 +36,22 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
         "SERVICE_ROOT_PATH": advertised.root_path,
         "SERVICE_TARGET_CLUSTERS": advertised.target_clusters,
         "SERVICE_SITE": advertised.site,
+        **request_limits(config),
     }
+
+
+def request_limits(config: SrmConfig) -> dict[str, int]:
+    """The caps on one request's cost (docs/operations.md); each must be a positive integer."""
+    limits = {"MAX_POINTS_PER_REQUEST": "service.max.points.per.request",
+              "MAX_CONTENT_LENGTH": "service.max.request.bytes",
+              "GRAFANA_MAX_TARGETS": "service.grafana.max.targets"}
+    values = {}
+    for name, key in limits.items():
+        value = config.setting(key)
+        if value is None or value <= 0:
+            raise config.config_error(key, f"must be a positive integer, got {value}")
+        values[name] = value
+    return values
 
 
 def check_auth_settings(settings: dict[str, Any]) -> str | None:
@@ -97,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         for warning in startup_warnings(config):
             # ERROR when other hosts can reach the open API: it must stand out in any log setup.
             LOG.log(logging.ERROR if "not loopback" in warning else logging.WARNING, warning)
+        redis_down = redis_problem(config.setting("redis.url"))
+        if redis_down:  # not fatal: it may come up after the service, which answers 503 until then
+            LOG.warning("%s; the API answers 503 until it does", redis_down)
         return ServiceServer(config, gunicorn_hooks(config))
 
     server = parse_and_start("srm-service", __doc__.splitlines()[0], argv, prepare)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,8 +23,11 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from contract.entry_point import CONFIG_ERROR_EXIT, StartupError
 from stack import srm_properties
+from stack.jars import kafka_jars, spark_connector_jars
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
+from stack.prerequisites import require
 from stack.processes import REPO_ROOT, ManagedProcess
 from stack.redis_server import RedisServer
 
@@ -122,8 +126,21 @@ def watch(processes: list[ManagedProcess], stopping: threading.Event) -> None:
                 stopping.set()
 
 
-def main() -> None:
+def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        for program in ("java", "redis-server"):  # named before anything starts
+            require(program)
+        kafka_jars()
+        spark_connector_jars()
+    except StartupError as exc:
+        print(f"make demo: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
+    run_demo()
+    return 0
+
+
+def run_demo() -> None:
     DEMO_DIR.mkdir(exist_ok=True)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -174,4 +191,4 @@ minute (metrics.period = 5 s). Press Ctrl-C to stop everything.
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

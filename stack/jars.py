@@ -12,10 +12,12 @@ import hashlib
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from contract.entry_point import CONFIG_ERROR_EXIT, StartupError
 from stack.prerequisites import require
 
 LOG = logging.getLogger(__name__)
@@ -24,6 +26,10 @@ POMS = Path(__file__).parent / "poms"
 # Pinned: Debian's Maven 3.8 otherwise falls back to dependency-plugin 2.8, which lacks the options below.
 COPY_GOAL = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 DONE_MARKER = ".resolved"
+
+
+class JarResolutionError(StartupError):
+    """Maven ran but could not resolve a jar set (no network, no proxy settings, a bad version)."""
 
 
 def cache_dir() -> Path:
@@ -83,19 +89,31 @@ def _run_maven(pom: Path, target: Path, properties: dict[str, str]) -> None:
     LOG.info("resolving %s from Maven Central into %s", pom.parent.name, target)
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"Maven could not resolve {pom}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}")
+        LOG.debug("Maven's output:\n%s%s", done.stdout[-4000:], done.stderr[-2000:])
+        errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("[ERROR]")]
+        cause = errors[0].removeprefix("[ERROR]").strip() if errors else f"mvn exited {done.returncode}"
+        raise JarResolutionError(
+            f"Maven could not resolve {pom.parent.name} jars ({cause[:300]}): Maven Central must be "
+            f"reachable (proxy settings go in ~/.m2/settings.xml), or copy {cache_dir()} from a machine "
+            f"where `make jars` ran")
     (staging / DONE_MARKER).write_text("\n".join(sorted(p.name for p in staging.glob("*.jar"))) + "\n")
     if target.exists():
         subprocess.run(["rm", "-rf", str(target)], check=True)
     staging.rename(target)
 
 
-def main() -> None:
+def main() -> int:
     """`python -m stack.jars`: resolve both jar sets (used by `make jars`)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name, folder in (("kafka", kafka_jars()), ("spark-kafka", spark_connector_jars())):
-        print(f"{name} jars: {folder} ({len(list(folder.glob('*.jar')))} jars)")
+    try:
+        for name, resolve in (("kafka", kafka_jars), ("spark-kafka", spark_connector_jars)):
+            folder = resolve()
+            print(f"{name} jars: {folder} ({len(list(folder.glob('*.jar')))} jars)")
+    except StartupError as exc:
+        print(f"stack.jars: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
+
+from contract.entry_point import StartupError
 
 INSTALL_HINTS = {
+    "chromium": "install Chromium (the Swagger UI test drives it), e.g. `apt-get install -y chromium`",
     "java": "install a Java 17+ runtime, e.g. `apt-get install -y openjdk-17-jre-headless`",
     "mvn": "install Apache Maven, e.g. `apt-get install -y maven`",
     "redis-server": "install Redis, e.g. `apt-get install -y redis-server`",
 }
 
 
-class MissingPrerequisite(RuntimeError):
-    """A program the local stack needs is not on PATH."""
+class MissingPrerequisite(StartupError):
+    """A program the local stack needs is not on PATH (a console script prints it as one line, exit 2)."""
 
 
 def require(program: str) -> str:
@@ -22,3 +27,16 @@ def require(program: str) -> str:
         hint = INSTALL_HINTS.get(program, "install it and put it on PATH")
         raise MissingPrerequisite(f"`{program}` was not found on PATH: {hint}")
     return path
+
+
+def require_java() -> str:
+    """The ``java`` Spark and the brokers will run: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as
+    Spark's launcher picks it), else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / "java"
+        if not os.access(java, os.X_OK):
+            raise MissingPrerequisite(f"JAVA_HOME is {java_home}, but {java} is not an executable: point "
+                                      f"JAVA_HOME at a Java 17+ installation or unset it")
+        return str(java)
+    return require("java")

@@ -6,16 +6,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from contract.records.raw_metrics import METRICS
-from service.grafana.queries import (
-    ALERTS,
-    FILTER_KEYS,
-    LAG_SECONDS,
-    STATUS_TABLE,
-    Filter,
-    QueryError,
-    Subject,
-    select,
-)
+from service.grafana.filters import Filter, payload_filters, select
+from service.grafana.queries import ALERTS, LAG_SECONDS, STATUS_TABLE, QueryError, Subject
 from service.metrics_reader import MetricsReader, Replication
 
 VARIABLE_QUERIES = ("clusters", "targets", "sources", "topics", "groups", "metrics")
@@ -58,7 +50,10 @@ def values_of(reader: MetricsReader, key: str, filters: Sequence[Filter] = ()) -
 
 
 def variable_values(reader: MetricsReader, payload: object) -> list[str]:
-    """Answer a variable query: `<what> key=value ...` in `payload.target`, or raw JSON keys."""
+    """Answer a variable query: `<what> key=value ...` in `payload.target`, or raw JSON keys.
+
+    Values come as the plugin formats them: `source=(east|north)` from a regex-formatted multi-value
+    variable, a JSON list from a json-formatted one (`variable_values.selector_of`)."""
     if isinstance(payload, Mapping):
         text, params = str(payload.get("target") or ""), {k: v for k, v in payload.items() if k != "target"}
     else:
@@ -75,9 +70,7 @@ def variable_values(reader: MetricsReader, payload: object) -> list[str]:
         if not sep:
             raise QueryError(f"payload.target: expected key=value, got {pair!r}")
         params[key] = value
-    filters = [
-        Filter(k, "=", (str(v),)) for k, v in params.items() if k in FILTER_KEYS and v not in ("", None)
-    ]
+    filters = payload_filters(params)
     if what == "metrics":
         return metric_names()
     if what == "clusters":

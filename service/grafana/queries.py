@@ -1,14 +1,12 @@
-"""Pure rules of the Grafana datasource: which subjects a target selects, which windows answer it,
-and the frames Grafana's `toDataFrame` reads (time series, tables, annotation tables).
+"""Pure rules of the Grafana datasource: the subjects series come from, which windows answer a
+target, and the frames Grafana's `toDataFrame` reads (time series, tables, annotation tables).
 
-Subjects are matched on the payload (`source`, `target`, `topic`, `group`; a value or a list) and on
-ad-hoc filters (`{key, operator, value}` with `=`, `!=`, `=~`, `!~`, and multi-value `=|`, `!=|`).
+Which subjects a target selects (payload values, ad-hoc filters) is `service.grafana.filters`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,73 +48,6 @@ class Subject:
             "group": self.group,
         }
         return {k: v for k, v in values.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Filter:
-    key: str
-    operator: str
-    values: tuple[str, ...]
-
-    def accepts(self, subject: Subject) -> bool:
-        candidates = _candidates(subject, self.key)
-        if not candidates:
-            return True  # a filter on a key this subject does not have cannot exclude it
-        if self.operator in ("=~", "!~"):
-            hit = any(re.fullmatch(v, c) for v in self.values for c in candidates)
-        else:
-            hit = any(v in candidates for v in self.values)
-        return not hit if self.operator.startswith("!") else hit
-
-
-def _candidates(subject: Subject, key: str) -> set[str]:
-    if key == "topic":
-        return {t for t in (subject.topic, subject.upstream_topic) if t}
-    value = getattr(subject, key, None) if key in FILTER_KEYS else None
-    return {value} if value else set()
-
-
-def filters_of(raw: Iterable[Mapping]) -> list[Filter]:
-    """Grafana's `filters` / legacy `adhocFilters`; filters on keys we do not know are ignored."""
-    found = []
-    for i, item in enumerate(raw):
-        key, operator = str(item.get("key", "")), str(item.get("operator") or "=")
-        if key not in FILTER_KEYS:
-            continue
-        if operator not in ("=", "!=", "=~", "!~", "=|", "!=|"):
-            raise QueryError(f"filters[{i}].operator: unsupported operator {operator!r}")
-        values = item.get("values") if operator in ("=|", "!=|") else None
-        values = tuple(str(v) for v in values) if isinstance(values, list) else (str(item.get("value", "")),)
-        if operator in ("=~", "!~"):
-            for value in values:
-                _check_regex(value, f"filters[{i}].value")
-        found.append(Filter(key, operator.rstrip("|"), values))
-    return found
-
-
-def _check_regex(value: str, where: str) -> None:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise QueryError(f"{where}: not a regular expression: {exc}") from None
-
-
-def payload_filters(payload: object) -> list[Filter]:
-    """Payload keys as equality filters; a list (multi-value variable) matches any of its values."""
-    if not isinstance(payload, Mapping):
-        return []
-    found = []
-    for key in FILTER_KEYS:
-        value = payload.get(key)
-        if value in (None, "", [], "*", "$__all", "All"):
-            continue
-        values = tuple(str(v) for v in value) if isinstance(value, list) else (str(value),)
-        found.append(Filter(key, "=", values))
-    return found
-
-
-def select(subjects: Iterable[Subject], filters: Sequence[Filter]) -> list[Subject]:
-    return [s for s in subjects if all(f.accepts(s) for f in filters)]
 
 
 def plan(from_ms: int, to_ms: int, interval_ms: float | None, max_points: int | None) -> tuple[str, int]:

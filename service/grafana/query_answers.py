@@ -1,4 +1,10 @@
-"""POST /query: each visible target answered from the rollups in one Redis pipeline per target."""
+"""POST /query: each visible target answered from the rollups in one Redis pipeline per metric.
+
+A target names one metric, or several the way the plugin formats a multi-value variable
+(`(byte_count|record_count)`, or a pattern): each metric answers its own series, named after it, so
+the legend tells them apart. Filters the service skipped are reported in every frame's
+`meta.notices`, which Grafana shows on the panel.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +14,23 @@ from collections.abc import Mapping, Sequence
 from contract import redis_layout as layout
 from contract.records.raw_metrics import METRICS
 from service.grafana import catalog
+from service.grafana.filters import Filter, filters_of, payload_filters, select
 from service.grafana.queries import (
     ALERTS,
     ANNOTATION_COLUMNS,
     LAG_SECONDS,
     STATUS_COLUMNS,
     STATUS_TABLE,
-    Filter,
     QueryError,
     Subject,
     alert_rows,
-    filters_of,
     latest_lag_seconds,
-    payload_filters,
     plan,
-    select,
     status_rows,
     table,
     timeserie,
 )
+from service.grafana.variable_values import RefusedValue, selector_of
 from service.health.replication_overview import replication_healths
 from service.metric_summary import merge_subjects
 from service.metrics_reader import MetricsReader, Replication
@@ -107,6 +111,28 @@ def _lag_seconds_series(reader: MetricsReader, replications: Sequence[Replicatio
             for key, members in _grouped(subjects, aggregate).items()]
 
 
+def target_metrics(index: int, name: object) -> list[str]:
+    """The metrics a target names, in catalog order: one name, an alternation, or a pattern."""
+    where = f"targets[{index}].target"
+    known = catalog.metric_names()
+    try:
+        selector = selector_of(name, where)
+    except RefusedValue as refused:
+        raise QueryError(str(refused)) from None
+    if selector is None:
+        raise QueryError(f"{where}: unknown metric {name!r}; see POST /grafana/metrics")
+    unknown = sorted(selector.literals - set(known))
+    if unknown:
+        raise QueryError(
+            f"{where}: unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            "see POST /grafana/metrics"
+        )
+    chosen = [m for m in known if selector.matches(m)]
+    if not chosen:
+        raise QueryError(f"{where}: {selector.describe()} matches no metric; see POST /grafana/metrics")
+    return chosen
+
+
 def answer_target(
     reader: MetricsReader,
     index: int,
@@ -114,11 +140,28 @@ def answer_target(
     filters: list[Filter],
     span: tuple[int, int],
     shape: tuple[str, int],
+    notices: list[str] | None = None,
 ) -> list[dict]:
-    name, ref_id = target.get("target"), target.get("refId")
+    metrics = target_metrics(index, target.get("target"))
     payload = _payload(target)
-    chosen = [*filters, *payload_filters(payload)]
+    chosen = [*filters, *payload_filters(payload, f"targets[{index}].payload", notices)]
     replications = _chosen(reader.replications(), chosen)
+    aggregate = str(payload.get("aggregate") or "topic")
+    ref_id = target.get("refId")
+    return [frame for metric in metrics
+            for frame in _metric_frames(reader, metric, replications, chosen, aggregate, span, shape, ref_id)]
+
+
+def _metric_frames(
+    reader: MetricsReader,
+    name: str,
+    replications: Sequence[Replication],
+    chosen: Sequence[Filter],
+    aggregate: str,
+    span: tuple[int, int],
+    shape: tuple[str, int],
+    ref_id: str | None,
+) -> list[dict]:
     now_ms = int(time.time() * 1000)
     if name == STATUS_TABLE:
         return [table(STATUS_COLUMNS, status_rows(replication_healths(reader, replications), now_ms), ref_id)]
@@ -127,11 +170,8 @@ def answer_target(
         return [table(ANNOTATION_COLUMNS, [r for r in rows if span[0] <= r[1] and r[0] <= span[1]], ref_id)]
     if name == LAG_SECONDS:
         subjects = select(catalog.topic_subjects(replications), chosen)
-        aggregate = str(payload.get("aggregate") or "topic")
         return _lag_seconds_series(reader, replications, subjects, aggregate, span, ref_id)
-    spec = METRICS.get(str(name))
-    if spec is None:
-        raise QueryError(f"targets[{index}].target: unknown metric {name!r}; see POST /grafana/metrics")
+    spec = METRICS[name]
     subjects = (
         catalog.group_subjects(reader, replications)
         if spec.subject == "group"
@@ -140,17 +180,35 @@ def answer_target(
     subjects = select(subjects, chosen)
     if not subjects:
         return []
-    aggregate = str(payload.get("aggregate") or "topic")
     return _metric_series(reader, spec.name, subjects, aggregate, span, shape, ref_id)
 
 
 def answer_query(reader: MetricsReader, body: Mapping, from_ms: int, to_ms: int) -> list[dict]:
     # Grafana 0.6.4+ sends `filters`; earlier versions sent `adhocFilters`: both are honoured.
-    filters = filters_of([*(body.get("filters") or []), *(body.get("adhocFilters") or [])])
+    filters, notices = filters_of([*_list(body.get("filters")), *_list(body.get("adhocFilters"))])
     shape = plan(from_ms, to_ms, body.get("intervalMs"), body.get("maxDataPoints"))
     answers: list[dict] = []
+    drawn: list[str | None] = []
     for index, target in enumerate(body.get("targets") or []):
         if target.get("hide") or not target.get("target"):
             continue  # hidden or empty targets are not drawn (the plugin drops them since 0.6.4)
-        answers += answer_target(reader, index, target, filters, (from_ms, to_ms), shape)
-    return answers
+        answers += answer_target(reader, index, target, filters, (from_ms, to_ms), shape, notices)
+        drawn.append(target.get("refId"))
+    return with_notices(answers, notices, drawn)
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def with_notices(frames: list[dict], notices: Sequence[str], ref_ids: Sequence[str | None]) -> list[dict]:
+    """Frames carrying the notices in `meta.notices` (Grafana's QueryResultMetaNotice), which the panel
+    shows; with no frame, one empty series per drawn target carries them, so the panel says why
+    instead of a bare "No data"."""
+    if not notices:
+        return frames
+    meta = {"notices": [{"severity": "warning", "text": text} for text in dict.fromkeys(notices)]}
+    if not frames:
+        frames = [{"target": "", "datapoints": [], **({"refId": r} if r else {})}
+                  for r in dict.fromkeys(ref_ids)]
+    return [{**frame, "meta": meta} for frame in frames]

@@ -1,13 +1,17 @@
 """Grafana JSON datasource endpoints (simpod-json-datasource 0.6.x) under `/grafana`.
 
-Configure the datasource URL as `http://<host>:<port>/grafana` (no trailing slash) in Server access
-mode. The legacy simple-json `/search` and `/annotations` calls are answered too.
+Configure the datasource URL as `http://<host>:<port>/grafana` in Server access mode. Every route
+answers with or without a trailing slash and never redirects: Grafana's proxy forwards the datasource
+URL unchanged ("Save & test" GETs `/grafana` itself) and does not follow redirects, and a redirect's
+`Location` names a host the browser may not reach. The legacy simple-json `/search` and `/annotations`
+calls are answered too.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import partial
 
 from flask import Response, current_app, jsonify, request
 from flask.views import MethodView
@@ -16,10 +20,11 @@ from flask_smorest import abort
 from service.api.common import DEFAULT_RANGE_MS
 from service.extensions import Blueprint, metrics_reader
 from service.grafana import catalog, schemas
-from service.grafana.queries import FILTER_KEYS, QueryError, filters_of, payload_filters
+from service.grafana.filters import filters_of, payload_filters
+from service.grafana.queries import FILTER_KEYS, QueryError
 from service.grafana.query_answers import answer_query, current_alerts
 from service.sites.gateway import ALL, LOCAL, UnknownSite
-from service.sites.grafana_site_answers import SITE_KEY, answer_across_sites, target_site
+from service.sites.grafana_site_answers import SITE_KEY, answer_across_sites, target_sites
 from service.sites.site_selector import discovered_services, local_site, site_gateway
 
 blp = Blueprint(
@@ -28,6 +33,9 @@ blp = Blueprint(
     url_prefix="/grafana",
     description="Grafana JSON datasource (simpod-json-datasource 0.6.x contract)",
 )
+
+# Only this blueprint drops strict slashes: the /v2 API keeps Flask's usual rule.
+route = partial(blp.route, strict_slashes=False)
 
 
 @blp.after_request
@@ -60,15 +68,15 @@ def _answer(compute, *args) -> Response:  # noqa: ANN001
         abort(400, message=str(exc))
 
 
-@blp.route("/")
+@route("/")
 class TestConnection(MethodView):
     @blp.doc(responses={"200": schemas.ANSWERS["health"]})
     def get(self) -> Response:
-        """Grafana's "Save & test": any 200 answer."""
+        """Grafana's "Save & test": a GET of the datasource URL, `/grafana` or `/grafana/`, answered 200."""
         return jsonify(status="ok")
 
 
-@blp.route("/metrics")
+@route("/metrics")
 class Metrics(MethodView):
     @blp.arguments(schemas.MetricsRequestSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["metrics"]})
@@ -77,7 +85,7 @@ class Metrics(MethodView):
         return jsonify(catalog.metric_descriptors())
 
 
-@blp.route("/metric-payload-options")
+@route("/metric-payload-options")
 class MetricPayloadOptions(MethodView):
     @blp.arguments(schemas.PayloadOptionsSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["options"]})
@@ -92,11 +100,15 @@ class MetricPayloadOptions(MethodView):
             return jsonify([{"label": v, "value": v} for v in [LOCAL, ALL, *sites]])
         if name not in FILTER_KEYS:
             return jsonify([])
-        values = catalog.values_of(metrics_reader(), name, payload_filters(body.get("payload")))
-        return jsonify([{"label": v, "value": v} for v in values])
+
+        def options() -> list[dict]:
+            filters = payload_filters(body.get("payload"))
+            return [{"label": v, "value": v} for v in catalog.values_of(metrics_reader(), name, filters)]
+
+        return _answer(options)
 
 
-@blp.route("/query")
+@route("/query")
 class Query(MethodView):
     @blp.arguments(schemas.QuerySchema)
     @blp.doc(responses={"200": schemas.ANSWERS["query"]})
@@ -106,18 +118,23 @@ class Query(MethodView):
         A target's `payload.site` (a site name or `all`) asks other sites through the gateway; their
         frames say their site (`site` tag, `<site>: ` name prefix, leading `Site` table column)."""
         from_ms, to_ms = _range(body)
+        targets, cap = body.get("targets") or [], int(current_app.config["GRAFANA_MAX_TARGETS"])
+        if len(targets) > cap:
+            abort(400, message=f"targets: {len(targets)} targets, over the limit of {cap} per query "
+                               "(service.grafana.max.targets)")
         reader = metrics_reader()
-        if all(target_site(t) in (LOCAL, local_site(current_app)) for t in body.get("targets") or []):
-            return _answer(answer_query, reader, body, from_ms, to_ms)
-        query = {**body, "range": {"from": from_ms, "to": to_ms}}
+        here = (LOCAL, local_site(current_app))
         try:
+            if all(set(target_sites(t)) <= set(here) for t in body.get("targets") or []):
+                return _answer(answer_query, reader, body, from_ms, to_ms)
+            query = {**body, "range": {"from": from_ms, "to": to_ms}}
             return _answer(answer_across_sites, site_gateway(current_app), *discovered_services(current_app),
                            query, lambda b: answer_query(reader, b, from_ms, to_ms))
         except UnknownSite as exc:
             abort(400, message=f"payload.site: {exc}")
 
 
-@blp.route("/variable")
+@route("/variable")
 class Variable(MethodView):
     @blp.arguments(schemas.VariableSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["variable"]})
@@ -131,7 +148,7 @@ class Variable(MethodView):
         return _answer(items)
 
 
-@blp.route("/tag-keys")
+@route("/tag-keys")
 class TagKeys(MethodView):
     @blp.doc(responses={"200": schemas.ANSWERS["tag_keys"]})
     def post(self) -> Response:
@@ -139,7 +156,7 @@ class TagKeys(MethodView):
         return jsonify([{"type": "string", "text": key} for key in FILTER_KEYS])
 
 
-@blp.route("/tag-values")
+@route("/tag-values")
 class TagValues(MethodView):
     @blp.arguments(schemas.TagValuesSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["tag_values"]})
@@ -149,13 +166,13 @@ class TagValues(MethodView):
             return jsonify([])
 
         def items() -> list[dict]:
-            filters = filters_of(body.get("filters") or [])
+            filters, _notices = filters_of(body.get("filters") or [])  # no frame to show notices in
             return [{"text": v} for v in catalog.values_of(metrics_reader(), body["key"], filters)]
 
         return _answer(items)
 
 
-@blp.route("/search")
+@route("/search")
 class Search(MethodView):
     @blp.arguments(schemas.SearchSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["search"]})
@@ -165,7 +182,7 @@ class Search(MethodView):
         return jsonify([name for name in catalog.metric_names() if needle in name.lower()])
 
 
-@blp.route("/annotations")
+@route("/annotations")
 class Annotations(MethodView):
     @blp.arguments(schemas.AnnotationsSchema)
     @blp.doc(responses={"200": schemas.ANSWERS["annotations"]})

@@ -34,13 +34,19 @@ class FilterSchema(Lenient):
 class TargetSchema(Lenient):
     target = fields.String(
         allow_none=True,
-        metadata={"description": "a metric name, `replication_status` (table) or `alerts` (annotations)"},
+        metadata={
+            "description": "a metric name, `replication_status` (table) or `alerts` (annotations); "
+            "several as `(a|b)` or a pattern (RE2, full match), one series per metric"
+        },
     )
     refId = fields.String(allow_none=True)  # noqa: N815
     hide = fields.Boolean(allow_none=True)
     payload = fields.Raw(
         allow_none=True,
-        metadata={"description": "source, target, topic, group: a value or a list (multi-value variable)"},
+        metadata={
+            "description": "source, target, topic, group: a name (maybe regex-escaped), a list, `(a|b)`, "
+            "or a pattern (RE2, full match)"
+        },
     )
     data = fields.Raw(allow_none=True, metadata={"description": "payload of simpod < 0.3 (legacy name)"})
     type = fields.String(allow_none=True)
@@ -98,6 +104,23 @@ def _array(items: dict) -> dict:
 _STRING = {"type": "string"}
 _OPTION = {"type": "object", "required": ["value"], "properties": {"label": _STRING, "value": _STRING}}
 _CELL = {"nullable": True, "oneOf": [{"type": "string"}, {"type": "number"}]}
+# Grafana's QueryResultMeta, notices only: what the service skipped (an ad-hoc operator it cannot
+# apply), shown on the panel; toDataFrame copies `meta` into the frame.
+_META = {
+    "type": "object",
+    "properties": {
+        "notices": _array(
+            {
+                "type": "object",
+                "required": ["severity", "text"],
+                "properties": {
+                    "severity": {"type": "string", "enum": ["info", "warning", "error"]},
+                    "text": _STRING,
+                },
+            }
+        )
+    },
+}
 _TIMESERIE = {
     "type": "object",
     "required": ["target", "datapoints"],
@@ -105,6 +128,7 @@ _TIMESERIE = {
         "target": _STRING,
         "refId": _STRING,
         "tags": {"type": "object", "additionalProperties": _STRING},
+        "meta": _META,
         "datapoints": _array(
             {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "number", "nullable": True}}
         ),
@@ -120,6 +144,7 @@ _TABLE = {
             {"type": "object", "required": ["text"], "properties": {"text": _STRING, "type": _STRING}}
         ),
         "rows": _array(_array(_CELL)),
+        "meta": _META,
     },
 }
 _PAYLOAD = {

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from service.sites.gateway import LOCAL, OK, Gateway, fan_out
+from service.grafana.variable_values import RefusedValue, selector_of
+from service.sites.gateway import LOCAL, OK, Gateway, UnknownSite, fan_out
 from service.sites.registry import RemoteService
 
 LOG = logging.getLogger(__name__)
@@ -26,12 +27,27 @@ LocalFrames = Callable[[Mapping], list[dict]]
 """This site's frames for a query body (the datasource's own answer)."""
 
 
-def target_site(target: Mapping) -> str:
+def target_sites(target: Mapping) -> list[str]:
+    """The sites a target asks, from its `payload.site` as the plugin formats it: a name (maybe
+    regex-escaped, `east\\-1`), `all`, or an alternation of names from a multi-value variable."""
     for key in ("payload", "data"):  # `data` is the payload of simpod < 0.3
         payload = target.get(key)
         if isinstance(payload, Mapping) and payload.get(SITE_KEY) not in (None, "", "$__all"):
-            return str(payload[SITE_KEY])
-    return LOCAL
+            return _site_names(payload[SITE_KEY])
+    return [LOCAL]
+
+
+def _site_names(raw: object) -> list[str]:
+    # UnknownSite messages are answered after "payload.site: ", so they do not repeat it.
+    try:
+        selector = selector_of(raw, "value")
+    except RefusedValue as refused:
+        raise UnknownSite(f"{refused}; name a site, a list of sites, or all") from None
+    if selector is None:
+        return [LOCAL]
+    if selector.patterns:
+        raise UnknownSite(f"{selector.describe()}: name a site, a list of sites, or all, not a pattern")
+    return sorted(selector.literals)
 
 
 def without_site(target: Mapping) -> dict:
@@ -44,10 +60,12 @@ def without_site(target: Mapping) -> dict:
 
 
 def by_site(targets: Sequence[Mapping]) -> dict[str, list[dict]]:
-    """Targets grouped by their site selector, in their first appearance order."""
+    """Targets grouped by the sites they ask, in their first appearance order; a target asking several
+    sites goes to each."""
     groups: dict[str, list[dict]] = {}
     for target in targets:
-        groups.setdefault(target_site(target), []).append(without_site(target))
+        for site in target_sites(target):
+            groups.setdefault(site, []).append(without_site(target))
     return groups
 
 

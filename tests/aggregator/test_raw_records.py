@@ -97,7 +97,10 @@ def test_replication_level_counters_and_latest_records():
     (whole,) = [r for r in rows if r["level"] == "r"]
     assert (whole["topic"], whole["partition"], whole["upstream_topic"]) == (ALL_TOPICS, WHOLE_TOPIC, None)
     assert (whole["record_count__sum"], whole["byte_count__sum"]) == (16, 1150)
-    assert whole["records_lag__n"] is None  # gauges do not add up across topics
+    # Lag is merged across topics as a reader merges the topic series: samples 4 and 3 (orders), 2 (other).
+    lag = tuple(whole[f"records_lag__{s}"] for s in ("n", "sum", "min", "max", "last"))
+    assert lag == (3, 9, 2, 4, 3)
+    assert whole["upstream_offset__n"] is None  # offsets do not add up across topics
     latest = {(r["kind"], r["topic"], r["partition"]): r for r in wp.latest_records(table)}
     assert len(latest) == 3
     assert latest[("partition", "east.orders", 0)]["records_lag"] == 3

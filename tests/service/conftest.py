@@ -49,7 +49,7 @@ def row(
     target: str,
     source: str,
     topic: str,
-    upstream: str,
+    upstream: str | None,
     partition: int,
     metric: str,
     start: int,
@@ -121,6 +121,15 @@ def scenario_rows(s: Scenario) -> list[Row]:
             row(w, n, f"{n}.events", "events", layout.WHOLE_TOPIC, "record_count", start, 1),
             # identity (prefixless) policy: the remote topic keeps its upstream name
             row(w, n, "ledger", "ledger", layout.WHOLE_TOPIC, "byte_count", start, 64),
+        ]
+        # Replication level, as the aggregator rolls the topics above up (window_partials, level `r`).
+        whole = layout.ALL_TOPICS, None, layout.WHOLE_TOPIC
+        rows += [
+            row(w, e, whole[0], whole[1], whole[2], "record_count", start, 10, 2),
+            row(w, e, whole[0], whole[1], whole[2], "byte_count", start, 1000, 2),
+            row(w, e, whole[0], whole[1], whole[2], "replication_latency_ms", start, 4, 20),
+            row(w, n, whole[0], whole[1], whole[2], "record_count", start, 1),
+            row(w, n, whole[0], whole[1], whole[2], "byte_count", start, 64),
         ]
     return rows
 
