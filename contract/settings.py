@@ -138,6 +138,8 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _process("service.auth.basic.username", "string", None, "service", "Basic auth user."),
     _process("service.auth.basic.password", "string", None, "service", "Basic auth password."),
     _process("service.auth.token", "string", None, "service", "Bearer token."),
+    _process("service.cors.allowed.origins", "list", (), "service",
+             "Browser origins (https://grafana.example.com) whose pages may call /grafana; none by default."),
     _process("service.advertised.protocol", "string", "http", "service", "Advertised scheme."),
     _process("service.advertised.host", "string", None, "service",
              "Advertised host (default: service.host, or this host's name when bound to all)."),
@@ -158,6 +160,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
     _process("service.remote.max.clock.skew.ms", "integer", 60_000, "service",
              "Advertisements stamped further ahead of this gateway's clock are refused."),
+    _process("service.remote.credentials.without.auth", "boolean", False, "service",
+             "Send service.remote.<site> credentials although this gateway's own auth is off (only "
+             "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
 )

@@ -145,3 +145,11 @@ def test_each_sites_redis_keeps_its_data_in_an_everysec_append_only_file_on_a_vo
         volume, _, mount = redis_service["volumes"][0].partition(":")
         assert mount == "/data" and volume in compose["volumes"]  # a named volume, one per site
     assert compose["services"]["redis-east"]["volumes"] != compose["services"]["redis-west"]["volumes"]
+
+
+def test_every_published_port_binds_to_loopback_unless_told_otherwise(compose):
+    published = [(name, port) for name, service in compose["services"].items()
+                 for port in service.get("ports", [])]
+    assert published
+    for name, port in published:
+        assert str(port).startswith("${SRM_PUBLISH_ADDRESS:-127.0.0.1}:"), (name, port)
