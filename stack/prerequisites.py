@@ -15,6 +15,8 @@ INSTALL_HINTS = {
     "prometheus": "install Prometheus (the alert-rule tests run it), e.g. `apt-get install -y prometheus`",
     "promtool": "install Prometheus's promtool, e.g. `apt-get install -y prometheus`",
     "redis-server": "install Redis, e.g. `apt-get install -y redis-server`",
+    "keytool": "install a Java 17+ runtime (keytool ships with it), e.g. "
+               "`apt-get install -y openjdk-17-jre-headless`",
 }
 
 
