@@ -12,31 +12,35 @@ live there) with cooperative-sticky assignment, so the source partitions are sha
 processes and a dead one's partitions move to the others, who resume from the progress topic. The
 group only coordinates: progress is never committed to it.
 
-Outages: while the target takes nothing in, copied records wait in a bounded queue and then in the
-backlog of their paused source partitions (`driver.send_queue`); while the source does not answer,
-nothing arrives (`driver.source_watch`). Either way the loop keeps running, so the worker stays in its
-group, reports FAILED with the reason while the outage lasts, and copies on as soon as it ends.
+Outages (`driver.copy_flow`): while the target takes nothing in, copied records wait in a bounded
+queue and then in the backlog of their paused source partitions (`driver.send_queue`); while the
+source does not answer, nothing arrives (`driver.source_watch`). Either way the loop keeps running, so
+the worker stays in its group, reports FAILED with the reason while the outage lasts, and copies on as
+soon as it ends.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Final
 
-from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from contract import kafka_clients
 from contract.config import Replication, SrmConfig
-from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
 from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from contract.replication_policy import metrics_topic, progress_topic
+from contract.retry_backoff import RetryBackoff
 from contract.status import DriverStatus
+from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
+from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
@@ -49,6 +53,7 @@ from driver.target_writer import (
     PartitionFlow,
     TransactionalWriter,
 )
+from driver.topic_filter import should_replicate_topic
 from driver.topic_sync import TopicSync
 
 LOG = logging.getLogger(__name__)
@@ -62,8 +67,6 @@ MAX_METADATA_REFRESH_MS: Final = 300_000
 OUTAGE_CHECK_S: Final = 1.0
 # A topic refresh that failed (a cluster not answering) is tried again this soon.
 REFRESH_RETRY_S: Final = 10.0
-# Under load the target acknowledges every few milliseconds: a second of silence means trouble.
-SILENT_TARGET_S: Final = 1.0
 
 
 def group_id(source: str, target: str) -> str:
@@ -84,11 +87,14 @@ class ReplicationWorker(threading.Thread):
         self.stats = ReplicationStats(source, target)
         self.limits = QueueLimits.from_config(config, source, target)
         self.source_watch = SourceWatch(source)
-        self.outage: str | None = None  # why nothing is copied now (source or target not answering)
-        self._outage_began = 0.0
-        self._paused: set[tuple[str, int]] = set()
-        self._refreshing: Future[dict[str, int]] | None = None  # a topic refresh under way
+        self.flow = CopyFlow(replication.name, target, self.source_watch)
+        self._refreshing = BackgroundRefresh(f"replication {replication.name}")
+        self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
+        remote_name = functools.partial(self.policy.format_remote_topic, source)
+        self.acl_sync = (TopicAclSync(source, target, remote_name)
+                         if config.setting("sync.topic.acls.enabled", source, target) else None)
+        self.acl_interval_s = config.setting("sync.topic.acls.interval.seconds", source, target)
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
@@ -99,21 +105,35 @@ class ReplicationWorker(threading.Thread):
         return dict(self._topics)
 
     def run(self) -> None:
+        """Replicates until stopped. A failure is reported as FAILED with its reason, every client is
+        closed (only that ends librdkafka's reconnects to a cluster refusing us), and the replication
+        starts again after a back-off that doubles up to 5 minutes: one log line per attempt."""
         source, target = self.replication.source, self.replication.target
         while not self.stopping.is_set():
+            rejected_by: str | None = None
             try:
                 self._run(source, target)
                 return
+            except ClusterRejected as exc:  # credentials, TLS trust or ACLs: the message names which
+                reason, rejected_by = exc.fault.message, exc.fault.alias
+            except ClusterUnavailable as exc:
+                reason = str(exc)
             except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
-                if isinstance(exc, ClusterUnavailable):  # an outage: one line per retry, no traceback
-                    LOG.warning("replication %s->%s: %s; retrying in %.0f s", source, target, exc,
-                                RESTART_BACKOFF_S)
-                else:
-                    LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
-                                  RESTART_BACKOFF_S)
-                self.stats.status, self.stats.error = DriverStatus.FAILED, f"{type(exc).__name__}: {exc}"
+                if self.backoff.failures == 0:
+                    LOG.exception("replication %s failed", self.replication.name)
+                reason = f"{type(exc).__name__}: {exc}"
+            self.stats.status, self.stats.error = DriverStatus.FAILED, reason[:300]
+            if rejected_by != target:  # the target refusing us cannot take the report either
                 self._publish_failure()
-                self.stopping.wait(RESTART_BACKOFF_S)
+            self._discard_clients()
+            self.backoff.wait(reason, self.stopping)
+
+    def _discard_clients(self) -> None:
+        """Drops every client of the last attempt; librdkafka destroys a handle with its last reference."""
+        for name in ("source_admin", "target_admin", "producer", "consumer", "progress", "writer",
+                     "topic_sync", "emitter"):
+            if hasattr(self, name):
+                setattr(self, name, None)
 
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
@@ -139,90 +159,40 @@ class ReplicationWorker(threading.Thread):
             self._shutdown(emitter)
 
     def _loop(self) -> None:
-        next_refresh, next_report = 0.0, time.monotonic() + self.metrics_period_s
-        next_outage_check, self._refreshing = 0.0, None
+        next_refresh, next_report, next_acls = 0.0, time.monotonic() + self.metrics_period_s, 0.0
+        next_outage_check, self._refreshing = 0.0, BackgroundRefresh(self._refreshing.name)
         while not self.stopping.is_set():
-            now = time.monotonic()
-            if (self._refreshing is None and (now >= next_refresh or self._control_changed())
-                    and not self._clusters_silent()):
+            kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
+            kafka_clients.check(self.producer)
+            now, silent = time.monotonic(), self.flow.clusters_silent(self.writer.queue)
+            if not self._refreshing.running and (now >= next_refresh or self._control_changed()) and not silent:
                 next_refresh = now + self.refresh_s
                 self._start_refresh()
-            if self._refreshing is not None and self._refreshing.done() and not self._refresh_applied():
+            if not self._refreshing.apply_finished(self._apply_topics):
                 next_refresh = now + REFRESH_RETRY_S
+            if self.acl_sync is not None and now >= next_acls and not silent:
+                self._sync_acls()
+                next_acls = now + self.acl_interval_s
             if self._topics:
                 self.writer.write(self._poll())
             else:  # nothing to replicate yet: wait for the next refresh without spinning
                 self.stopping.wait(min(1.0, max(0.0, next_refresh - now)))
             self.writer.tick(time.monotonic())
-            self._pause_backlogged()
+            self.flow.pause_backlogged(self.consumer, self.writer.paused())
             if now >= next_outage_check:
                 next_outage_check = now + OUTAGE_CHECK_S
-                if self._outage_changed(now):
+                if self.flow.check_outage(self.consumer, self.writer.queue, now):
                     next_report = now  # the status changes now, not at the next period
             if now >= next_report:
                 self._publish_metrics()
                 next_report = now + self.metrics_period_s
 
-    def _clusters_silent(self) -> bool:
-        """A refresh now would wait out its admin timeout (30 s) with the loop, and the copy, stopped."""
-        return self.source_watch.suspect or self.writer.queue.unacknowledged_for() > SILENT_TARGET_S
-
     def _start_refresh(self) -> None:
-        """The first refresh runs here (start-up fails with it); later ones on a thread of their own, so
-        an admin request waiting out its timeout (30 s) on a cluster gone silent does not stop the copy."""
-        if not self.refreshes:
+        """The first refresh runs here (start-up fails with it), later ones beside the loop."""
+        if self.refreshes:
+            self._refreshing.start(self._eligible_topics)
+        else:
             self._apply_topics(self._eligible_topics())
-            return
-        future: Future[dict[str, int]] = Future()
-
-        def refresh() -> None:
-            try:
-                future.set_result(self._eligible_topics())
-            except BaseException as exc:  # handed to the loop, which decides
-                future.set_exception(exc)
-
-        self._refreshing = future
-        threading.Thread(target=refresh, name=f"{self.name}-topics", daemon=True).start()
-
-    def _refresh_applied(self) -> bool:
-        """Applies a finished background refresh; False when a cluster did not answer it (an outage to
-        wait out, with the next attempt sooner, not a reason to leave the group)."""
-        future, self._refreshing = self._refreshing, None
-        try:
-            self._apply_topics(future.result())  # type: ignore[union-attr]
-            return True
-        except ClusterUnavailable as exc:
-            LOG.warning("replication %s: topic refresh failed (%s); trying again in %.0f s",
-                        self.replication.name, exc, REFRESH_RETRY_S)
-            return False
-
-    def _pause_backlogged(self) -> None:
-        """Pauses the source partitions whose records wait for room, resumes those whose wait is over.
-        librdkafka drops what it fetched ahead for a paused partition and fetches again from the last
-        record it handed us, which sits first in the backlog."""
-        held = self.writer.paused()
-        if held == self._paused:
-            return
-        pause, resume = held - self._paused, self._paused - held
-        if pause:
-            self.consumer.pause([TopicPartition(t, p) for t, p in sorted(pause)])
-        if resume:
-            self.consumer.resume([TopicPartition(t, p) for t, p in sorted(resume)])
-        self._paused = held
-
-    def _outage_changed(self, now: float) -> bool:
-        """Looks for a source or target outage; True when one began or ended (logged once each)."""
-        outage = (self.source_watch.outage(lambda timeout: self.consumer.list_topics(timeout=timeout))
-                  or self.writer.queue.outage(self.replication.target))
-        began, ended = outage is not None and self.outage is None, outage is None and self.outage is not None
-        if began:
-            self._outage_began = now
-            LOG.warning("replication %s: %s; copying resumes when it answers", self.replication.name, outage)
-        elif ended:
-            LOG.info("replication %s: outage over after %.0f s (%s); copying again", self.replication.name,
-                     now - self._outage_began, self.outage)
-        self.outage = outage
-        return began or ended
 
     def _poll(self) -> list[Message]:
         # librdkafka's batch consume waits for a full batch or the timeout: take what is already
@@ -274,12 +244,21 @@ class ReplicationWorker(threading.Thread):
     def _source_consumer(self) -> Consumer:
         source, target = self.replication.source, self.replication.target
         refresh_ms = int(min(MAX_METADATA_REFRESH_MS, max(1000.0, (self.refresh_s or 600.0) * 1000)))
-        return kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
-                                      target=target, overrides={
-                                          "partition.assignment.strategy": "cooperative-sticky",
-                                          "topic.metadata.refresh.interval.ms": refresh_ms,
-                                          "fetch.wait.max.ms": 100, "error_cb": self.source_watch.on_error,
-                                          **self.limits.consumer_limits()})
+        built: list[Consumer] = []
+
+        def on_error(error: KafkaError) -> None:  # the outage watch, then the client's own fault watch
+            self.source_watch.on_error(error)
+            watch = kafka_clients.watch_of(built[0]) if built else None
+            if watch is not None:
+                watch.error_cb(error)
+
+        built.append(kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
+                                            target=target, overrides={
+                                                "partition.assignment.strategy": "cooperative-sticky",
+                                                "topic.metadata.refresh.interval.ms": refresh_ms,
+                                                "fetch.wait.max.ms": 100, "error_cb": on_error,
+                                                **self.limits.consumer_limits()}))
+        return built[0]
 
     def _control_changed(self) -> bool:
         if self.control is None:
@@ -299,6 +278,17 @@ class ReplicationWorker(threading.Thread):
         if eligible != self._topics:
             self._subscribe(eligible)
         self.refreshes += 1
+
+    def _sync_acls(self) -> None:
+        source, target = self.replication.source, self.replication.target
+        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
+                       else (frozenset(), frozenset()))
+        topic_filter, heartbeats = self.topic_sync.topic_filter, self.topic_sync.heartbeats
+
+        def eligible(topic: str) -> bool:
+            return should_replicate_topic(topic, topic_filter, self.policy, target, heartbeats, allow, deny)
+
+        self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
         source, target = self.replication.source, self.replication.target
@@ -352,7 +342,7 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
-        self._paused -= set(keys)  # librdkafka forgets the pause of an unassigned partition
+        self.flow.unassigned(keys)
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
@@ -367,9 +357,10 @@ class ReplicationWorker(threading.Thread):
         running = bool(self.writer.flows) or bool(tasks)
         self.stats.status = DriverStatus.RUNNING if running else DriverStatus.UNASSIGNED
         self.stats.error = None
-        if self.outage is not None:  # Connect's FAILED with its trace: the reason, while it lasts
-            self.stats.status, self.stats.error = DriverStatus.FAILED, self.outage
+        if self.flow.outage is not None:  # Connect's FAILED with its trace: the reason, while it lasts
+            self.stats.status, self.stats.error = DriverStatus.FAILED, self.flow.outage
         self._produce_metrics(self.stats.drain())
+        self.backoff.succeeded()
 
     def _update_levels(self) -> int | None:
         """Refreshes end offsets and group membership; how many workers hold partitions (None: unknown)."""

@@ -16,8 +16,6 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 
-from contract.librdkafka_logs import client_logger
-
 PROBE_INTERVAL_S: Final = 2.0
 PROBE_TIMEOUT_S: Final = 1.0
 _UNREACHABLE: Final = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
@@ -33,9 +31,7 @@ class SourceWatch:
         self._confirmed = False
 
     def on_error(self, error: KafkaError) -> None:
-        """The consumer's ``error_cb`` (librdkafka's background thread). What librdkafka would have
-        logged itself without a callback still goes to the cluster's logger."""
-        client_logger(self.alias).warning("%s", error.str())
+        """Fed by the consumer's ``error_cb`` (librdkafka logs the connection failures itself)."""
         if error.code() in _UNREACHABLE:
             with self._lock:
                 if self._suspect_since is None:

@@ -21,12 +21,21 @@ from pathlib import Path
 
 from stack.jars import kafka_jars
 from stack.prerequisites import require
+from stack.secured_listeners import LISTENERS, BrokerSecurity
 
 LOG = logging.getLogger(__name__)
 
 HEAP_OPTS = ["-Xms128m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 START_TIMEOUT_S = 90.0
 LOG4J2 = Path(__file__).parent / "log4j2.properties"
+# ACLs enforced. The controller, the broker's own traffic and every PLAINTEXT client authenticate as
+# User:ANONYMOUS, which is therefore the super user; any other principal (a SASL or TLS listener's)
+# needs ACLs, and gets none by default.
+STANDARD_AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "false",
+}
 
 
 def free_port() -> int:
@@ -50,18 +59,32 @@ def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None 
 
 @dataclass
 class KafkaCluster:
-    """One KRaft node acting as a whole cluster named `alias`."""
+    """One KRaft node acting as a whole cluster named `alias`; with ``security``, it also opens the
+    secured listeners of ``stack.secured_listeners`` (PLAINTEXT stays, for set-up and the broker)."""
 
     alias: str
     workdir: Path
+    authorizer: bool = False  # KRaft's StandardAuthorizer; PLAINTEXT clients (User:ANONYMOUS) are super users
     port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     started_in_s: float = 0.0
+    security: BrokerSecurity | None = None
+    secured_ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.security is not None and not self.secured_ports:
+            self.secured_ports = {name: free_port() for name in LISTENERS.values()}
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def secured_bootstrap(self, mode: str) -> str:
+        """bootstrap.servers of the listener of a security mode (``sasl_plaintext``, ``ssl``, …)."""
+        if self.security is None:
+            raise ValueError(f"Kafka cluster {self.alias} was started without secured listeners")
+        return f"127.0.0.1:{self.secured_ports[LISTENERS[mode]]}"
 
     @property
     def log_file(self) -> Path:
@@ -108,6 +131,7 @@ class KafkaCluster:
         listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
         settings = {
             "process.roles": "broker,controller",
+            **(STANDARD_AUTHORIZER if self.authorizer else {}),
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
             "listeners": listeners,
@@ -132,6 +156,9 @@ class KafkaCluster:
             "background.threads": "2",
             "log.cleaner.threads": "1",
         }
+        if self.security is not None:
+            ports = {"PLAINTEXT": self.port, "CONTROLLER": self.controller_port, **self.secured_ports}
+            settings.update(self.security.server_settings(ports))
         path = self.workdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return path
@@ -140,7 +167,8 @@ class KafkaCluster:
         cluster_id = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
                                     capture_output=True, text=True, check=True).stdout.strip()
         done = subprocess.run([java, *HEAP_OPTS, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                               "--standalone", "-t", cluster_id, "-c", str(props)],
+                               "--standalone", "-t", cluster_id, "-c", str(props),
+                               *(self.security.format_arguments() if self.security else [])],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting storage of {self.alias} failed: {done.stdout}{done.stderr}")
@@ -166,9 +194,11 @@ class KafkaCluster:
 class KafkaClusters:
     """Independent clusters keyed by alias, started in parallel and stopped together."""
 
-    def __init__(self, aliases: list[str], root: Path | None = None) -> None:
+    def __init__(self, aliases: list[str], root: Path | None = None,
+                 security: BrokerSecurity | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="srm-kafka-"))
-        self.clusters = {alias: KafkaCluster(alias, self.root / alias) for alias in aliases}
+        self.clusters = {alias: KafkaCluster(alias, self.root / alias, security=security)
+                         for alias in aliases}
 
     def start(self) -> KafkaClusters:
         kafka_jars()  # resolve once before the parallel starts race for it
