@@ -165,7 +165,8 @@ class ReplicationWorker(threading.Thread):
             kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
             kafka_clients.check(self.producer)
             now, silent = time.monotonic(), self.flow.clusters_silent(self.writer.queue)
-            if not self._refreshing.running and (now >= next_refresh or self._control_changed()) and not silent:
+            due = now >= next_refresh or self._control_changed()
+            if due and not silent and not self._refreshing.running:
                 next_refresh = now + self.refresh_s
                 self._start_refresh()
             if not self._refreshing.apply_finished(self._apply_topics):
