@@ -32,11 +32,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
 from aggregator import latest_values, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
+from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, late_counts, on_time
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory
@@ -47,6 +49,8 @@ from contract import redis_layout as layout
 from contract.replication_policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
+
+LatestValue = tuple[str, str, dict[str, Any]]  # hash key, field, value
 FINEST = layout.FINEST_WINDOW
 BIND_TIMEOUT_S = 120.0
 # History kept per series: the longest span a latest value reads, with room for late reports.
@@ -198,8 +202,10 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
-        latest = self._latest_values(plan)
+        latest, lag_samples = self._latest_values(plan)
         self._write_latest(latest)
+        if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
+            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
         derived = time.monotonic()
         try:
             pipe = self.client.pipeline(transaction=True)
@@ -275,16 +281,22 @@ class RedisRollupSink:
 
     # --- latest values --------------------------------------------------------------------------------
 
-    def _latest_values(self, plan: BatchPlan) -> list[tuple[str, str, dict[str, Any]]]:
-        """(hash key, field, value) of every latest value the batch changes."""
+    def _latest_values(self, plan: BatchPlan) -> tuple[list[LatestValue], list[LagSample]]:
+        """(hash key, field, value) of every latest value the batch changes, and the lag in seconds
+        among them as samples of its gauge."""
         reads = self._history_reads(plan)
         self._load_history(reads)
-        out = []
+        out, samples = [], []
         for read in reads:
             key = layout.series_key(read.series, FINEST.name)
             history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
             out.append(_latest_value(read.kind, read.subject, read.record, history))
-        return out
+            seconds = out[-1][2].get("lag_seconds")
+            if read.kind != "replication" and isinstance(seconds, int | float):
+                _, target, source, topic, partition, group = read.subject
+                samples.append(LagSample(read.kind, target, source, topic, int(partition), group,
+                                         int(read.record["ts"]), float(seconds)))
+        return out, samples
 
     def _history_reads(self, plan: BatchPlan) -> list[HistoryRead]:
         reads = []

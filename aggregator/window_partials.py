@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_records import INVALID_KIND, REPLICATION_FIELDS
-from contract.records.raw_metrics import METRICS, MetricKind
+from contract.records.raw_metrics import DERIVED_METRICS, METRICS, MetricKind
 from contract.redis_layout import (
     ALL_TOPICS,
     FINEST_WINDOW,
@@ -34,7 +34,7 @@ from contract.redis_layout import (
     WHOLE_TOPIC,
 )
 
-ALL_METRICS = (*METRICS, INVALID_RECORDS_METRIC)
+ALL_METRICS = (*METRICS, *DERIVED_METRICS, INVALID_RECORDS_METRIC)
 STATS = ("n", "sum", "min", "max", "last")
 KEY_COLUMNS = ["kind", "level", "target", "source", "group", "topic", "partition"]
 SUBJECT_COLUMNS = ["kind", "target", "source", "topic", "partition", "group"]

@@ -12,6 +12,7 @@ import swagger_ui_bundle
 from flask import Flask, Response, current_app, jsonify, request
 
 from contract.settings import DEFAULT_REDIS_URL, DEFAULT_SERVICE_PORT
+from contract.untrusted import shown
 from service import auth, extensions, point_budget
 from service.api.clusters.resources import blp as clusters
 from service.api.groups.resources import blp as groups
@@ -54,6 +55,7 @@ class DefaultSettings:
     AUTH_USERNAME: str | None = None
     AUTH_PASSWORD: str | None = None
     AUTH_TOKEN: str | None = None
+    CORS_ORIGINS: tuple[str, ...] = ()  # service.cors.allowed.origins
     SERVICE_PROTOCOL = "http"
     SERVICE_HOST = "127.0.0.1"
     SERVICE_PORT = DEFAULT_SERVICE_PORT
@@ -70,7 +72,7 @@ class DefaultSettings:
 
 
 def _redis_unavailable(error: redis.RedisError) -> tuple[Response, int]:
-    LOG.warning("Redis error on %s: %s", request.path, error)
+    LOG.warning("Redis error on %s: %s", shown(request.path, 200), error)
     return jsonify(
         code=503,
         status="Service Unavailable",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from contract import redis_layout as layout
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.replication_policy import DefaultReplicationPolicy
 from service import point_budget
 from service.metric_summary import MetricSeries, merge_subjects, summarize, summarize_columns
@@ -201,17 +201,8 @@ class MetricsReader:
             return summarize_columns(metric, window, window_columns(members))
         return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
-    def topic_metric(
-        self,
-        source: str,
-        target: str,
-        topic: str,
-        metric: str,
-        from_ms: int,
-        to_ms: int,
-        granularity: str,
-        partition: int = layout.WHOLE_TOPIC,
-    ) -> MetricSeries:
+    def topic_metric(self, source: str, target: str, topic: str, metric: str, from_ms: int, to_ms: int,
+                     granularity: str, partition: int = layout.WHOLE_TOPIC) -> MetricSeries:
         self.require_metric(metric)
         series = layout.SeriesId(target, source, topic, partition, metric)
         return self.metric([series], metric, from_ms, to_ms, granularity)
@@ -310,6 +301,15 @@ class MetricsReader:
         for source, target in pairs:
             pipe.hget(layout.replication_status_key(target, source), "replication")
         return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
+
+    def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(invalid, late) raw-metrics records of each (source, target) so far."""
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.get(layout.invalid_records_key(target, source))
+            pipe.get(layout.late_records_key(target, source))
+        raw = [int(v) if v is not None and _string(v).isdigit() else 0 for v in pipe.execute()]
+        return {pair: (raw[2 * i], raw[2 * i + 1]) for i, pair in enumerate(pairs)}
 
     def partition_latest(self, replication: Replication) -> dict[PartitionKey, dict]:
         topics = sorted(replication.topics)

@@ -71,6 +71,20 @@ METRICS: dict[str, MetricSpec] = {
     )
 }
 
+DERIVED_METRICS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec("lag_seconds", MetricKind.GAUGE, "partition"),
+        MetricSpec("group_lag_seconds", MetricKind.GAUGE, "group"),
+    )
+}
+"""Metrics the aggregator derives, never read from a raw record: lag in seconds, interpolated from the
+end-offset history (aggregator/lag_seconds.py) for each partition and group report. Rolled up like
+the gauges above: a topic's or replication's value is its worst partition's at the newest report."""
+
+SERVED_METRICS: dict[str, MetricSpec] = {**METRICS, **DERIVED_METRICS}
+"""Every metric with windows in Redis, as the service serves them."""
+
 
 @dataclass(frozen=True)
 class LatencySummary:
