@@ -336,7 +336,7 @@ def _call(gateway: Gateway, site: str, endpoint: Endpoint, configured: bool, pat
             return SiteAnswer(site, TIMEOUT, url, elapsed_ms=0.0)
         address = gateway.resolver.checked_address(endpoint, configured)
         reply = gateway.client.call(endpoint, address, path_query, headers, data, deadline, timeout_s)
-        body, is_json = parse_answer(reply.data)
+        body, is_json = parse_answer(reply.data)  # after the breaker's verdict: the site did answer
         return answer_of(site, url, reply.status, body, is_json, _ms_since(began))
     except CallFailed as exc:
         failed = exc.breaks

@@ -38,6 +38,7 @@ from service.sites.site_trust import Endpoint
 TIMEOUT: Final = "timeout"
 READ_CHUNK: Final = 65_536
 POOLS: Final = 64
+MAX_ANSWER_DEPTH: Final = 64  # real answers are a few levels deep; orjson writes at most 254
 
 
 class CallFailed(Exception):
@@ -57,13 +58,31 @@ class Reply:
 
 
 def parse_answer(data: bytes) -> tuple[Any, bool]:
-    """(body, is_json) of an answer. orjson: nesting beyond 1024 is an error (``json`` raised
-    RecursionError), NaN is refused and integers beyond 64 bits come back as floats, so whatever parses
-    serialises again in the merged answer."""
+    """(body, is_json) of an answer, or CallFailed for one nested deeper than ``MAX_ANSWER_DEPTH``.
+
+    orjson: nesting beyond 1024 is a parse error (``json`` raised RecursionError), NaN is refused and
+    integers beyond 64 bits come back as floats. orjson writes at most 254 levels, though, and the
+    merged answer wraps each body in two more: a parsed body nested 300 deep made the answer a 500.
+    """
     try:
-        return orjson.loads(data), True
+        body = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None, False
+    if not _depth_within(body, MAX_ANSWER_DEPTH):
+        raise CallFailed(f"error: answer nested deeper than {MAX_ANSWER_DEPTH} levels", breaks=False)
+    return body, True
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return True
 
 
 @dataclass(eq=False)

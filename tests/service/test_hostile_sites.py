@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 GARBAGE = {
     "nested": b"[" * 100_000,
+    "deep": b"[" * 300 + b"]" * 300,  # parses, but orjson writes at most 254 levels
     "bigint": b'[{"n": 1' + b"0" * 30 + b"}]",
     "badframe": b'[{"type": "table", "columns": [], "rows": [1]}, {"target": 5, "datapoints": "x"}]',
 }
@@ -104,6 +105,7 @@ def test_garbage_answers_become_those_sites_errors_and_the_rest_still_answers(
         statuses = {s["site"]: s["status"] for s in answer.get_json()["sites"]}
         assert statuses["far"] == "ok" and statuses["hq"] == "ok"
         assert statuses["nested"] == "error: answer is not JSON"
+        assert statuses["deep"] == "error: answer nested deeper than 64 levels"
         assert statuses["bigint"] == "ok"  # read as a float: the merged answer still serialises
 
         query = {"range": {"from": "2023-11-14T22:00:00Z", "to": "2023-11-14T23:00:00Z"},
