@@ -101,7 +101,7 @@ def check_prerequisites() -> None:
     spark_connector_jars()
 
 
-def run(specs: list[RollupQuerySpec], master: str | None) -> None:
+def run(specs: list[RollupQuerySpec], master: str | None, config: SrmConfig | None = None) -> None:
     from aggregator.session import build_session
 
     with tempfile.TemporaryDirectory(prefix="srm-aggregator-") as scratch:
@@ -110,15 +110,27 @@ def run(specs: list[RollupQuerySpec], master: str | None) -> None:
         # Spark reads the allocation file once, when the session starts.
         spark = build_session(master, extra={ALLOCATION_FILE_CONF: str(pools),
                                              "spark.sql.streaming.stopTimeout": str(QUERY_STOP_TIMEOUT_MS)})
-    supervise(spark, specs)
+    supervise(spark, specs, config)
 
 
-def supervise(spark, specs: list[RollupQuerySpec]) -> None:
+def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: threading.Event) -> None:
+    """Probes the target clusters, so the API shows one that is down while it is (cluster_watch)."""
+    from aggregator.cluster_watch import ClusterWatch
+    from contract import kafka_clients
+
+    client = redis_connection.connect(specs[0].redis_url)
+    admins = {spec.target: kafka_clients.admin(config, spec.target) for spec in specs}
+    ClusterWatch(client, admins, stopping).start()
+
+
+def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
     from aggregator.supervisor import QuerySupervisor
     from aggregator.window_writer import join_window_writers
 
     supervisor = QuerySupervisor(spark, specs).start_all()
     stopping = threading.Event()
+    if config is not None:
+        watch_clusters(config, specs, stopping)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     while not stopping.is_set():
@@ -174,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "spark-submit master, or local[2])")
     args = parser.parse_args(argv)
 
-    def prepare(config: SrmConfig) -> tuple[list[RollupQuerySpec], str | None]:
+    def prepare(config: SrmConfig) -> tuple[list[RollupQuerySpec], str | None, SrmConfig]:
         specs = query_specs(config)
         if not specs:
             raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
@@ -184,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             raise Unreachable(problem)
         warn_unreachable_clusters(config, [spec.target for spec in specs],
                                   "its rollups start once it answers")
-        return specs, spark_master(config, args.master)
+        return specs, spark_master(config, args.master), config
 
     started = start("srm-aggregator", args, prepare, clients=("java",))
     if isinstance(started, int):

@@ -45,8 +45,9 @@ POLL_STEP_S = 0.1
 METADATA_STEP_S = 1.0
 # Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
 # defaults are 30 s and 60 s); `<alias>.socket.connection.setup.timeout.ms` and the like override them.
+# A cluster back from an outage is found within 2 s (librdkafka's reconnect back-off grows to 10 s).
 CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
-                                       "socket.timeout.ms": 30_000}
+                                       "socket.timeout.ms": 30_000, "reconnect.backoff.max.ms": 2000}
 
 
 class WatchedAdmin(AdminClient):

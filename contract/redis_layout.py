@@ -260,6 +260,16 @@ def group_latest_field(topic: str, partition: int) -> str:
     return f"{topic}|{partition}"
 
 
+def cluster_reachability_key(target: str) -> str:
+    """String: what the aggregator last found probing target cluster `target` (JSON `ts` = the probe,
+    epoch ms; `reachable` (bool); `since` = when the cluster last changed between reachable and not;
+    `error` (str or null)). It expires after CLUSTER_PROBE_TTL_MS: no aggregator, no verdict."""
+    return f"{PREFIX}:latest:{{{_part(target)}}}:cluster"
+
+
+CLUSTER_PROBE_TTL_MS = 60_000
+
+
 def invalid_records_key(target: str, source: str) -> str:
     """Running total of raw records that did not parse, read from `srm-metrics.<source>.internal` in
     `target` (an integer string; same hash tag as the source's replication-level series)."""
