@@ -9,6 +9,7 @@ Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.
 `aggregator.trigger.interval.ms`, `aggregator.watermark.delay.seconds`,
 `aggregator.max.offsets.per.trigger` (default 200000, 0 = unbounded),
 `aggregator.metrics.topics.pattern` (Java regex of the raw metrics topics to read; default all),
+`aggregator.stall.trigger.intervals` (a batch running this many triggers with input waiting is restarted),
 `redis.url`.
 """
 
@@ -124,10 +125,14 @@ def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: th
 
 
 def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
-    from aggregator.supervisor import QuerySupervisor
+    from aggregator.supervisor import STALL_INTERVALS, QuerySupervisor
     from aggregator.window_writer import join_window_writers
 
-    supervisor = QuerySupervisor(spark, specs).start_all()
+    stall_intervals = config.setting("aggregator.stall.trigger.intervals") if config is not None else None
+    if config is not None and (stall_intervals is None or stall_intervals < 1):
+        raise config.config_error("aggregator.stall.trigger.intervals",
+                                  f"must be a positive integer, got {stall_intervals}")
+    supervisor = QuerySupervisor(spark, specs, stall_intervals=stall_intervals or STALL_INTERVALS).start_all()
     stopping = threading.Event()
     if config is not None:
         watch_clusters(config, specs, stopping)

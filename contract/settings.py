@@ -135,6 +135,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Records per micro-batch at most (0 = unbounded)."),
     _process("aggregator.metrics.topics.pattern", "string", None, "aggregator",
              "Java regex of the raw-metrics topics to read (default: all)."),
+    _process("aggregator.stall.trigger.intervals", "integer", 30, "aggregator",
+             "Trigger intervals a batch may run with input waiting before its query is restarted "
+             "as stalled."),
     # --- service -----------------------------------------------------------------------------------
     _process("service.host", "string", "127.0.0.1", "service", "Address the REST API binds to."),
     _process("service.port", "integer", DEFAULT_SERVICE_PORT, "service", "REST API port."),
