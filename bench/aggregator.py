@@ -36,10 +36,10 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 
-from aggregator import redis_layout as layout  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
+from contract import redis_layout as layout  # noqa: E402
 from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
 from contract.replication_policy import metrics_topic  # noqa: E402
 from stack.kafka_cluster import KafkaClusters  # noqa: E402
