@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: venv jars demo test lint openapi clean
+.PHONY: venv jars demo test lint openapi docs clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found " + sys.version.split()[0] + ")")'
@@ -32,3 +32,6 @@ clean:
 
 openapi: venv  ## regenerate swagger/openapi.json from the code
 	$(PY) -m service.openapi_export
+
+docs: venv  ## regenerate docs/configuration.md from contract/settings.py
+	$(PY) -m contract.settings_reference --write

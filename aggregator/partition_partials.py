@@ -38,13 +38,14 @@ class PartitionPartials:
 
     target: str | None  # records naming another target cluster are invalid (raw_records.flat_table)
     watermark_ms: int | None  # valid records whose window it closed are counted as late, in no window
+    now_ms: int | None = None  # the driver's clock for the batch: event times far past it are invalid
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chunks = list(batches)
         if not chunks or not any(chunk.num_rows for chunk in chunks):
             return
         kafka = _narrow(pa.Table.from_batches(chunks))
-        flat = flat_table(kafka, self.target)
+        flat = flat_table(kafka, self.target, self.now_ms)
         late = late_counts(flat, self.watermark_ms)
         flat = on_time(flat, self.watermark_ms)
         if flat.num_rows == 0:  # every record late: only the count travels

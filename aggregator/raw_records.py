@@ -6,27 +6,43 @@ and a projection of ~50 columns) every batch paid ~0.3-0.6 s of Catalyst analysi
 its size, and ~1 s per 100k records; Arrow parses 100k in ~0.1-0.3 s.
 
 Records that do not parse, or parse but are not valid raw metrics, become rows of kind `invalid` with
-their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal.
+their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal. Anyone
+who may produce to the topic can send anything: values over MAX_VALUE_BYTES are not parsed, numbers
+must be finite and in range, names must be legal Kafka names (`*` is the replication-wide series), and
+event time is judged against the aggregator's clock.
 """
 
 from __future__ import annotations
 
-import json
+import time
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from contract.records.raw_metrics import FIELD_TYPES, METRICS, SUMMARY_FIELD_TYPES, MetricKind
+from contract.kafka_names import ALIAS, MAX_GROUP_CHARS, TOPIC_ARROW
+from contract.records.raw_metrics import (
+    FIELD_TYPES,
+    MAX_VALUE_BYTES,
+    METRICS,
+    SUMMARY_FIELD_TYPES,
+    MetricKind,
+)
 from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
 from contract.replication_policy import METRICS_TOPIC_SOURCE
 
 # Raw metrics topics are `srm-metrics.<source>.internal` (contract.replication_policy.metrics_topic).
 EXCERPT_CHARS = 200
-# A record stamped further than this after its Kafka timestamp is counted as invalid: its event time
-# would push the watermark ahead and every on-time record after it would be dropped as late. Kafka's
-# timestamp (not the clock) keeps the decision the same when a batch is replayed.
-MAX_FUTURE_SKEW_MS = 10 * 60_000
+# A record stamped further than this ahead of the aggregator's clock is invalid: its event time would
+# push the watermark ahead and every on-time record after it would be dropped as late. The producer's
+# CreateTime is no judge: a producer whose clock jumped sets both. Under half the default 30 s
+# watermark delay, so hosts' clocks may differ a little. A replayed batch is judged by the clock of
+# the replay, which only accepts more (ts <= now + skew grows), and is what a run then would give.
+MAX_FUTURE_SKEW_MS = 15_000
+MAX_PERIOD_MS = 24 * 3_600_000
+_ALIAS_ARROW = f"^{ALIAS}$"
+_COUNTERS = ("record_count", "byte_count")
 INVALID_KIND = "invalid"
 LATENCY_PARTS = ("count", "avg", "min", "max", "last")
 # Fields of a replication report kept for its latest value (besides ts and period_ms).
@@ -71,13 +87,15 @@ def _all_one_line(values: pa.Array) -> bool:
 def _one_line(value: bytes | None) -> bytes | None:
     """The value as one line if it is a JSON object (compacted if it spans lines), else None."""
     try:
-        body = json.loads(value) if value is not None else None
-    except (ValueError, UnicodeDecodeError):
+        # orjson: nesting deeper than 1024 is a JSONDecodeError, not json's RecursionError, and NaN
+        # is refused. Any other surprise is still this one record's problem.
+        body = orjson.loads(value) if value is not None else None
+    except Exception:  # noqa: BLE001
         return None
     if not isinstance(body, dict) or not _typed(body, FIELD_TYPES):
         return None
     one_line = value is not None and b"\n" not in value and b"\r" not in value
-    return value if one_line else json.dumps(body, separators=(",", ":")).encode()
+    return value if one_line else orjson.dumps(body)
 
 
 _LIMITS = {"int": 2**31, "long": 2**63}
@@ -136,15 +154,23 @@ def _null_rows(count: int) -> pa.Table:
     return pa.table([pa.nulls(count, field.type) for field in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
-def flat_table(kafka: pa.Table, target: str | None = None) -> pa.Table:
+def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = None) -> pa.Table:
     """One row per Kafka record (topic, partition, offset, kafka_ts in epoch ms, value): its subject, event
     ts and the value columns of its kind (null otherwise); invalid records as kind INVALID_KIND with
     their Kafka partition, offset and an excerpt. With `target`, a record naming another target
     cluster is invalid too: it was published to the wrong cluster and would otherwise be filed under a
-    target this query does not own."""
+    target this query does not own. A record whose event time is more than MAX_FUTURE_SKEW_MS after
+    `now_ms` (the aggregator's clock, once per batch) is invalid."""
     kafka = kafka.combine_chunks()
-    m, parsed = parse_values(kafka["value"].combine_chunks())
-    valid = _valid(m, parsed, kafka["kafka_ts"], target)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    values = kafka["value"].combine_chunks()
+    # Too large to be raw metrics: not parsed at all (null parses as invalid; the excerpt comes from
+    # the original value).
+    oversize = pc.fill_null(pc.greater(pc.binary_length(values), MAX_VALUE_BYTES), False)
+    if pc.any(oversize).as_py():
+        values = pc.if_else(oversize, pa.scalar(None, values.type), values)
+    m, parsed = parse_values(values)
+    valid = _valid(m, parsed, now_ms, target)
     invalid = pc.invert(valid)
     kind = m["kind"]
     replication = pc.fill_null(pc.equal(kind, "replication"), False)
@@ -177,7 +203,7 @@ def flat_table(kafka: pa.Table, target: str | None = None) -> pa.Table:
     return pa.table(columns)
 
 
-def _valid(m: pa.Table, parsed: pa.BooleanArray, kafka_ts: pa.Array, target: str | None) -> pa.BooleanArray:
+def _valid(m: pa.Table, parsed: pa.BooleanArray, now_ms: int, target: str | None) -> pa.BooleanArray:
     kind, partition = m["kind"], m["partition"]
     partition_ok = pc.and_kleene(pc.is_valid(partition), pc.greater_equal(partition, 0))
     topic_partition = pc.and_kleene(pc.is_valid(m["topic"]), partition_ok)
@@ -185,15 +211,40 @@ def _valid(m: pa.Table, parsed: pa.BooleanArray, kafka_ts: pa.Array, target: str
         pc.make_struct(pc.equal(kind, "replication"), pc.equal(kind, "partition"), pc.equal(kind, "group")),
         pc.is_valid(m["status"]), topic_partition, pc.and_kleene(pc.is_valid(m["group"]), topic_partition),
         False)
-    checks = [parsed, pc.equal(m["v"], 1), pc.is_valid(m["ts"]),
-              pc.less_equal(m["ts"], pc.add(kafka_ts, MAX_FUTURE_SKEW_MS)),
-              pc.is_valid(m["source"]), pc.is_valid(m["target"]), complete]
+    checks = [parsed, pc.equal(m["v"], 1), pc.is_valid(m["ts"]), pc.greater_equal(m["ts"], 0),
+              pc.less_equal(m["ts"], now_ms + MAX_FUTURE_SKEW_MS),
+              pc.match_substring_regex(m["source"], _ALIAS_ARROW),
+              pc.match_substring_regex(m["target"], _ALIAS_ARROW), complete, *_in_range(m)]
     if target is not None:
         checks.append(pc.equal(m["target"], target))
     valid = checks[0]
     for check in checks[1:]:
         valid = pc.and_kleene(valid, check)
     return pc.fill_null(valid, False)
+
+
+def _in_range(m: pa.Table) -> list[pa.Array]:
+    """Checks of the optional fields: true where a field is absent. Doubles finite (Arrow's reader takes
+    NaN and Infinity, which would make every later sum nan), counters and periods non-negative, names
+    legal Kafka names (a topic `*` would merge into the replication-wide series)."""
+    def absent_or(check: pa.Array) -> pa.Array:
+        return pc.fill_null(check, True)
+
+    checks = [absent_or(pc.and_(pc.greater(m["period_ms"], 0), pc.less_equal(m["period_ms"], MAX_PERIOD_MS)))]
+    checks += [absent_or(pc.greater_equal(m[name], 0)) for name in _COUNTERS]
+    for name, spec in METRICS.items():
+        if spec.kind is MetricKind.LATENCY:
+            checks += [absent_or(pc.is_finite(pc.struct_field(m[name], [part])))
+                       for part in LATENCY_PARTS if part != "count"]
+            checks.append(absent_or(pc.greater_equal(pc.struct_field(m[name], ["count"]), 0)))
+    for name in ("topic", "upstream_topic"):
+        legal = pc.and_(pc.match_substring_regex(m[name], TOPIC_ARROW),
+                        pc.invert(pc.is_in(m[name], pa.array([".", ".."]))))
+        checks.append(absent_or(legal))
+    checks.append(absent_or(pc.and_(pc.less_equal(pc.utf8_length(m["group"]), MAX_GROUP_CHARS),
+                                    pc.and_(pc.greater(pc.utf8_length(m["group"]), 0),
+                                            pc.not_equal(m["group"], ALL_TOPICS)))))
+    return checks
 
 
 def _source_of_topic(topics: pa.Array, rows: pa.BooleanArray) -> pa.Array | str:

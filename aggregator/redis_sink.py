@@ -14,7 +14,9 @@ their own transaction (_write_latest).
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
-saw, which Spark's own (stateless queries have none to enforce) would not give.
+saw, which Spark's own (stateless queries have none to enforce) would not give. The newest event ts is
+stored no later than the wall clock at commit, and the watermark is never past the clock plus
+MAX_FUTURE_SKEW_MS: one record stamped hours ahead must not make every on-time record late.
 
 Latest values need history (lag in seconds, recent record counts): window_history keeps what the sink
 wrote, overlaid with the batch's own partials. One query writes one target, so nothing else changes
@@ -31,12 +33,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
 from aggregator import latest_values, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
+from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
+from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
@@ -46,6 +51,8 @@ from contract import redis_layout as layout
 from contract.replication_policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
+
+LatestValue = tuple[str, str, dict[str, Any]]  # hash key, field, value
 FINEST = layout.FINEST_WINDOW
 BIND_TIMEOUT_S = 120.0
 # History kept per series: the longest span a latest value reads, with room for late reports.
@@ -57,8 +64,17 @@ class SinkState:
     batch_id: int | None = None
     max_event_ts: int | None = None
 
-    def watermark_ms(self, delay_ms: int) -> int | None:
-        return None if self.max_event_ts is None else self.max_event_ts - delay_ms
+    def watermark_ms(self, delay_ms: int, now_ms: int | None = None) -> int | None:
+        """`newest event ts - delay`, clamped to the clock (`now_ms`, default now) plus the skew a record
+        may have: a state stored before event times were judged by the clock heals this way."""
+        if self.max_event_ts is None:
+            return None
+        now_ms = _now_ms() if now_ms is None else now_ms
+        return min(self.max_event_ts, now_ms + MAX_FUTURE_SKEW_MS) - delay_ms
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,9 @@ class RedisRollupSink:
             return
         began = time.monotonic()
         # Parsed and aggregated where Spark reads each Kafka partition (partition_partials): only the
-        # partials cross to the driver, in Arrow.
-        mapper = PartitionPartials(self.target, state.watermark_ms(self.watermark_delay_ms))
+        # partials cross to the driver, in Arrow. One clock reading judges the whole batch.
+        now_ms = _now_ms()
+        mapper = PartitionPartials(self.target, state.watermark_ms(self.watermark_delay_ms, now_ms), now_ms)
         parts = batch.mapInArrow(mapper, SPARK_SCHEMA).toArrow()
         computed = time.monotonic()
         collected = collect(parts)
@@ -186,8 +203,10 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
-        latest = self._latest_values(plan)
+        latest, lag_samples = self._latest_values(plan)
         self._write_latest(latest)
+        if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
+            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
         derived = time.monotonic()
         try:
             pipe = self.client.pipeline(transaction=True)
@@ -196,6 +215,8 @@ class RedisRollupSink:
             self._write_late(pipe, batch.late, state.watermark_ms(self.watermark_delay_ms))
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
+            if max_ts is not None:  # never past the clock, whatever a record claimed
+                max_ts = min(max_ts, _now_ms())
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
             pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
             pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
@@ -261,16 +282,22 @@ class RedisRollupSink:
 
     # --- latest values --------------------------------------------------------------------------------
 
-    def _latest_values(self, plan: BatchPlan) -> list[tuple[str, str, dict[str, Any]]]:
-        """(hash key, field, value) of every latest value the batch changes."""
+    def _latest_values(self, plan: BatchPlan) -> tuple[list[LatestValue], list[LagSample]]:
+        """(hash key, field, value) of every latest value the batch changes, and the lag in seconds
+        among them as samples of its gauge."""
         reads = self._history_reads(plan)
         self._load_history(reads)
-        out = []
+        out, samples = [], []
         for read in reads:
             key = layout.series_key(read.series, FINEST.name)
             history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
             out.append(_latest_value(read.kind, read.subject, read.record, history))
-        return out
+            seconds = out[-1][2].get("lag_seconds")
+            if read.kind != "replication" and isinstance(seconds, int | float):
+                _, target, source, topic, partition, group = read.subject
+                samples.append(LagSample(read.kind, target, source, topic, int(partition), group,
+                                         int(read.record["ts"]), float(seconds)))
+        return out, samples
 
     def _history_reads(self, plan: BatchPlan) -> list[HistoryRead]:
         reads = []

@@ -8,7 +8,8 @@ one sample of itself, a latency summary is `count` samples with `sum = avg * cou
 - level `p`: the record's own subject (a remote topic-partition, a group's topic-partition, the
   replication as a whole, or for an invalid record its raw-metrics topic partition);
 - level `t`: the whole remote topic (partition WHOLE_TOPIC) of partition and group records;
-- level `r`: the whole replication (topic ALL_TOPICS), counters of partition records only.
+- level `r`: the whole replication (topic ALL_TOPICS), redis_layout.REPLICATION_LEVEL_METRICS of
+  partition records only.
 `last` is the value with the greatest (ts, value): whole-topic rows share a report's ts across
 partitions, so ties break by value and no batch split can change the result. The sink merges with the
 same rule (redis_layout.merge_windows).
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_records import INVALID_KIND, REPLICATION_FIELDS
-from contract.records.raw_metrics import METRICS, MetricKind
+from contract.records.raw_metrics import DERIVED_METRICS, METRICS, MetricKind
 from contract.redis_layout import (
     ALL_TOPICS,
     FINEST_WINDOW,
@@ -33,7 +34,7 @@ from contract.redis_layout import (
     WHOLE_TOPIC,
 )
 
-ALL_METRICS = (*METRICS, INVALID_RECORDS_METRIC)
+ALL_METRICS = (*METRICS, *DERIVED_METRICS, INVALID_RECORDS_METRIC)
 STATS = ("n", "sum", "min", "max", "last")
 KEY_COLUMNS = ["kind", "level", "target", "source", "group", "topic", "partition"]
 SUBJECT_COLUMNS = ["kind", "target", "source", "topic", "partition", "group"]
@@ -174,7 +175,7 @@ def window_partials(flat: pa.Table) -> pa.Table:
     own = _subject_windows(_own_rows(flat, metrics), metrics)
     topic = _roll_up(_relabel(own.filter(pc.is_in(own["kind"], pa.array(["partition", "group"]))),
                               level="t", partition=WHOLE_TOPIC), metrics)
-    # Gauges and latencies do not add up across topics: the replication level keeps counters only.
+    # Merged across topics as a reader merges topic series (offsets are left out: they do not add up).
     counters = [m for m in metrics if m in REPLICATION_LEVEL_METRICS]
     dropped = [f"{m}__{s}" for m in metrics if m not in counters for s in (*STATS, "last_ts")]
     partition_topics = topic.filter(pc.equal(topic["kind"], "partition")).drop_columns(dropped)

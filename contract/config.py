@@ -149,6 +149,10 @@ class SrmConfig:
         entry = self._entries.get(raw_key)
         return None if entry is None else entry.line
 
+    def keys(self) -> list[str]:
+        """Every key of the file, as written (per-site keys such as ``service.remote.<site>.url``)."""
+        return list(self._values)
+
     def config_error(
         self, key: str, message: str, source: str | None = None, target: str | None = None
     ) -> ConfigError:

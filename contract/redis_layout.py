@@ -25,9 +25,13 @@ from urllib.parse import quote
 PREFIX = "srm"
 WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
 ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; partition WHOLE_TOPIC)
-# Counters rolled up per replication too (topic ALL_TOPICS, partition WHOLE_TOPIC). A cluster's total
-# is the sum of these over the sources in sources_key(target): readers add them up, nothing stores it.
-REPLICATION_LEVEL_METRICS = ("record_count", "byte_count")
+# Metrics rolled up per replication too (topic ALL_TOPICS, partition WHOLE_TOPIC): the topics' windows
+# merged as a reader would merge them (merge_windows), stored once so that a replication's or a
+# cluster's answer reads one series per replication, not one per topic. A cluster's total is the merge
+# of these over the sources in sources_key(target): readers merge them, nothing stores it. Offsets are
+# left out: a sum of offsets across topics means nothing.
+REPLICATION_LEVEL_METRICS = ("record_count", "byte_count", "replication_latency_ms", "record_age_ms",
+                             "records_lag")
 # Raw records that do not parse, per raw-metrics topic partition: a series under the source named by
 # the topic (topic ALL_TOPICS, partition = the Kafka partition), count = records, min/max/last = their
 # Kafka offsets, windows by Kafka timestamp; the running total is invalid_records_key(). Records whose

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 SettingType = Literal["boolean", "integer", "number", "string", "list"]
-Scope = Literal["replication", "process"]
+Scope = Literal["replication", "process", "cluster", "site"]
 Part = Literal["driver", "aggregator", "service", "all"]
 
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
@@ -138,6 +138,8 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _process("service.auth.basic.username", "string", None, "service", "Basic auth user."),
     _process("service.auth.basic.password", "string", None, "service", "Basic auth password."),
     _process("service.auth.token", "string", None, "service", "Bearer token."),
+    _process("service.cors.allowed.origins", "list", (), "service",
+             "Browser origins (https://grafana.example.com) whose pages may call /grafana; none by default."),
     _process("service.advertised.protocol", "string", "http", "service", "Advertised scheme."),
     _process("service.advertised.host", "string", None, "service",
              "Advertised host (default: service.host, or this host's name when bound to all)."),
@@ -148,10 +150,39 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Seconds between advertisements."),
     _process("service.remote.allowed.hosts", "list", (), "service",
              "Host globs or CIDRs a gateway may call (nothing by default)."),
+    _process("service.max.points.per.request", "integer", 200_000, "service",
+             "Series x windows one request may read; past it a 400 names the granularity that fits."),
+    _process("service.max.request.bytes", "integer", 1_048_576, "service",
+             "Largest request body (Grafana queries); past it a 413."),
+    _process("service.grafana.max.targets", "integer", 50, "service",
+             "Targets one Grafana /query may carry; past it a 400."),
     _process("service.remote.timeout.ms", "integer", 5000, "service",
              "Timeout of a call to a remote site (service.remote.<site>.timeout.ms per site)."),
+    _process("service.remote.max.clock.skew.ms", "integer", 60_000, "service",
+             "Advertisements stamped further ahead of this gateway's clock are refused."),
+    _process("service.remote.credentials.without.auth", "boolean", False, "service",
+             "Send service.remote.<site> credentials although this gateway's own auth is off (only "
+             "behind a proxy that authenticates callers)."),
+    _process("service.remote.max.sites", "integer", 64, "service",
+             "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
 )
 """The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
+
+NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("<alias>.bootstrap.servers", "list", None, "all",
+            "host:port of the cluster's brokers (required for every alias in `clusters`).", "cluster"),
+    Setting("service.remote.<site>.username", "string", None, "service",
+            "Basic auth user a gateway sends to the remote site <site>.", "site"),
+    Setting("service.remote.<site>.password", "string", None, "service",
+            "Basic auth password a gateway sends to <site> (with .username).", "site"),
+    Setting("service.remote.<site>.token", "string", None, "service",
+            "Bearer token a gateway sends to <site>.", "site"),
+    Setting("service.remote.<site>.timeout.ms", "integer", None, "service",
+            "Timeout of a call to <site> (default: service.remote.timeout.ms).", "site"),
+)
+"""Keys with a name inside (a cluster alias, a remote site): read directly where they are used, listed
+here so the configuration reference shows them. Kafka client properties (``<alias>.security.protocol``
+and the rest) belong to ``contract.client_properties``."""
 
 PARSED_ON_LOAD: Final = frozenset(
     key for key, setting in SETTINGS.items()

@@ -31,6 +31,7 @@ from contract.kafka_clients import TopicSpec
 from contract.records import raw_metrics
 from contract.records.mm2 import RECORD_PARTITION, Checkpoint, OffsetSync, WireFormatError
 from contract.replication_policy import metrics_topic
+from driver import internal_topic_feed as feeds
 from driver.checkpoint_metrics import CheckpointStats, GroupPartition
 from driver.checkpoint_rules import (
     CheckpointDecider,
@@ -161,12 +162,12 @@ class CheckpointWorker(threading.Thread):
             return target, self.reverse_policy.offset_syncs_topic(source)
         return source, self.reverse_policy.offset_syncs_topic(target)
 
-    def _feed(self, alias: str, topic: str, handle: RecordHandler) -> InternalTopicFeed:
+    def _feed(self, alias: str, topic: str, handle: RecordHandler, syncs: bool = False) -> InternalTopicFeed:
         consumer = kafka_clients.consumer(
             self.config, alias, f"srm-checkpoints.{self.replication.source}-{self.replication.target}",
             overrides={"enable.partition.eof": False}, source=self.replication.source,
             target=self.replication.target)
-        feed = InternalTopicFeed(consumer, alias, topic, handle)
+        feed = InternalTopicFeed(consumer, alias, topic, handle, **(feeds.OFFSET_SYNC_CAPS if syncs else {}))
         self._feeds.append(feed)
         return feed
 
@@ -186,13 +187,13 @@ class CheckpointWorker(threading.Thread):
     def _restore_one(self, message: Message) -> None:
         if message.value() is None:  # a tombstone: nothing to restore
             return
-        checkpoint = Checkpoint.decode(message.key(), message.value())
+        checkpoint = feeds.checked_checkpoint(Checkpoint.decode(message.key(), message.value()))
         self.decider.restore(checkpoint.consumer_group_id, checkpoint.topic, checkpoint.partition,
                              checkpoint.upstream_offset, checkpoint.downstream_offset)
 
     def _start_forward_feed(self) -> None:
         alias, topic = self._syncs_location()
-        feed = self._feed(alias, topic, functools.partial(_apply_sync, self.store, None))
+        feed = self._feed(alias, topic, functools.partial(_apply_sync, self.store, None), syncs=True)
         while not feed.read_to_end(self.stopping, INITIAL_READ_TIMEOUT_S):
             if self.stopping.is_set():
                 return
@@ -208,7 +209,8 @@ class CheckpointWorker(threading.Thread):
         if topic not in kafka_clients.partition_counts(admin, alias):
             return
         rename = functools.partial(self.reverse_policy.format_remote_topic, self.replication.target)
-        feed = self._feed(alias, topic, functools.partial(_apply_sync, self.reverse_store, rename))
+        feed = self._feed(alias, topic, functools.partial(_apply_sync, self.reverse_store, rename),
+                          syncs=True)
         if feed.read_to_end(self.stopping, INITIAL_READ_TIMEOUT_S):
             self.reverse_store.mark_read_to_end()
             self._reverse_feed = feed
@@ -385,7 +387,7 @@ class CheckpointWorker(threading.Thread):
 
 def _apply_sync(store: OffsetSyncStore, rename: Callable[[str], str] | None, message: Message) -> None:
     """Add one offset-sync record; `rename` set: a reverse sync, added as downstream -> upstream."""
-    sync = OffsetSync.decode(message.key(), message.value())
+    sync = feeds.checked_offset_sync(OffsetSync.decode(message.key(), message.value()))
     if rename is None:
         store.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
     else:

@@ -32,7 +32,7 @@ from contract import kafka_clients
 from contract.config import ConfigError, SrmConfig, load_config
 from contract.kafka_clients import ClusterUnavailable
 from contract.records.control import ControlChange, ControlEntry, ControlFormatError
-from contract.records.mm2 import RECORD_PARTITION, Checkpoint, WireFormatError
+from contract.records.mm2 import RECORD_PARTITION, Checkpoint
 from driver.control_lists import (
     ControlLists,
     ControlWriteError,
@@ -40,6 +40,7 @@ from driver.control_lists import (
     ensure_control_topic,
     write_changes,
 )
+from driver.internal_topic_feed import checked_checkpoint
 from driver.offset_export import export_csv
 
 LOG = logging.getLogger(__name__)
@@ -248,8 +249,8 @@ def _read_to_end(consumer: Consumer, topic: str, timeout_s: float) -> dict[Check
                 continue
             position = message.offset() + 1
             try:
-                checkpoint = Checkpoint.decode(message.key(), message.value())
-            except WireFormatError as exc:
+                checkpoint = checked_checkpoint(Checkpoint.decode(message.key(), message.value()))
+            except ValueError as exc:  # WireFormatError or an illegal name/offset
                 LOG.warning("skipping undecodable checkpoint %s[%d]@%d: %s", message.topic(),
                             message.partition(), message.offset(), exc)
                 continue

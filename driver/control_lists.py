@@ -21,14 +21,16 @@ from contract.config import SrmConfig
 from contract.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.records.control import (
     LISTS,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
     PARTITION,
     TOPIC_CONFIGS,
     ControlChange,
-    ControlFormatError,
     decode_change,
     shown,
 )
 from contract.replication_policy import CONTROL_TOPIC
+from contract.untrusted import RecordGuard
 from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
 
 LOG = logging.getLogger(__name__)
@@ -143,7 +145,11 @@ class ControlLists:
         self._lock = threading.Lock()
         self._loaded = threading.Event()
         self._end_offset = 0  # high watermark when reading began: reaching it means loaded
+        self._next_offset = OFFSET_BEGINNING  # where a reopened consumer goes on
         self._stopping = threading.Event()
+        self.guard = RecordGuard(f"srm-control reader of {alias}", max_key_bytes=MAX_KEY_BYTES,
+                                 max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
+        self.failure: str | None = None  # the last error outside a record, until reading resumes
         self._thread = threading.Thread(target=self._run, name=f"control-lists-{alias}", daemon=True)
 
     def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -175,19 +181,30 @@ class ControlLists:
         """True once every record that existed when reading began has been applied."""
         return self._loaded.wait(timeout_s)
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
-        consumer = self._open()
-        if consumer is None:
-            return
-        try:
-            while not self._stopping.is_set():
-                for message in consumer.consume(100, timeout=self.poll_timeout_s):
-                    self._handle(message)
-        except Exception:  # the last lists stay in force; the driver keeps replicating with them
-            LOG.exception("reading %s on %s failed; the lists no longer follow changes", CONTROL_TOPIC,
-                          self.alias)
-        finally:
-            consumer.close()
+        """Reads until stopped. A bad record is the guard's business; any other failure (the client,
+        the cluster) reopens the consumer after a pause, and the last lists stay in force meanwhile."""
+        wait_s = 1.0
+        while not self._stopping.is_set():
+            consumer = self._open()
+            if consumer is None:
+                return
+            try:
+                while not self._stopping.is_set():
+                    for message in consumer.consume(100, timeout=self.poll_timeout_s):
+                        self._handle(message)
+                    self.failure = None
+            except Exception as exc:  # noqa: BLE001 - never the end of the lists: read again
+                self.failure = f"{type(exc).__name__}: {exc}"
+                LOG.warning("reading %s on %s failed (%s); reading it again in %.0f s", CONTROL_TOPIC,
+                            self.alias, self.failure, wait_s)
+                self._stopping.wait(wait_s)
+                wait_s = min(wait_s * 2, MAX_RETRY_WAIT_S)
+            finally:
+                consumer.close()
 
     def _open(self) -> Consumer | None:
         """A consumer at the start of the topic, once the cluster answers; None when stopping."""
@@ -209,7 +226,7 @@ class ControlLists:
             self.config, self.alias, f"srm-control-reader-{uuid.uuid4().hex}",
             overrides={"enable.partition.eof": True, **self.client_overrides})
         try:
-            partition = TopicPartition(CONTROL_TOPIC, PARTITION, OFFSET_BEGINNING)
+            partition = TopicPartition(CONTROL_TOPIC, PARTITION, self._next_offset)
             consumer.assign([partition])
             # A topic created a moment ago may have no leader yet: no offsets, and a retry.
             watermarks = consumer.get_watermark_offsets(partition, timeout=10.0)
@@ -232,15 +249,12 @@ class ControlLists:
             else:
                 LOG.warning("reading %s on %s: %s", CONTROL_TOPIC, self.alias, error)
             return
-        try:
-            change = decode_change(message.key(), message.value())
-        except ControlFormatError as exc:
-            LOG.warning("skipping undecodable control record %s[%d]@%d on %s: %s", message.topic(),
-                        message.partition(), message.offset(), self.alias, exc)
-        else:
+        change = self.guard.read(message, decode_change, self.alias)
+        if change is not None:
             with self._lock:
                 if self._state.apply(change):
                     self._version += 1
+        self._next_offset = message.offset() + 1
         if message.offset() + 1 >= self._end_offset:
             self._mark_loaded()
 

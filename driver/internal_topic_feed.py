@@ -1,7 +1,8 @@
 """Reads one single-partition MM2 internal topic (offset syncs, checkpoints): first to its end, then on.
 
-MM2 compatible: only partition 0 is read, from the beginning, and a record that does not decode is
-logged with its topic, partition and offset and skipped, never fatal.
+MM2 compatible: only partition 0 is read, from the beginning. Every record is untrusted: one that is
+too large, does not decode or names something illegal is counted, logged with its topic, partition and
+offset (at a bounded rate) and skipped, never fatal (``contract.untrusted.RecordGuard``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from contract.records.mm2 import RECORD_PARTITION, WireFormatError
+from contract.kafka_names import check_group, check_topic
+from contract.records.mm2 import (
+    CHECKPOINT_MAX_KEY_BYTES,
+    CHECKPOINT_MAX_VALUE_BYTES,
+    OFFSET_SYNC_MAX_KEY_BYTES,
+    OFFSET_SYNC_MAX_VALUE_BYTES,
+    RECORD_PARTITION,
+    Checkpoint,
+    OffsetSync,
+)
+from contract.untrusted import RecordGuard, long
 
 LOG = logging.getLogger(__name__)
 
@@ -21,14 +32,19 @@ BATCH = 500
 WATERMARK_TIMEOUT_S = 10.0
 
 RecordHandler = Callable[[Message], None]
+OFFSET_SYNC_CAPS = {"max_key_bytes": OFFSET_SYNC_MAX_KEY_BYTES,
+                    "max_value_bytes": OFFSET_SYNC_MAX_VALUE_BYTES}
 
 
 class InternalTopicFeed:
     """A consumer assigned to partition 0 of `topic`, feeding every decodable record to `handle`."""
 
-    def __init__(self, consumer: Consumer, alias: str, topic: str, handle: RecordHandler) -> None:
+    def __init__(self, consumer: Consumer, alias: str, topic: str, handle: RecordHandler, *,
+                 max_key_bytes: int = CHECKPOINT_MAX_KEY_BYTES,
+                 max_value_bytes: int = CHECKPOINT_MAX_VALUE_BYTES) -> None:
         self.consumer, self.alias, self.topic, self._handle = consumer, alias, topic, handle
-        self.skipped = 0
+        self.guard = RecordGuard(f"reader of {topic}", max_key_bytes=max_key_bytes,
+                                 max_value_bytes=max_value_bytes, logger=LOG)
         self.consumer.assign([TopicPartition(topic, RECORD_PARTITION, OFFSET_BEGINNING)])
 
     def read_to_end(self, stopping: threading.Event, timeout_s: float) -> bool:
@@ -76,10 +92,29 @@ class InternalTopicFeed:
         [position] = self.consumer.position([TopicPartition(self.topic, RECORD_PARTITION)])
         return position.offset
 
+    @property
+    def skipped(self) -> int:
+        return self.guard.rejected
+
     def _apply(self, message: Message) -> None:
-        try:
-            self._handle(message)
-        except (WireFormatError, ValueError) as exc:
-            self.skipped += 1
-            LOG.warning("skipping undecodable record %s[%d]@%d on %s: %s", message.topic(),
-                        message.partition(), message.offset(), self.alias, exc)
+        self.guard.read(message, lambda _key, _value: self._handle(message), self.alias)
+
+
+def checked_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint if its names are legal and its offsets real; Rejected naming the field otherwise
+    (a forged one with a huge upstream offset would hold back every later checkpoint of its group)."""
+    check_group(checkpoint.consumer_group_id, "checkpoint group")
+    check_topic(checkpoint.topic, "checkpoint topic")
+    long(checkpoint.partition, "checkpoint partition", 0)
+    long(checkpoint.upstream_offset, "checkpoint upstream offset", 0)
+    long(checkpoint.downstream_offset, "checkpoint downstream offset", 0)
+    return checkpoint
+
+
+def checked_offset_sync(sync: OffsetSync) -> OffsetSync:
+    """The offset sync if its topic is a legal name and its offsets real; Rejected otherwise."""
+    check_topic(sync.topic, "offset sync topic")
+    long(sync.partition, "offset sync partition", 0)
+    long(sync.upstream_offset, "offset sync upstream offset", 0)
+    long(sync.downstream_offset, "offset sync downstream offset", 0)
+    return sync

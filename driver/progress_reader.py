@@ -22,7 +22,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from contract.records.progress import decode_key, decode_value
+from contract.records.progress import (
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    SourcePartition,
+    decode_key,
+    decode_value,
+)
+from contract.untrusted import RecordGuard
 
 LOG = logging.getLogger(__name__)
 
@@ -50,7 +57,13 @@ class ProgressReader:
         # position never moves over, and reported only once per arrival at the end.
         self._eof: dict[int, int] = {}
         self._assigned = False
-        self.skipped = 0
+        self.guard = RecordGuard(f"progress reader of {topic}", max_key_bytes=MAX_KEY_BYTES,
+                                 max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
+
+    @property
+    def skipped(self) -> int:
+        """Records refused (too large, not decodable, out of range): counted, logged and passed over."""
+        return self.guard.rejected
 
     def last_replicated(self, topic: str, partition: int) -> int | None:
         return self._offsets.get((topic, partition))
@@ -109,16 +122,19 @@ class ProgressReader:
                     remaining.discard(message.partition())
                 return
             raise KafkaException(error)
-        try:
-            source = decode_key(message.key())
-            offset = decode_value(message.value())
-        except ValueError as exc:
-            self.skipped += 1
-            LOG.warning("%s[%d]@%d skipped: %s", self.topic, message.partition(), message.offset(), exc)
+        decoded = self.guard.read(message, _progress)
+        if decoded is None:
             return
+        source, offset = decoded
         if source is None or source.cluster != self.cluster:
             return
         if offset is None:
             self._offsets.pop((source.topic, source.partition), None)
         else:
             self._offsets[(source.topic, source.partition)] = offset
+
+
+def _progress(key: bytes | None, value: bytes | None) -> tuple[SourcePartition | None, int | None]:
+    source = decode_key(key)
+    # Other connectors' values are theirs to judge: only ours must hold an offset.
+    return source, decode_value(value) if source is not None else None

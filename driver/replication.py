@@ -15,6 +15,7 @@ group only coordinates: progress is never committed to it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from contract.records import raw_metrics
 from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from contract.replication_policy import metrics_topic, progress_topic
 from contract.status import DriverStatus
+from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
@@ -41,6 +43,7 @@ from driver.target_writer import (
     PartitionFlow,
     TransactionalWriter,
 )
+from driver.topic_filter import should_replicate_topic
 from driver.topic_sync import TopicSync
 
 LOG = logging.getLogger(__name__)
@@ -70,6 +73,10 @@ class ReplicationWorker(threading.Thread):
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
         self.emitter: OffsetSyncEmitter | None = None
+        remote_name = functools.partial(self.policy.format_remote_topic, source)
+        self.acl_sync = (TopicAclSync(source, target, remote_name)
+                         if config.setting("sync.topic.acls.enabled", source, target) else None)
+        self.acl_interval_s = config.setting("sync.topic.acls.interval.seconds", source, target)
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
@@ -119,12 +126,15 @@ class ReplicationWorker(threading.Thread):
             self._shutdown(emitter)
 
     def _loop(self) -> None:
-        next_refresh, next_report = 0.0, time.monotonic() + self.metrics_period_s
+        next_refresh, next_report, next_acls = 0.0, time.monotonic() + self.metrics_period_s, 0.0
         while not self.stopping.is_set():
             now = time.monotonic()
             if now >= next_refresh or self._control_changed():
                 self._refresh_topics()
                 next_refresh = now + self.refresh_s
+            if self.acl_sync is not None and now >= next_acls:
+                self._sync_acls()
+                next_acls = now + self.acl_interval_s
             if self._topics:
                 self.writer.write(self._poll())
             else:  # nothing to replicate yet: wait for the next refresh without spinning
@@ -202,6 +212,17 @@ class ReplicationWorker(threading.Thread):
         if eligible != self._topics:
             self._subscribe(eligible)
         self.refreshes += 1
+
+    def _sync_acls(self) -> None:
+        source, target = self.replication.source, self.replication.target
+        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
+                       else (frozenset(), frozenset()))
+        topic_filter, heartbeats = self.topic_sync.topic_filter, self.topic_sync.heartbeats
+
+        def eligible(topic: str) -> bool:
+            return should_replicate_topic(topic, topic_filter, self.policy, target, heartbeats, allow, deny)
+
+        self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
         source, target = self.replication.source, self.replication.target

@@ -5,11 +5,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from typing import TYPE_CHECKING, Final
 
+from contract.linear_regex import PatternRefused, compile_user_pattern
+from contract.records.control import MAX_NAME_CHARS
 from contract.replication_policy import ReplicationPolicy, is_cycle
 from contract.settings import SETTINGS
+from contract.untrusted import shown
 
 if TYPE_CHECKING:
     from contract.config import SrmConfig
@@ -148,15 +151,17 @@ def should_replicate_group(
 def _listed(name: str, entries: Set[str]) -> bool:
     if name in entries:
         return True
-    return any(_control_entry(entry).fullmatch(name) for entry in entries)
+    return any(_control_entry(entry)(name) for entry in entries)
 
 
 @functools.lru_cache(maxsize=1024)
-def _control_entry(entry: str) -> re.Pattern[str]:
-    """An srm-control list entry as a regex; one that is not a valid regex only matches itself."""
+def _control_entry(entry: str) -> Callable[[str], bool]:
+    """An srm-control list entry as a full-match test. Entries come from a topic anyone with Produce
+    rights may write, so they run on RE2 (linear time: ``(.+)+X`` cannot stall a replication); one RE2
+    refuses (not a regex, backreferences, too long) only matches itself."""
     try:
-        return re.compile(entry)
-    except re.error:
-        # The lists come from a topic at run time: a typo there must not stop the replication.
-        LOG.warning("srm-control entry %r is not a valid regular expression; matching it literally", entry)
-        return re.compile(re.escape(entry))
+        return compile_user_pattern(entry, "srm-control entry", max_length=MAX_NAME_CHARS).fullmatch
+    except PatternRefused as exc:
+        # A typo in the lists must not stop the replication.
+        LOG.warning("%s; matching it literally", shown(str(exc), 300))
+        return entry.__eq__

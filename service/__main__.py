@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import sys
 from typing import Any
@@ -28,13 +29,29 @@ def app_settings(config: SrmConfig) -> dict[str, Any]:
         "AUTH_USERNAME": config.setting("service.auth.basic.username"),
         "AUTH_PASSWORD": config.setting("service.auth.basic.password"),
         "AUTH_TOKEN": config.setting("service.auth.token"),
+        "CORS_ORIGINS": tuple(config.setting("service.cors.allowed.origins")),
         "SERVICE_PROTOCOL": advertised.protocol,
         "SERVICE_HOST": advertised.host,
         "SERVICE_PORT": advertised.port,
         "SERVICE_ROOT_PATH": advertised.root_path,
         "SERVICE_TARGET_CLUSTERS": advertised.target_clusters,
         "SERVICE_SITE": advertised.site,
+        **request_limits(config),
     }
+
+
+def request_limits(config: SrmConfig) -> dict[str, int]:
+    """The caps on one request's cost (docs/operations.md); each must be a positive integer."""
+    limits = {"MAX_POINTS_PER_REQUEST": "service.max.points.per.request",
+              "MAX_CONTENT_LENGTH": "service.max.request.bytes",
+              "GRAFANA_MAX_TARGETS": "service.grafana.max.targets"}
+    values = {}
+    for name, key in limits.items():
+        value = config.setting(key)
+        if value is None or value <= 0:
+            raise config.config_error(key, f"must be a positive integer, got {value}")
+        values[name] = value
+    return values
 
 
 def check_auth_settings(settings: dict[str, Any]) -> str | None:
@@ -43,6 +60,26 @@ def check_auth_settings(settings: dict[str, Any]) -> str | None:
         missing = "password" if settings["AUTH_USERNAME"] else "username"
         return f"service.auth.basic.{missing} is required when the other Basic auth key is set"
     return None
+
+
+def startup_warnings(config: SrmConfig) -> list[str]:
+    """What an operator must hear at start: an API anyone who can reach it may read."""
+    settings = app_settings(config)
+    if settings["AUTH_TOKEN"] or settings["AUTH_USERNAME"]:
+        return []
+    bind = f"{config.setting('service.host')}:{config.setting('service.port')}"
+    warning = (f"authentication is off: anyone who can reach {bind} reads every metric; set "
+               "service.auth.token or service.auth.basic.username/password (docs/security.md)")
+    if not _loopback(config.setting("service.host")):
+        warning += "; this address is not loopback, so other hosts can reach it"
+    return [warning]
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class ServiceServer(BaseApplication):
@@ -73,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = check_auth_settings(app_settings(config))
         if problem:
             raise StartupError(f"{config.path}: {problem}")
+        for warning in startup_warnings(config):
+            # ERROR when other hosts can reach the open API: it must stand out in any log setup.
+            LOG.log(logging.ERROR if "not loopback" in warning else logging.WARNING, warning)
         redis_down = redis_problem(config.setting("redis.url"))
         if redis_down:  # not fatal: it may come up after the service, which answers 503 until then
             LOG.warning("%s; the API answers 503 until it does", redis_down)

@@ -9,10 +9,11 @@ from typing import Any
 
 import redis
 import swagger_ui_bundle
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, current_app, jsonify, request
 
 from contract.settings import DEFAULT_REDIS_URL, DEFAULT_SERVICE_PORT
-from service import auth, extensions
+from contract.untrusted import shown
+from service import auth, extensions, point_budget
 from service.api.clusters.resources import blp as clusters
 from service.api.groups.resources import blp as groups
 from service.api.ops.resources import blp as operations
@@ -54,23 +55,37 @@ class DefaultSettings:
     AUTH_USERNAME: str | None = None
     AUTH_PASSWORD: str | None = None
     AUTH_TOKEN: str | None = None
+    CORS_ORIGINS: tuple[str, ...] = ()  # service.cors.allowed.origins
     SERVICE_PROTOCOL = "http"
     SERVICE_HOST = "127.0.0.1"
     SERVICE_PORT = DEFAULT_SERVICE_PORT
     SERVICE_ROOT_PATH = ""
     SERVICE_TARGET_CLUSTERS: tuple[str, ...] = ()
     SERVICE_SITE = "local"
+    # The caps on one request's cost (service.max.points.per.request, service.max.request.bytes,
+    # service.grafana.max.targets).
+    MAX_POINTS_PER_REQUEST = point_budget.DEFAULT_MAX_POINTS
+    MAX_CONTENT_LENGTH = 1_048_576
+    GRAFANA_MAX_TARGETS = 50
     # Errors answer JSON with the failing parameter named; never an HTML trace.
     PROPAGATE_EXCEPTIONS = False
 
 
 def _redis_unavailable(error: redis.RedisError) -> tuple[Response, int]:
-    LOG.warning("Redis error on %s: %s", request.path, error)
+    LOG.warning("Redis error on %s: %s", shown(request.path, 200), error)
     return jsonify(
         code=503,
         status="Service Unavailable",
         message=f"the metrics store (Redis) is not available: {type(error).__name__}",
     ), 503
+
+
+def _over_budget(error: point_budget.OverBudget) -> tuple[Response, int]:
+    return jsonify(code=400, status="Bad Request", message=str(error)), 400
+
+
+def _start_budget() -> None:
+    point_budget.start_request(int(current_app.config["MAX_POINTS_PER_REQUEST"]))
 
 
 def _count(response: Response) -> Response:
@@ -114,6 +129,8 @@ def create_app(settings: dict[str, Any] | None = None) -> Flask:
         api.register_blueprint(blueprint)
     app.register_blueprint(prometheus)
     app.register_error_handler(redis.RedisError, _redis_unavailable)
+    app.register_error_handler(point_budget.OverBudget, _over_budget)
+    app.before_request(_start_budget)
     app.after_request(_count)
     app.extensions.setdefault(SERVICES_KEY, _local_directory(app))
     app.wsgi_app = collapse_slashes(app.wsgi_app)  # type: ignore[method-assign]

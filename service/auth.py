@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from flask import Flask, Response, jsonify, request
 
+from contract.untrusted import shown
+
 LOG = logging.getLogger(__name__)
 
 AUTH_KEY = "srm.auth"
@@ -80,10 +82,13 @@ def init_app(app: Flask, credentials: Credentials) -> None:
 
     @app.before_request
     def authenticate() -> Response | None:
-        if _is_open(request.path) or credentials.accepts(request.headers.get("Authorization")):
+        # A CORS preflight (OPTIONS) carries no credentials by definition and answers no data.
+        if (_is_open(request.path) or request.method == "OPTIONS"
+                or credentials.accepts(request.headers.get("Authorization"))):
             return None
         # The scheme only: the header's value is a secret (or a guess at one).
         scheme = (request.headers.get("Authorization") or "none").split(" ", 1)[0]
-        LOG.warning("rejected %s %s from %s (authorization scheme: %s)", request.method, request.path,
-                    request.remote_addr, scheme[:20])
+        # The path is decoded (%0a is a newline): escaped, so a caller cannot forge log lines.
+        LOG.warning("rejected %s %s from %s (authorization scheme: %s)", shown(request.method, 20),
+                    shown(request.path, 200), request.remote_addr, shown(scheme, 20))
         return _challenge(credentials)

@@ -40,6 +40,9 @@ class ServiceApi(Api):
                 payload["message"] = "invalid parameter: " + ", ".join(_invalid_names(payload["errors"]))
             elif code == 404:
                 payload["message"] = f"no such path: {request.path}"
+            elif code == 413:
+                limit = current_app.config["MAX_CONTENT_LENGTH"]
+                payload["message"] = f"request body over {limit} bytes (service.max.request.bytes)"
             elif code == 405:
                 payload["message"] = f"{request.method} is not allowed on {request.path}"
             else:
@@ -52,7 +55,7 @@ def init_app(app: Flask) -> Api:
     api.register_field(Timestamp, "string", None)
     app.extensions[API_KEY] = api
     client = redis_connection.connect(app.config["REDIS_URL"])
-    app.extensions[READER_KEY] = MetricsReader(client)
+    app.extensions[READER_KEY] = MetricsReader(client, int(app.config["MAX_POINTS_PER_REQUEST"]))
     return api
 
 

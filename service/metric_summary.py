@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from contract.records.raw_metrics import METRICS, MetricKind
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
+from contract.records.raw_metrics import MetricKind
 from contract.redis_layout import WindowAggregate
 
 

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
 import redis
 
 from contract import redis_layout as layout
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.replication_policy import DefaultReplicationPolicy
-from service.metric_summary import MetricSeries, WindowColumns, merge_subjects, summarize, summarize_columns
+from service import point_budget
+from service.metric_summary import MetricSeries, merge_subjects, summarize, summarize_columns
+from service.window_decoding import _decode_windows, window_columns
 
 LOG = logging.getLogger(__name__)
 # The names the default policy gives are tried first; other policies are found through the topic index.
 DEFAULT_POLICY = DefaultReplicationPolicy()
 
-__all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "PartitionKey", "Windows"]
+__all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "PartitionKey", "Windows",
+           "window_columns"]
 
 Windows = list[layout.WindowAggregate]
 PartitionKey = tuple[str, int]  # (remote topic, partition)
@@ -45,61 +47,6 @@ def _string(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _decode_windows(members: Iterable[bytes | str]) -> Windows:
-    windows = []
-    for member in members:
-        try:
-            windows.append(layout.decode_member(member))
-        except ValueError as exc:
-            # One corrupt member must not hide the rest of the series; it is logged, not served.
-            LOG.warning("skipping %s", exc)
-    return windows
-
-
-# <start>:<count>:<sum>:<min>:<max>:<last>[:<last ts>], as layout.encode_member writes them; the summary
-# needs the first six.
-MEMBER_FIELDS = frozenset({6, 7})
-# The bytes a member made only of JSON numbers and ':' can hold; any other (a letter of nan or inf, a space,
-# a bracket, a quote) sends the reply through the checked decoder.
-NUMBER_BYTES = b"0123456789.eE+-:"
-
-
-def window_columns(members: Sequence[bytes | str]) -> WindowColumns:
-    """A reply's members decoded column by column: the API's hot path (120 members per answer).
-
-    A member is numbers joined by ':', so the whole reply parses as one JSON array of rows in orjson's C
-    parser (which rounds as float() does), instead of 720 float() calls and a dataclass per member. Anything
-    that is not six or seven plain numbers per member with an integer start (and last ts) goes through the
-    checked decoder, which logs and skips only the bad members.
-    """
-    if not members:
-        return WindowColumns([], [], [], [], [], [])
-    raw = [m.encode() for m in members] if isinstance(members[0], str) else members
-    try:
-        rows = _member_rows(raw)  # type: ignore[arg-type]
-    except ValueError:  # orjson.JSONDecodeError is a ValueError
-        return WindowColumns.of(_decode_windows(members))
-    if len(set(map(len, rows))) == 1:
-        columns = list(zip(*rows, strict=True))
-    else:  # members written before last ts was stored, next to newer ones
-        columns = list(zip(*(row[:6] for row in rows), strict=True))
-        columns.append([row[6] for row in rows if len(row) == 7])
-    starts, measures, last_ts = columns[0], columns[1:6], columns[6:]
-    if set(map(type, starts)) != {int} or any(set(map(type, ts)) != {int} for ts in last_ts):
-        return WindowColumns.of(_decode_windows(members))
-    return WindowColumns(list(starts), *(list(map(float, column)) for column in measures))
-
-
-def _member_rows(members: Sequence[bytes]) -> list[list[int | float]]:
-    """One row of numbers per member; ValueError unless every member is six or seven JSON numbers."""
-    if b":".join(members).translate(None, NUMBER_BYTES):
-        raise ValueError("a member with more than numbers")
-    rows = orjson.loads(b"[[%b]]" % b"],[".join(members).replace(b":", b","))
-    if len(rows) != len(members) or not set(map(len, rows)) <= MEMBER_FIELDS:
-        raise ValueError("a member that is not six or seven numbers")
-    return rows
-
-
 def _decode_latest(raw: bytes | str | None) -> dict | None:
     if raw is None:
         return None
@@ -111,8 +58,9 @@ def _decode_latest(raw: bytes | str | None) -> dict | None:
 
 
 class MetricsReader:
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, max_points: int = point_budget.DEFAULT_MAX_POINTS) -> None:
         self.client = client
+        self.max_points = max_points  # per request (service.point_budget)
 
     def ping(self) -> bool:
         return bool(self.client.ping())
@@ -222,13 +170,21 @@ class MetricsReader:
 
     # --- series ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def resolve_window(from_ms: int, to_ms: int, granularity: str) -> str:
-        return layout.auto_window(from_ms, to_ms) if granularity == "auto" else granularity
+    def resolve_window(self, from_ms: int, to_ms: int, granularity: str, series: int = 1) -> str:
+        """`auto`: the finest window that fits the request's point budget for `series` series."""
+        if granularity != "auto":
+            return granularity
+        return point_budget.auto_window(point_budget.current(self.max_points), series, from_ms, to_ms)
+
+    def charge(self, series: int, window: str, from_ms: int, to_ms: int) -> None:
+        """Counts a read against the request's point budget; OverBudget (a 400) past it."""
+        point_budget.charge(point_budget.current(self.max_points), series, window, from_ms, to_ms)
 
     def windows(
-        self, series: Sequence[layout.SeriesId], window: str, from_ms: int, to_ms: int
+        self, series: Sequence[layout.SeriesId], window: str, from_ms: int, to_ms: int, charged: bool = True
     ) -> list[Windows]:
+        if charged:
+            self.charge(len(series), window, from_ms, to_ms)
         pipe = self.client.pipeline(transaction=False)
         for one in series:
             pipe.zrangebyscore(layout.series_key(one, window), from_ms, to_ms)
@@ -238,23 +194,15 @@ class MetricsReader:
         self, series: Sequence[layout.SeriesId], metric: str, from_ms: int, to_ms: int, granularity: str
     ) -> MetricSeries:
         """One metric over the range, several subjects merged per window."""
-        window = self.resolve_window(from_ms, to_ms, granularity)
+        window = self.resolve_window(from_ms, to_ms, granularity, len(series))
         if len(series) == 1:
+            self.charge(1, window, from_ms, to_ms)
             members = self.client.zrangebyscore(layout.series_key(series[0], window), from_ms, to_ms)
             return summarize_columns(metric, window, window_columns(members))
         return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
-    def topic_metric(
-        self,
-        source: str,
-        target: str,
-        topic: str,
-        metric: str,
-        from_ms: int,
-        to_ms: int,
-        granularity: str,
-        partition: int = layout.WHOLE_TOPIC,
-    ) -> MetricSeries:
+    def topic_metric(self, source: str, target: str, topic: str, metric: str, from_ms: int, to_ms: int,
+                     granularity: str, partition: int = layout.WHOLE_TOPIC) -> MetricSeries:
         self.require_metric(metric)
         series = layout.SeriesId(target, source, topic, partition, metric)
         return self.metric([series], metric, from_ms, to_ms, granularity)
@@ -271,6 +219,7 @@ class MetricsReader:
         """
         self.require_metric(metric)
         window = self.resolve_window(from_ms, to_ms, granularity)
+        self.charge(1, window, from_ms, to_ms)
         guess = DEFAULT_POLICY.format_remote_topic(source, upstream_topic)
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(layout.topics_key(target, source), guess)
@@ -292,9 +241,20 @@ class MetricsReader:
     ) -> MetricSeries:
         """One metric over whole replications (all topics), merged per window (a cluster's total)."""
         self.require_metric(metric)
-        window = self.resolve_window(from_ms, to_ms, granularity)
+        window = self.resolve_window(from_ms, to_ms, granularity, len(replications))
         found = [self._replication_windows(r, metric, window, from_ms, to_ms) for r in replications]
         return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
+
+    def replication_level_windows(
+        self, replications: Sequence[Replication], metrics: Sequence[str], window: str, from_ms: int,
+        to_ms: int,
+    ) -> dict[tuple[str, str, str], Windows]:
+        """(source, target, metric) -> the replication-level series' windows (one pipeline, one series per
+        replication and metric, whatever the number of topics)."""
+        series = [layout.SeriesId(r.target, r.source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, m)
+                  for r in replications for m in metrics]
+        found = self.windows(series, window, from_ms, to_ms)
+        return {(s.source, s.target, s.metric): w for s, w in zip(series, found, strict=True)}
 
     def _replication_windows(
         self, replication: Replication, metric: str, window: str, from_ms: int, to_ms: int
@@ -342,6 +302,15 @@ class MetricsReader:
             pipe.hget(layout.replication_status_key(target, source), "replication")
         return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
 
+    def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(invalid, late) raw-metrics records of each (source, target) so far."""
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.get(layout.invalid_records_key(target, source))
+            pipe.get(layout.late_records_key(target, source))
+        raw = [int(v) if v is not None and _string(v).isdigit() else 0 for v in pipe.execute()]
+        return {pair: (raw[2 * i], raw[2 * i + 1]) for i, pair in enumerate(pairs)}
+
     def partition_latest(self, replication: Replication) -> dict[PartitionKey, dict]:
         topics = sorted(replication.topics)
         pipe = self.client.pipeline(transaction=False)
@@ -385,7 +354,8 @@ class MetricsReader:
             for topic, partition in keys
             for metric in metrics
         ]
-        found = self.windows(series, layout.FINEST_WINDOW.name, since_ms, until_ms)
+        # The health rules' own lookback (a few metrics periods), not a range the caller chose: uncharged.
+        found = self.windows(series, layout.FINEST_WINDOW.name, since_ms, until_ms, charged=False)
         pairs = {key: (found[2 * i], found[2 * i + 1]) for i, key in enumerate(keys)}
         return {key: pair for key, pair in pairs.items() if pair[0]}
 

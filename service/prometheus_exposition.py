@@ -14,13 +14,14 @@ from collections.abc import Iterator
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from contract import redis_layout as layout
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.status import ReplicationState
 from service.health.lag_evaluation import Status
+from service.health.replication_health import worst_lag_seconds
 from service.health.replication_overview import replication_healths
 from service.metric_summary import point_of
 from service.metrics_reader import MetricsReader
@@ -80,14 +81,69 @@ class ServedMetrics(Collector):
         total_lag = GaugeMetricFamily(
             "srm_replication_records_lag", "records left to replicate", labels=labels
         )
+        seconds = GaugeMetricFamily(
+            "srm_replication_lag_seconds", "worst partition's latest lag in seconds (NaN: unknown)",
+            labels=labels,
+        )
+        report_age = GaugeMetricFamily(
+            "srm_replication_report_age_seconds", "age of the driver's last report (NaN: none yet)",
+            labels=labels,
+        )
+        period = GaugeMetricFamily(
+            "srm_replication_metrics_period_seconds", "the driver's metrics.period", labels=labels
+        )
+        now = time.time()
         for health in replication_healths(self.reader, replications):
+            key = [health.source, health.target]
             for candidate in ReplicationState:
-                state.add_metric([health.source, health.target, candidate], float(candidate is health.state))
-            lag_status.add_metric([health.source, health.target], LAG_STATUS_CODE[health.lag.status])
-            total_lag.add_metric([health.source, health.target], health.lag.total_lag)
-        yield from (state, lag_status, total_lag)
+                state.add_metric([*key, candidate], float(candidate is health.state))
+            lag_status.add_metric(key, LAG_STATUS_CODE[health.lag.status])
+            total_lag.add_metric(key, health.lag.total_lag)
+            seconds.add_metric(key, _number(health.lag_seconds))
+            age = now - health.report_ts / 1000 if health.report_ts is not None else math.nan
+            report_age.add_metric(key, age)
+            period.add_metric(key, health.metrics_period_ms / 1000)
+        yield from (state, lag_status, total_lag, seconds, report_age, period)
+        yield from self._record_totals(replications)
         yield from self._partitions(replications)
+        yield from self._groups(replications, now)
         yield from self._topics(replications)
+
+    def _record_totals(self, replications: list) -> Iterator[Metric]:
+        labels = ["source", "target"]
+        invalid = CounterMetricFamily(
+            "srm_raw_records_invalid", "raw-metrics records that did not parse", labels=labels
+        )
+        late = CounterMetricFamily(
+            "srm_raw_records_late", "raw-metrics records that came after their window closed", labels=labels
+        )
+        totals = self.reader.record_totals([(r.source, r.target) for r in replications])
+        for (source, target), (bad, too_late) in totals.items():
+            invalid.add_metric([source, target], bad)
+            late.add_metric([source, target], too_late)
+        return iter((invalid, late))
+
+    def _groups(self, replications: list, now: float) -> Iterator[Metric]:
+        labels = ["source", "target", "group"]
+        seconds = GaugeMetricFamily(
+            "srm_group_lag_seconds", "worst partition's latest group lag in seconds (NaN: unknown)",
+            labels=labels,
+        )
+        records = GaugeMetricFamily("srm_group_records_lag", "latest group lag in records", labels=labels)
+        age = GaugeMetricFamily(
+            "srm_group_checkpoint_age_seconds", "age of the group's newest checkpoint report", labels=labels
+        )
+        for replication in replications:
+            for group in self.reader.groups(replication.target, replication.source):
+                latest = self.reader.group_latest(replication, group)
+                key = [replication.source, replication.target, group]
+                seconds.add_metric(key, _number(worst_lag_seconds(latest)))
+                lags = [v["group_lag"] for v in latest.values()
+                        if isinstance(v.get("group_lag"), int | float)]
+                records.add_metric(key, float(sum(lags)) if lags else math.nan)
+                newest = max((v["ts"] for v in latest.values() if isinstance(v.get("ts"), int)), default=None)
+                age.add_metric(key, now - newest / 1000 if newest is not None else math.nan)
+        return iter((seconds, records, age))
 
     def _partitions(self, replications: list) -> Iterator[Metric]:
         labels = ["source", "target", "topic", "partition"]

@@ -27,6 +27,14 @@ LOG = logging.getLogger(__name__)
 HEAP_OPTS = ["-Xms128m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 START_TIMEOUT_S = 90.0
 LOG4J2 = Path(__file__).parent / "log4j2.properties"
+# ACLs enforced. The controller, the broker's own traffic and every PLAINTEXT client authenticate as
+# User:ANONYMOUS, which is therefore the super user; any other principal (a SASL or TLS listener's)
+# needs ACLs, and gets none by default.
+STANDARD_AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "false",
+}
 
 
 def free_port() -> int:
@@ -54,6 +62,7 @@ class KafkaCluster:
 
     alias: str
     workdir: Path
+    authorizer: bool = False  # KRaft's StandardAuthorizer; PLAINTEXT clients (User:ANONYMOUS) are super users
     port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
@@ -106,6 +115,7 @@ class KafkaCluster:
         listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
         settings = {
             "process.roles": "broker,controller",
+            **(STANDARD_AUTHORIZER if self.authorizer else {}),
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
             "listeners": listeners,

@@ -20,8 +20,6 @@ from stack.redis_server import RedisServer
 LOG = logging.getLogger(__name__)
 
 CLUSTER_ALIASES = ["east", "west"]
-# Confluent Platform 8.0 is Apache Kafka 4.0 in KRaft mode; testcontainers' with_kraft() knows its tags.
-KAFKA_IMAGE = "confluentinc/cp-kafka:8.0.0"
 REDIS_IMAGE = "redis:7.0"
 
 
@@ -57,10 +55,11 @@ def docker_engine() -> bool:
 def kafka_clusters(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[dict[str, str]]:
     """Alias -> bootstrap servers of independent single-node KRaft clusters."""
     if docker_engine:
-        from testcontainers.community.kafka import KafkaContainer
+        from stack.kafka_container import ApacheKafkaContainer
 
-        containers = {alias: KafkaContainer(KAFKA_IMAGE).with_kraft().start() for alias in CLUSTER_ALIASES}
-        yield {alias: c.get_bootstrap_server() for alias, c in containers.items()}
+        # The official apache/kafka image of the stack's own Kafka version (stack/kafka_version.py).
+        containers = {alias: ApacheKafkaContainer().start() for alias in CLUSTER_ALIASES}
+        yield {alias: c.bootstrap_servers for alias, c in containers.items()}
         for container in containers.values():
             container.stop()
         return

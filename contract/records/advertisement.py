@@ -30,12 +30,15 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from contract.kafka_names import check_alias, check_site
 from contract.records.mm2 import Heartbeat, WireFormatError
+from contract.untrusted import Rejected, parse_json
 
 LOG = logging.getLogger(__name__)
 
@@ -46,6 +49,13 @@ KEY_PREFIX: Final[str] = "srm-service:"
 PROTOCOLS: Final = ("http", "https")
 
 _PREFIX_BYTES: Final[int] = 10  # MM2 Heartbeat v0 value: INT16 version + INT64 timestamp
+# Caps of what a reader takes from ``heartbeats`` (anyone who may produce there can write to it): a real
+# advertisement is a few hundred bytes.
+MAX_KEY_BYTES: Final[int] = 2048
+MAX_VALUE_BYTES: Final[int] = 4096
+MIN_INTERVAL_S: Final[float] = 0.1
+MAX_INTERVAL_S: Final[float] = 3600.0
+MAX_VERSION_CHARS: Final[int] = 64
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 _ROOT_PATH = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*")
@@ -121,9 +131,10 @@ def decode(key: bytes | None, value: bytes | None) -> Advertisement:
     if not envelope.source_cluster_alias.startswith(KEY_PREFIX):
         raise AdvertisementError(f"key does not start with {KEY_PREFIX!r}")
     try:
-        fields = json.loads(bytes(value or b"")[_PREFIX_BYTES:].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AdvertisementError(f"advertisement value is not UTF-8 JSON: {exc}") from exc
+        # orjson: deep nesting is an error here, not a RecursionError that ends the reader.
+        fields = parse_json(bytes(value or b"")[_PREFIX_BYTES:], "advertisement value")
+    except Rejected as exc:
+        raise AdvertisementError(f"advertisement value is not UTF-8 JSON: {exc}") from None
     ad = _from_fields(fields)
     if envelope.source_cluster_alias != KEY_PREFIX + ad.instance_id:
         raise AdvertisementError(
@@ -175,8 +186,17 @@ def _problem(ad: Advertisement) -> str | None:
         return f"root path {ad.root_path!r} must not contain '..'"
     if not ad.site or not ad.target_cluster:
         return "site and target cluster must not be empty"
-    if ad.interval_s <= 0:
-        return f"interval {ad.interval_s!r} s must be positive"
+    try:
+        check_site(ad.site, "advertised site")
+        check_alias(ad.target_cluster, "advertised target cluster")
+    except Rejected as exc:
+        return str(exc)
+    if len(ad.version) > MAX_VERSION_CHARS:
+        return f"version of {len(ad.version)} characters is longer than {MAX_VERSION_CHARS}"
+    if not 0 <= ad.ts < 2**63:
+        return f"ts {ad.ts!r} is not an epoch time in milliseconds"
+    if not (math.isfinite(ad.interval_s) and MIN_INTERVAL_S <= ad.interval_s <= MAX_INTERVAL_S):
+        return f"interval {ad.interval_s!r} s must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g}"
     return None
 
 

@@ -29,11 +29,18 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from contract.untrusted import Rejected, parse_json
+
 FORMAT_VERSION: Final = 1
 KINDS: Final = ("topics", "groups")
 LISTS: Final = ("allow", "deny")
 PARTITION: Final = 0
 TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
+# Caps of what a reader takes from the topic, far above any real record: a key holds six short
+# strings, a value {"v":1,"ts":...}. Anyone who may produce to the topic could send more.
+MAX_KEY_BYTES: Final = 4096
+MAX_VALUE_BYTES: Final = 256
+MAX_NAME_CHARS: Final = 1024  # an entry is a topic/group name or a pattern; neither needs more
 
 
 class ControlFormatError(ValueError):
@@ -59,6 +66,9 @@ class ControlEntry:
             if not isinstance(value, str) or not value.strip() or value != value.strip():
                 raise ControlFormatError(f"{field} {value!r} must be a non-empty string without "
                                          f"surrounding blanks")
+            if len(value) > MAX_NAME_CHARS:
+                raise ControlFormatError(f"{field} of {len(value)} characters is longer than "
+                                         f"{MAX_NAME_CHARS}")
 
     def encode_key(self) -> bytes:
         fields = [FORMAT_VERSION, self.source, self.target, self.kind, self.list_name, self.name]
@@ -99,7 +109,8 @@ def decode_change(key: bytes | None, value: bytes | None) -> ControlChange:
     if not (isinstance(version, int) and not isinstance(version, bool) and version >= FORMAT_VERSION):
         raise ControlFormatError(f'value is not {{"v":{FORMAT_VERSION},"ts":...}}: {shown(value)}')
     ts = body.get("ts")
-    return ControlChange(entry, present=True, ts_ms=ts if isinstance(ts, int) else 0)
+    in_range = isinstance(ts, int) and not isinstance(ts, bool) and 0 <= ts < 2**63
+    return ControlChange(entry, present=True, ts_ms=ts if in_range else 0)
 
 
 def _canonical_json(data: Any) -> bytes:
@@ -110,8 +121,8 @@ def _json(raw: bytes | None, part: str) -> Any:
     if raw is None:
         raise ControlFormatError(f"{part} is missing (null)")
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(raw, part)  # orjson: deep nesting is an error here, not a RecursionError
+    except Rejected as exc:
         raise ControlFormatError(f"{part} is not UTF-8 JSON ({exc}): {shown(raw)}") from None
 
 

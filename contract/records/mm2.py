@@ -26,6 +26,13 @@ HEARTBEAT_VERSION: Final[int] = 0
 CHECKPOINT_VERSION: Final[int] = 0
 
 _STRING_MAX_BYTES: Final[int] = 0x7FFF
+# Caps of what readers take from these topics (anyone with Produce rights may write to them): an offset
+# sync holds a topic name and two offsets; a checkpoint a group id and a topic name (STRINGs, 32 KiB
+# at most), and its metadata STRING.
+OFFSET_SYNC_MAX_KEY_BYTES: Final[int] = 512
+OFFSET_SYNC_MAX_VALUE_BYTES: Final[int] = 1024
+CHECKPOINT_MAX_KEY_BYTES: Final[int] = 2 * (_STRING_MAX_BYTES + 2) + 4
+CHECKPOINT_MAX_VALUE_BYTES: Final[int] = _STRING_MAX_BYTES + 2 + 18
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 _INT64: Final = struct.Struct(">q")

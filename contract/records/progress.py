@@ -12,10 +12,17 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
+from contract.kafka_names import check_alias, check_topic
+from contract.untrusted import long, parse_json
+
 CONNECTOR_NAME: Final = "MirrorSourceConnector"
 # Kafka Connect's default offset.storage.partitions; the producer hashes keys with murmur2 like Java's.
 PROGRESS_TOPIC_PARTITIONS: Final = 25
 PROGRESS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
+# Caps of what a reader takes from the topic, far above a real record (a 249-character topic name makes
+# a key of ~330 bytes). Other connectors' keys share the topic, so the key cap is generous.
+MAX_KEY_BYTES: Final = 1024
+MAX_VALUE_BYTES: Final = 256
 
 
 @dataclass(frozen=True)
@@ -38,13 +45,12 @@ def encode_value(last_replicated_offset: int) -> bytes:
 
 
 def decode_key(key: bytes | None) -> SourcePartition | None:
-    """The source partition of a MirrorSourceConnector key; None for other connectors' keys."""
+    """The source partition of a MirrorSourceConnector key; None for other connectors' keys.
+
+    Raises ValueError (``contract.untrusted.Rejected`` among them) naming what is wrong."""
     if key is None:
         raise ValueError("progress record without a key")
-    try:
-        decoded = json.loads(key)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"progress key is not JSON: {exc}") from None
+    decoded = parse_json(key, "progress key")
     if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict)):
         raise ValueError(f"progress key is not [connector, partition]: {key[:200]!r}")
     connector, partition_map = decoded
@@ -53,21 +59,21 @@ def decode_key(key: bytes | None) -> SourcePartition | None:
     cluster, topic, partition = (partition_map.get(f) for f in ("cluster", "topic", "partition"))
     if not (isinstance(cluster, str) and isinstance(topic, str) and isinstance(partition, int)):
         raise ValueError(f"progress key lacks cluster/topic/partition: {key[:200]!r}")
-    return SourcePartition(cluster, topic, partition)
+    return SourcePartition(check_alias(cluster, "progress key cluster"),
+                           check_topic(topic, "progress key topic"),
+                           long(partition, "progress key partition", 0, 2**31 - 1))
 
 
 def decode_value(value: bytes | None) -> int | None:
     """The last replicated offset, None for a tombstone (progress forgotten)."""
     if value is None:
         return None
-    try:
-        decoded = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"progress value is not JSON: {exc}") from None
+    decoded = parse_json(value, "progress value")
     offset = decoded.get("offset") if isinstance(decoded, dict) else None
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise ValueError(f"progress value has no integer offset: {value[:200]!r}")
-    return offset
+    # A seek to offset + 1 must fit Kafka's INT64; -1 is what Connect writes for "nothing yet".
+    return long(offset, "progress value offset", -1, 2**63 - 2)
 
 
 def resume_offset(last_replicated: int | None) -> int | None:

@@ -20,11 +20,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from contract.kafka_names import check_alias, check_group, check_topic
+from contract.untrusted import Rejected, finite, long, parse_json
+
 VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("raw_metrics.schema.json")
 # Settings of `srm-metrics.<source>.internal`, whichever driver task creates it first: monitoring data
 # the aggregator reads within seconds, so a day of retention covers any aggregator outage worth replaying.
 TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)}
+
+
+# Cap of a record value a reader takes from the topic: a real one is under 1 KiB.
+MAX_VALUE_BYTES = 16384
 
 
 class RawMetricsError(ValueError):
@@ -63,6 +70,20 @@ METRICS: dict[str, MetricSpec] = {
         MetricSpec("group_lag", MetricKind.GAUGE, "group"),
     )
 }
+
+DERIVED_METRICS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec("lag_seconds", MetricKind.GAUGE, "partition"),
+        MetricSpec("group_lag_seconds", MetricKind.GAUGE, "group"),
+    )
+}
+"""Metrics the aggregator derives, never read from a raw record: lag in seconds, interpolated from the
+end-offset history (aggregator/lag_seconds.py) for each partition and group report. Rolled up like
+the gauges above: a topic's or replication's value is its worst partition's at the newest report."""
+
+SERVED_METRICS: dict[str, MetricSpec] = {**METRICS, **DERIVED_METRICS}
+"""Every metric with windows in Redis, as the service serves them."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +184,9 @@ def encode(record: RawMetrics) -> tuple[bytes, bytes]:
 def decode(value: bytes | str) -> RawMetrics:
     """Parse one record value; raises RawMetricsError naming what is wrong."""
     try:
-        body = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RawMetricsError(f"not JSON: {exc}") from None
+        body = parse_json(value, "raw metrics value")
+    except Rejected as exc:
+        raise RawMetricsError(str(exc)) from None
     if not isinstance(body, dict):
         raise RawMetricsError("not a JSON object")
     if body.get("v") != VERSION:
@@ -175,6 +196,10 @@ def decode(value: bytes | str) -> RawMetrics:
     if cls is None:
         raise RawMetricsError(f"unknown kind {kind!r}")
     body.pop("v")
+    try:
+        _check_fields(body)
+    except Rejected as exc:
+        raise RawMetricsError(f"{kind} record: {exc}") from None
     for name in _SUMMARY_FIELDS:
         if isinstance(body.get(name), dict):
             try:
@@ -185,6 +210,39 @@ def decode(value: bytes | str) -> RawMetrics:
         return cls(**body)
     except TypeError as exc:
         raise RawMetricsError(f"{kind} record: {exc}") from None
+
+
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+_NON_NEGATIVE = {"record_count", "byte_count", "count", "partition", "period_ms", "workers", "tasks",
+                 "topics_replicated"}
+
+
+def _check_fields(body: dict[str, Any], types: dict[str, str] | None = None) -> None:
+    """Rejected unless every known field present has its type, numbers are finite and in range, and
+    names are legal Kafka names (``*`` is the replication-wide series, never a topic)."""
+    for name, kind in (types or FIELD_TYPES).items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if kind == "summary":
+            if not isinstance(value, dict):
+                raise Rejected(f"{name} must be an object")
+            _check_fields(value, SUMMARY_FIELD_TYPES)
+        elif kind in _INT_RANGES:
+            low = 0 if name in _NON_NEGATIVE else _INT_RANGES[kind][0]
+            long(value, name, low, _INT_RANGES[kind][1])
+        elif kind == "double":
+            finite(value, name)
+        elif not isinstance(value, {"boolean": bool, "string": str}[kind]):
+            raise Rejected(f"{name} must be a {kind}")
+    for name in ("topic", "upstream_topic"):
+        if name in body and body[name] is not None:
+            check_topic(body[name], name)
+    for name in ("source", "target"):
+        if name in body:
+            check_alias(body[name], name)
+    if body.get("group") is not None:
+        check_group(body["group"])
 
 
 def json_schema() -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from service.grafana.filters import Filter, payload_filters, select
-from service.grafana.queries import ALERTS, LAG_SECONDS, STATUS_TABLE, QueryError, Subject
+from service.grafana.queries import ALERTS, STATUS_TABLE, QueryError, Subject
 from service.metrics_reader import MetricsReader, Replication
 
 VARIABLE_QUERIES = ("clusters", "targets", "sources", "topics", "groups", "metrics")
@@ -15,7 +15,7 @@ AGGREGATES = (("per topic (or group)", "topic"), ("per replication", "replicatio
 
 
 def metric_names() -> list[str]:
-    return [*METRICS, LAG_SECONDS, STATUS_TABLE, ALERTS]
+    return [*METRICS, STATUS_TABLE, ALERTS]  # lag_seconds, group_lag_seconds: windows like the others
 
 
 def topic_subjects(replications: Sequence[Replication]) -> list[Subject]:
@@ -97,7 +97,7 @@ def metric_descriptors() -> list[dict]:
             for k in keys
         ]
         editors.append({"name": "site", "label": "Site", "type": "select", "placeholder": "this site"})
-        if metric in METRICS or metric == LAG_SECONDS:
+        if metric in METRICS:
             editors.append(
                 {
                     "name": "aggregate",

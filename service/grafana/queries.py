@@ -7,10 +7,10 @@ Which subjects a target selects (payload values, ad-hoc filters) is `service.gra
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.redis_layout import WINDOWS, WindowAggregate
 from contract.status import ReplicationState
 from service.health.replication_health import ReplicationHealth
@@ -21,7 +21,6 @@ STATUS_TABLE = "replication_status"
 ALERTS = "alerts"
 # Lag in seconds is interpolated by the aggregator at each report and kept only as the latest value
 # (redis_layout.partition_latest_key): it is served as the current value, one point at its report time.
-LAG_SECONDS = "lag_seconds"
 DEFAULT_MAX_POINTS = 1000
 
 
@@ -80,26 +79,6 @@ def timeserie(
     if ref_id:
         answer["refId"] = ref_id
     return answer
-
-
-def latest_lag_seconds(subject: Subject, latest: Sequence[Mapping], span: tuple[int, int],
-                       ref_id: str | None) -> dict:
-    """The subject's lag in seconds now: the worst of its partitions' latest values, at the newest
-    report's time; no point when nothing is known yet or the newest report lies outside the range."""
-    known = [v for v in latest if _number(v.get("lag_seconds")) and isinstance(v.get("ts"), int)]
-    ts = max((v["ts"] for v in known), default=None)
-    points = ([[max(float(v["lag_seconds"]) for v in known), ts]]
-              if ts is not None and span[0] <= ts <= span[1] else [])
-    where = subject.upstream_topic or ""
-    answer = {"target": f"{LAG_SECONDS} {subject.source}->{subject.target} {where}".rstrip(),
-              "datapoints": points, "tags": {**subject.labels(), "metric": LAG_SECONDS}}
-    if ref_id:
-        answer["refId"] = ref_id
-    return answer
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence], ref_id: str | None) -> dict:

@@ -12,19 +12,17 @@ import time
 from collections.abc import Mapping, Sequence
 
 from contract import redis_layout as layout
-from contract.records.raw_metrics import METRICS
+from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from service.grafana import catalog
 from service.grafana.filters import Filter, filters_of, payload_filters, select
 from service.grafana.queries import (
     ALERTS,
     ANNOTATION_COLUMNS,
-    LAG_SECONDS,
     STATUS_COLUMNS,
     STATUS_TABLE,
     QueryError,
     Subject,
     alert_rows,
-    latest_lag_seconds,
     plan,
     status_rows,
     table,
@@ -96,21 +94,6 @@ def _metric_series(
     return answers
 
 
-def _lag_seconds_series(reader: MetricsReader, replications: Sequence[Replication],
-                       subjects: Sequence[Subject], aggregate: str, span: tuple[int, int],
-                       ref_id: str | None) -> list[dict]:
-    wanted = {(s.source, s.target) for s in subjects}
-    latest: dict[Subject, list[dict]] = {}
-    for replication in replications:
-        if (replication.source, replication.target) not in wanted:
-            continue
-        for (topic, _), value in reader.partition_latest(replication).items():
-            subject = Subject(replication.source, replication.target, topic, replication.topics.get(topic))
-            latest.setdefault(subject, []).append(value)
-    return [latest_lag_seconds(key, [v for s in members for v in latest.get(s, [])], span, ref_id)
-            for key, members in _grouped(subjects, aggregate).items()]
-
-
 def target_metrics(index: int, name: object) -> list[str]:
     """The metrics a target names, in catalog order: one name, an alternation, or a pattern."""
     where = f"targets[{index}].target"
@@ -168,9 +151,6 @@ def _metric_frames(
     if name == ALERTS:
         rows = alert_rows(replication_healths(reader, replications), now_ms)
         return [table(ANNOTATION_COLUMNS, [r for r in rows if span[0] <= r[1] and r[0] <= span[1]], ref_id)]
-    if name == LAG_SECONDS:
-        subjects = select(catalog.topic_subjects(replications), chosen)
-        return _lag_seconds_series(reader, replications, subjects, aggregate, span, ref_id)
     spec = METRICS[name]
     subjects = (
         catalog.group_subjects(reader, replications)

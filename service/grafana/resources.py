@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from functools import partial
 
-from flask import Response, current_app, jsonify
+from flask import Response, current_app, jsonify, request
 from flask.views import MethodView
 from flask_smorest import abort
 
@@ -40,10 +40,15 @@ route = partial(blp.route, strict_slashes=False)
 
 @blp.after_request
 def allow_browser_access(response: Response) -> Response:
-    # Grafana's Browser access mode calls us from the page (simple-json README): allow it.
-    response.headers["Access-Control-Allow-Origin"] = "*"
-    response.headers["Access-Control-Allow-Headers"] = "accept, authorization, content-type"
-    response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+    # Grafana's server (proxy) access mode needs no CORS. Browser access calls us from the page of a
+    # Grafana origin: only the origins of service.cors.allowed.origins (CORS_ORIGINS) are answered, so
+    # another site's page cannot read metrics with the visitor's credentials.
+    origin = request.headers.get("Origin")
+    response.vary.add("Origin")
+    if origin and origin in current_app.config.get("CORS_ORIGINS", ()):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Allow-Headers"] = "accept, authorization, content-type"
+        response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
     return response
 
 
@@ -113,6 +118,10 @@ class Query(MethodView):
         A target's `payload.site` (a site name or `all`) asks other sites through the gateway; their
         frames say their site (`site` tag, `<site>: ` name prefix, leading `Site` table column)."""
         from_ms, to_ms = _range(body)
+        targets, cap = body.get("targets") or [], int(current_app.config["GRAFANA_MAX_TARGETS"])
+        if len(targets) > cap:
+            abort(400, message=f"targets: {len(targets)} targets, over the limit of {cap} per query "
+                               "(service.grafana.max.targets)")
         reader = metrics_reader()
         here = (LOCAL, local_site(current_app))
         try:

@@ -6,6 +6,7 @@ history as gauge windows; these functions turn them into the rules' inputs and v
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +32,15 @@ class ReplicationHealth:
     metrics_period_ms: int
     report_ts: int | None
     lag: Evaluation
+    lag_seconds: float | None = None  # the worst partition's latest lag in seconds
+
+
+def worst_lag_seconds(latest: Mapping[PartitionKey, Mapping]) -> float | None:
+    """The largest latest lag in seconds among the partitions; None while none is known."""
+    known = [float(v["lag_seconds"]) for v in latest.values()
+             if isinstance(v.get("lag_seconds"), int | float) and not isinstance(v.get("lag_seconds"), bool)
+             and math.isfinite(v["lag_seconds"])]
+    return max(known, default=None)
 
 
 def metrics_period_ms(latest: Mapping | None) -> int:
@@ -95,4 +105,5 @@ def replication_health(
     policy = EvaluationPolicy.for_metrics_period(period)
     lag = evaluate_offsets(windows, now_ms, policy, current_lags(partition_latest, "records_lag"))
     report_ts = int(latest["ts"]) if latest else None
-    return ReplicationHealth(source, target, state, explanation, period, report_ts, lag)
+    return ReplicationHealth(source, target, state, explanation, period, report_ts, lag,
+                             worst_lag_seconds(partition_latest))

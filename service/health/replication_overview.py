@@ -20,6 +20,7 @@ from service.health.replication_health import (
     lookback_ms,
     metrics_period_ms,
     replication_health,
+    worst_lag_seconds,
 )
 from service.metrics_reader import MetricsReader, Replication
 
@@ -28,6 +29,7 @@ from service.metrics_reader import MetricsReader, Replication
 class GroupHealth:
     group: str
     lag: Evaluation
+    lag_seconds: float | None = None  # the worst of the group's partitions, latest
 
 
 def now_ms() -> int:
@@ -72,6 +74,8 @@ def group_healths(
     answers = []
     for group in groups:
         windows = reader.offset_windows(replication, GROUP_OFFSETS, since, at_ms, group=group)
-        lags = current_lags(reader.group_latest(replication, group), "group_lag")
-        answers.append(GroupHealth(group, evaluate_offsets(windows, at_ms, policy, lags)))
+        latest = reader.group_latest(replication, group)
+        lags = current_lags(latest, "group_lag")
+        answers.append(GroupHealth(group, evaluate_offsets(windows, at_ms, policy, lags),
+                                   worst_lag_seconds(latest)))
     return answers

@@ -34,7 +34,10 @@ from confluent_kafka import KafkaError, Message, Producer
 from contract import kafka_clients
 from contract.config import SrmConfig
 from contract.entry_point import config_parser, start
+from contract.kafka_names import check_site
 from contract.records.advertisement import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
     PROTOCOLS,
     Advertisement,
     AdvertisementError,
@@ -44,6 +47,7 @@ from contract.records.advertisement import (
 )
 from contract.records.mm2 import RECORD_PARTITION
 from contract.replication_policy import HEARTBEATS_TOPIC
+from contract.untrusted import Rejected
 from service.sites.service_directory import SOFTWARE_VERSION
 
 LOG = logging.getLogger(__name__)
@@ -83,11 +87,17 @@ def advertiser_settings(config: SrmConfig) -> AdvertiserSettings:
     if not 0 < port < 65536:
         raise config.config_error("service.advertised.port", "must be between 1 and 65535")
     interval = config.setting("service.advertisement.interval.seconds")
-    if interval <= 0:
-        raise config.config_error("service.advertisement.interval.seconds", "must be positive")
+    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # gateways refuse other intervals
+        raise config.config_error("service.advertisement.interval.seconds",
+                                  f"must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g}")
     targets = tuple(config.service_target_clusters)
     root_path = normalize_root_path(config.setting("service.advertised.root.path") or "")
-    settings = AdvertiserSettings(site_name(config), protocol, host, port, root_path, interval, targets)
+    site = site_name(config)
+    try:
+        check_site(site)
+    except Rejected as exc:
+        raise config.config_error("service.site", str(exc)) from None
+    settings = AdvertiserSettings(site, protocol, host, port, root_path, interval, targets)
     try:
         advertisements(settings, 0)
     except AdvertisementError as exc:

@@ -18,13 +18,16 @@ IP literals; nothing is allowed by default), without following redirects and wit
 or netrc settings, so a forged advertisement cannot make the gateway call an arbitrary URL. Per-site
 credentials: ``service.remote.<site>.username`` + ``.password`` (Basic) or ``.token`` (Bearer);
 per-site timeout ``service.remote.<site>.timeout.ms`` (default ``service.remote.timeout.ms``, 5000).
+Credentials are sent only when this gateway's own auth is on (``service.auth.*``), or
+``service.remote.credentials.without.auth = true`` says a proxy in front authenticates callers: an open
+gateway would otherwise hand its stored keys to anyone who can reach it. Any failure of one site, a
+malformed answer included, is that site's ``error: ...`` status, never the answer's.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,11 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from contract.config import SrmConfig
 from contract.settings import SETTINGS
+from contract.untrusted import shown
 from service.sites.advertiser import site_name
 from service.sites.registry import EXPIRED_STATUS, RemoteService
 
@@ -71,9 +76,25 @@ class AllowList:
             address = ipaddress.ip_address(host)
         except ValueError:
             address = None
-        if address is not None and any(address in network for network in self.networks):
-            return True
-        return any(fnmatch.fnmatchcase(host.lower().rstrip("."), glob) for glob in self.globs)
+        if address is not None:  # an IP literal only ever matches a network entry, never a glob
+            return any(address in network for network in self.networks)
+        labels = host.lower().rstrip(".").split(".")
+        return any(_labels_match(labels, glob.split(".")) for glob in self.globs)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _labels_match(labels: list[str], globs: list[str]) -> bool:
+    """Label by label: ``*`` stands for one label, never for dots, so ``service-*`` does not allow
+    ``service-east.attacker.net`` (fnmatch's ``*`` crosses dots)."""
+    return len(labels) == len(globs) and all(
+        fnmatch.fnmatchcase(label, glob) for label, glob in zip(labels, globs, strict=True))
 
 
 def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
@@ -94,6 +115,10 @@ def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
                 networks.append(ipaddress.ip_network(item))
             except ValueError:
                 raise ValueError(f"{raw!r} is neither a host glob nor an IP address") from None
+        elif _is_ip(item):
+            networks.append(ipaddress.ip_network(item))
+        elif "[" in item:
+            raise ValueError(f"{raw!r}: character classes are not allowed in host globs; use * or ?")
         else:
             globs.append(item.rstrip("."))
     return AllowList(tuple(globs), tuple(networks))
@@ -137,8 +162,10 @@ class FanOutAnswer:
 class Gateway:
     """Per-process gateway state: settings, one HTTP connection pool and one thread pool."""
 
-    def __init__(self, local_site: str, allowed: AllowList, access: Callable[[str], SiteAccess]) -> None:
+    def __init__(self, local_site: str, allowed: AllowList, access: Callable[[str], SiteAccess], *,
+                 forwards_credentials: bool = False) -> None:
         self.local_site, self.allowed, self._access = local_site, allowed, access
+        self.forwards_credentials = forwards_credentials
         # urllib3 directly: a third of the per-call CPU of requests, and it reads no proxy or netrc
         # settings from the environment. No retries and no redirects: one call per site, to the URL
         # built from the allowed advertisement only.
@@ -154,10 +181,22 @@ class Gateway:
         except ValueError as exc:
             raise config.config_error(key, str(exc)) from None
         default_ms = _timeout_ms(config, "service.remote.timeout.ms", DEFAULT_TIMEOUT_MS)
-        return cls(site_name(config), allowed, lambda site: site_access(config, site, default_ms))
+        own_auth = bool(config.setting("service.auth.token") or config.setting("service.auth.basic.username"))
+        forwards = own_auth or bool(config.setting("service.remote.credentials.without.auth"))
+        if not forwards and any(key.startswith("service.remote.") and key.rsplit(".", 1)[-1] in (
+                "token", "username", "password") for key in config.keys()):
+            LOG.warning("service.remote.<site> credentials are configured but will not be sent: this "
+                        "gateway's own auth is off (set service.auth.token or service.auth.basic.*, or "
+                        "service.remote.credentials.without.auth = true behind an authenticating proxy)")
+        return cls(site_name(config), allowed, lambda site: site_access(config, site, default_ms),
+                   forwards_credentials=forwards)
 
     def access(self, site: str) -> SiteAccess:
         return self._access(site)
+
+    def headers(self, site: str) -> dict[str, str]:
+        """What a call to ``site`` carries for authentication: nothing unless credentials may go."""
+        return self.access(site).headers() if self.forwards_credentials else {}
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -233,7 +272,9 @@ def answer_of(site: str, url: str, http_status: int, body: Any, is_json: bool,
     if 200 <= http_status < 300:
         return SiteAnswer(site, "error: answer is not JSON", url, http_status, None, elapsed_ms)
     message = body.get("message") if isinstance(body, dict) else None
-    reason = f"HTTP {http_status}" + (f": {message}" if isinstance(message, str) and message else "")
+    # The remote's text, escaped and cut: it goes into our answer and our log.
+    reason = f"HTTP {http_status}" + (f": {shown(message, 200)}" if isinstance(message, str) and message
+                                      else "")
     return SiteAnswer(site, f"error: {reason}", url, http_status, body if is_json else None, elapsed_ms)
 
 
@@ -282,7 +323,8 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
                                             f"service.remote.allowed.hosts; not contacted"))
             continue
         access, url = gateway.access(site), service.base_url + path + suffix
-        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access, body),
+        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access.timeout_s,
+                                                     gateway.headers(site), body),
                       started + access.timeout_s))
     if selection.local:  # in the calling thread (the REST layer's request context), while remotes run
         answers.append(_local_answer(gateway.local_site, local))
@@ -308,18 +350,22 @@ def _collect(site: str, url: str, future: Future[SiteAnswer], deadline: float, s
     except FutureTimeout:
         future.cancel()  # a call still running ends at its own socket timeout
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(started))
+    except Exception as exc:  # noqa: BLE001 - one site's failure is its status, never the answer's
+        LOG.warning("site %s at %s: %s", site, url, shown(f"{type(exc).__name__}: {exc}"))
+        return SiteAnswer(site, f"error: {type(exc).__name__}", url, elapsed_ms=_ms_since(started))
 
 
-def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess, body: Any = None) -> SiteAnswer:
+def _call(http: urllib3.PoolManager, site: str, url: str, timeout_s: float, auth: Mapping[str, str],
+          body: Any = None) -> SiteAnswer:
     began = time.monotonic()
-    headers = {"Accept": "application/json", **access.headers()}
+    headers = {"Accept": "application/json", **auth}
     method, data = "GET", None
     if body is not None:
-        method, data = "POST", json.dumps(body).encode()
+        method, data = "POST", orjson.dumps(body)
         headers["Content-Type"] = "application/json"
     try:
         response = http.request(method, url, body=data, headers=headers,
-                                timeout=urllib3.Timeout(connect=access.timeout_s, read=access.timeout_s),
+                                timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
                                 redirect=False)
     except NewConnectionError as exc:  # first: urllib3 makes it a subclass of its TimeoutError
         LOG.info("site %s at %s: %s", site, url, exc)
@@ -328,9 +374,13 @@ def _call(http: urllib3.PoolManager, site: str, url: str, access: SiteAccess, bo
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(began))
     except HTTPError as exc:
         return SiteAnswer(site, f"error: {exc.__class__.__name__}", url, elapsed_ms=_ms_since(began))
+    except Exception as exc:  # noqa: BLE001 - whatever a site does is that site's error
+        return SiteAnswer(site, f"error: {exc.__class__.__name__}", url, elapsed_ms=_ms_since(began))
     try:
-        body, is_json = json.loads(response.data), True
-    except ValueError:
+        # orjson: nesting beyond 1024 is an error (json raised RecursionError), NaN is refused, and
+        # integers beyond 64 bits come back as floats, so the merged answer always serialises.
+        body, is_json = orjson.loads(response.data), True
+    except orjson.JSONDecodeError:
         body, is_json = None, False
     return answer_of(site, url, response.status, body, is_json, _ms_since(began))
 

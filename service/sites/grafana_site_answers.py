@@ -70,21 +70,43 @@ def by_site(targets: Sequence[Mapping]) -> dict[str, list[dict]]:
 
 
 def tagged(site: str, frames: Any) -> list[dict]:
-    """A site's frames, each saying which site it comes from; anything not a frame is dropped."""
+    """A site's frames, each saying which site it comes from. A remote answer is untrusted: anything
+    not shaped like a table (``columns`` of ``{text, type}``, ``rows`` of lists) or a series
+    (``target`` text, ``datapoints`` of ``[value, time]``) is dropped and logged."""
     if not isinstance(frames, list):
         return []
     found = []
+    dropped = 0
     for frame in frames:
         if not isinstance(frame, dict):
-            continue
-        if frame.get("type") == "table":
-            found.append({**frame, "columns": [{"text": "Site", "type": "string"}, *frame.get("columns", [])],
-                          "rows": [[site, *row] for row in frame.get("rows", [])]})
-        else:
+            dropped += 1
+        elif frame.get("type") == "table" and _is_table(frame):
+            found.append({**frame, "columns": [{"text": "Site", "type": "string"}, *frame["columns"]],
+                          "rows": [[site, *row] for row in frame["rows"]]})
+        elif frame.get("type") != "table" and _is_series(frame):
             tags = frame.get("tags") if isinstance(frame.get("tags"), dict) else {}
             name = f"{site}: {frame.get('target', '')}"
             found.append({**frame, "target": name, "tags": {**tags, "site": site}})
+        else:
+            dropped += 1
+    if dropped:
+        LOG.warning("grafana query: dropped %d malformed frame(s) from site %s", dropped, site)
     return found
+
+
+def _is_table(frame: dict) -> bool:
+    columns, rows = frame.get("columns"), frame.get("rows")
+    return (isinstance(columns, list) and all(isinstance(c, dict) and isinstance(c.get("text"), str)
+                                              for c in columns)
+            and isinstance(rows, list) and all(isinstance(row, list) for row in rows))
+
+
+def _is_series(frame: dict) -> bool:
+    points = frame.get("datapoints", [])
+    return (isinstance(frame.get("target", ""), str) and isinstance(points, list)
+            and all(isinstance(p, list) and len(p) == 2
+                    and all(v is None or isinstance(v, int | float) and not isinstance(v, bool) for v in p)
+                    for p in points))
 
 
 def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired: Sequence[RemoteService],
@@ -101,7 +123,10 @@ def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired
                          body=body)
         for site in answer.sites:
             if site.status == OK:
-                frames += tagged(site.site, site.body)
+                try:
+                    frames += tagged(site.site, site.body)
+                except Exception:  # noqa: BLE001 - one site's answer never fails the query
+                    LOG.exception("grafana query: the answer of site %s could not be used", site.site)
             else:
                 LOG.info("grafana query: site %s did not answer: %s", site.site, site.status)
     return frames

@@ -1,9 +1,14 @@
 """The services a gateway knows, read from the ``heartbeats`` topics of the clusters it watches.
 
 Watched clusters: ``service.remote.clusters`` plus this service's own ``service.target.clusters``.
-Records without the advertisement header are MM2 heartbeats and are ignored; broken advertisements are
-logged and skipped. A service is live while its newest advertisement is younger than
-``MISSED_INTERVALS`` of its own advertised interval (clocks of the sites are assumed NTP-synchronised).
+Records without the advertisement header are MM2 heartbeats and are ignored. Everything else is
+untrusted (anyone who may produce to ``heartbeats`` can write it): records over the size caps, broken
+advertisements, advertisements stamped more than ``service.remote.max.clock.skew.ms`` ahead of this
+gateway's clock and sites beyond ``service.remote.max.sites`` are counted (``skipped_records``, shown
+in ``/ready``), logged at a bounded rate and skipped; the reader thread outlives any of them.
+
+A service is live while its newest advertisement is younger than ``MISSED_INTERVALS`` of its own
+advertised interval (clocks of the sites are assumed NTP-synchronised).
 The gateway's own advertisement is left out, so a gateway never calls itself.
 """
 
@@ -19,9 +24,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from contract import kafka_clients
 from contract.config import SrmConfig
-from contract.records.advertisement import Advertisement, is_advertisement, read_record
+from contract.records.advertisement import (
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    Advertisement,
+    decode,
+    is_advertisement,
+)
 from contract.records.mm2 import RECORD_PARTITION
 from contract.replication_policy import HEARTBEATS_TOPIC
+from contract.untrusted import RecordGuard, RecordPlace, Rejected
 from service.sites.advertiser import advertisements, advertiser_settings
 
 LOG = logging.getLogger(__name__)
@@ -30,6 +42,8 @@ MISSED_INTERVALS = 3
 POLL_TIMEOUT_S = 0.2
 FORGET_AFTER_INTERVALS = 360  # an expired site is still reported (as failing) for this long
 EXPIRED_STATUS = "error: no live advertisement (expired)"
+MAX_INSTANCES_PER_SITE = 8
+REOPEN_WAIT_S = (1.0, 5.0)  # first and longest pause before the consumers are opened again
 
 
 @dataclass(frozen=True)
@@ -57,20 +71,47 @@ def is_live(last_seen_ms: int, interval_s: float, now_ms: int, missed: int = MIS
 class ServiceBook:
     """Newest advertisement per (instance, target cluster); not thread-safe (the Registry locks)."""
 
-    def __init__(self, ignored_instances: frozenset[str] = frozenset()) -> None:
+    def __init__(self, ignored_instances: frozenset[str] = frozenset(), *, max_skew_ms: int = 60_000,
+                 max_sites: int = 64, configured_sites: frozenset[str] = frozenset()) -> None:
         self._ignored = ignored_instances
         self._ads: dict[str, dict[str, Advertisement]] = {}
+        self.max_skew_ms, self.max_sites, self.configured_sites = max_skew_ms, max_sites, configured_sites
 
-    def add(self, ad: Advertisement) -> bool:
-        """Keeps ``ad`` unless it is our own or older than what we have; True when kept."""
+    def add(self, ad: Advertisement, now_ms: int | None = None) -> bool:
+        """Keeps ``ad`` unless it is our own or older than what we have; True when kept. Raises
+        Rejected for an advertisement from the future (a forged one would win for ever) and for a new
+        site or instance beyond the caps (forged ones would pile up without limit)."""
         if ad.instance_id in self._ignored:
             return False
-        per_target = self._ads.setdefault(ad.instance_id, {})
+        now_ms = _now_ms() if now_ms is None else now_ms
+        if ad.ts > now_ms + self.max_skew_ms:
+            raise Rejected(f"advertisement of site {ad.site!r} is stamped {(ad.ts - now_ms) / 1000:.0f} s "
+                           f"ahead of this gateway's clock (service.remote.max.clock.skew.ms = "
+                           f"{self.max_skew_ms})")
+        per_target = self._ads.get(ad.instance_id)
+        if per_target is None:
+            self._check_room(ad)
+            per_target = self._ads.setdefault(ad.instance_id, {})
         known = per_target.get(ad.target_cluster)
         if known is not None and known.ts >= ad.ts:
             return False
         per_target[ad.target_cluster] = ad
         return True
+
+    def _check_room(self, ad: Advertisement) -> None:
+        sites: dict[str, int] = {}
+        for per_target in self._ads.values():
+            site = next(iter(per_target.values())).site
+            sites[site] = sites.get(site, 0) + 1
+        if sites.get(ad.site, 0) >= MAX_INSTANCES_PER_SITE:
+            raise Rejected(f"site {ad.site!r} already has {MAX_INSTANCES_PER_SITE} instances; "
+                           f"{ad.base_url} not added")
+        if ad.site in self.configured_sites or ad.site in sites:
+            return
+        unconfigured = sum(1 for site in sites if site not in self.configured_sites)
+        if unconfigured >= self.max_sites:
+            raise Rejected(f"{unconfigured} sites known already (service.remote.max.sites); "
+                           f"site {ad.site!r} not added")
 
     def live(self, now_ms: int) -> list[RemoteService]:
         return [s for s in self._merged(now_ms) if is_live(s.last_seen_ms, s.interval_s, now_ms)]
@@ -94,6 +135,13 @@ def merge_instance(ads: list[Advertisement]) -> RemoteService:
                          newest.version, newest.ts, newest.interval_s)
 
 
+def configured_sites(config: SrmConfig) -> frozenset[str]:
+    """Sites with a configured base URL (``service.remote.<site>.url``): always admitted."""
+    prefix, suffix = "service.remote.", ".url"
+    return frozenset(key[len(prefix):-len(suffix)] for key in config.keys()
+                     if key.startswith(prefix) and key.endswith(suffix) and key.count(".") == 3)
+
+
 def watched_clusters(config: SrmConfig) -> list[str]:
     return list(dict.fromkeys([*config.service_remote_clusters, *config.service_target_clusters]))
 
@@ -112,10 +160,18 @@ class Registry(threading.Thread):
         self.config = config
         self.clusters = clusters if clusters is not None else watched_clusters(config)
         ignored = own_instances(config) if ignored_instances is None else ignored_instances
-        self._book = ServiceBook(ignored)
+        self._book = ServiceBook(ignored, max_skew_ms=config.setting("service.remote.max.clock.skew.ms"),
+                                 max_sites=config.setting("service.remote.max.sites"),
+                                 configured_sites=configured_sites(config))
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self.skipped_records = 0
+        self.guard = RecordGuard("service advertisements", max_key_bytes=MAX_KEY_BYTES,
+                                 max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
+
+    @property
+    def skipped_records(self) -> int:
+        """Advertisements refused: too large, undecodable, from the future, beyond the caps."""
+        return self.guard.rejected
 
     def services(self) -> list[RemoteService]:
         with self._lock:
@@ -132,15 +188,26 @@ class Registry(threading.Thread):
             self.join(timeout_s)
 
     def run(self) -> None:
-        consumers = {alias: self._consumer(alias) for alias in self.clusters}
-        LOG.info("reading service advertisements from %s in %s", HEARTBEATS_TOPIC, ", ".join(consumers))
-        try:
-            while not self._stopping.is_set():
-                for alias, consumer in consumers.items():
-                    self._poll(alias, consumer)
-        finally:
-            for consumer in consumers.values():
-                consumer.close()
+        """Reads until ``stop()``. A bad record is the guard's; any other failure closes the consumers
+        and opens them again after a pause: the thread only ends when stopped."""
+        wait_s = REOPEN_WAIT_S[0]
+        while not self._stopping.is_set():
+            consumers: dict[str, Consumer] = {}
+            try:
+                consumers = {alias: self._consumer(alias) for alias in self.clusters}
+                LOG.info("reading service advertisements from %s in %s", HEARTBEATS_TOPIC,
+                         ", ".join(consumers))
+                while not self._stopping.is_set():
+                    for alias, consumer in consumers.items():
+                        self._poll(alias, consumer)
+                    wait_s = REOPEN_WAIT_S[0]
+            except Exception:  # noqa: BLE001 - never the end of discovery
+                LOG.exception("reading %s failed; reading again in %.0f s", HEARTBEATS_TOPIC, wait_s)
+                self._stopping.wait(wait_s)
+                wait_s = min(wait_s * 2, REOPEN_WAIT_S[1])
+            finally:
+                for consumer in consumers.values():
+                    consumer.close()
 
     def _consumer(self, alias: str) -> Consumer:
         # Assigned, not subscribed: no group is ever joined or committed; the compacted topic is read
@@ -167,14 +234,19 @@ class Registry(threading.Thread):
             if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
                 LOG.warning("reading %s in %s: %s", HEARTBEATS_TOPIC, alias, error)
             return
-        headers = message.headers()
-        ad = read_record(message.key(), message.value(), headers, f"{alias}/{HEARTBEATS_TOPIC}")
+        if not is_advertisement(message.headers()):
+            return  # an MM2 heartbeat
+        ad = self.guard.read(message, decode, alias)
         if ad is None:
-            self.skipped_records += int(is_advertisement(headers))
             return
-        with self._lock:
-            if self._book.add(ad):
-                LOG.debug("advertisement of %s (site %s) seen in %s", ad.base_url, ad.site, alias)
+        try:
+            with self._lock:
+                kept = self._book.add(ad, _now_ms())
+        except Rejected as exc:
+            self.guard.reject(RecordPlace.of(message, alias), str(exc))
+            return
+        if kept:
+            LOG.debug("advertisement of %s (site %s) seen in %s", ad.base_url, ad.site, alias)
 
 
 def start_registry(config: SrmConfig) -> Registry:

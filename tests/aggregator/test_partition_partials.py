@@ -16,6 +16,7 @@ from contract.records import raw_metrics
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 
 T0 = 1_700_000_000_000
+NOW = T0 + 60_000  # the driver's clock for the batch
 
 
 def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]:
@@ -56,7 +57,7 @@ def kafka_rows(records: list[tuple[int, object]]) -> pa.Table:
 
 def task_answers(kafka: pa.Table, watermark_ms: int | None, batch_rows: int = 7) -> pa.Table:
     """What the tasks of the batch send the driver: one per Kafka partition, fed in small Arrow batches."""
-    mapper = partition_partials.PartitionPartials("west", watermark_ms)
+    mapper = partition_partials.PartitionPartials("west", watermark_ms, NOW)
     answers = []
     for p in (0, 1):
         part = kafka.filter(pa.compute.equal(kafka["partition"], p))
@@ -72,7 +73,7 @@ def canonical(windows: pa.Table) -> list[dict]:
 @pytest.mark.parametrize("watermark_ms", [None, T0 + 21_000])
 def test_partials_of_the_partitions_merged_equal_the_partials_of_the_whole_batch(watermark_ms):
     kafka = kafka_rows(reports())
-    whole = flat_table(kafka, "west")
+    whole = flat_table(kafka, "west", NOW)
     expected_late = late_counts(whole, watermark_ms)
     expected = window_partials.partials(on_time(whole, watermark_ms))
 

@@ -17,12 +17,12 @@ from contract.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPI
 T0 = 1_700_000_000_000  # a 10 s boundary
 
 
-def kafka_rows(records: list, garbage: list[bytes | None] = ()) -> pa.Table:
+def kafka_rows(records: list, garbage: list[bytes | None] = (), kafka_ts: int = T0) -> pa.Table:
     values = [raw_metrics.encode(r)[1] for r in records] + list(garbage)
     return pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
                      "partition": pa.array([0] * len(values), pa.int32()),
                      "offset": pa.array(range(len(values)), pa.int64()),
-                     "kafka_ts": pa.array([T0] * len(values), pa.int64()),
+                     "kafka_ts": pa.array([kafka_ts] * len(values), pa.int64()),
                      "value": pa.array(values, pa.binary())})
 
 
@@ -35,7 +35,8 @@ def partition_record(ts: int, partition: int, count: int, latency: LatencySummar
 
 def flat(records: list, garbage: list[bytes | None] = (), target: str | None = None,
          watermark_ms: int | None = None) -> pa.Table:
-    return on_time(flat_table(kafka_rows(records, garbage), target), watermark_ms)
+    # The aggregator's clock reads T0: the records are as recent as their Kafka timestamps.
+    return on_time(flat_table(kafka_rows(records, garbage), target, now_ms=T0), watermark_ms)
 
 
 def partials(records: list, garbage: list[bytes | None] = (), target: str | None = None,
@@ -96,7 +97,10 @@ def test_replication_level_counters_and_latest_records():
     (whole,) = [r for r in rows if r["level"] == "r"]
     assert (whole["topic"], whole["partition"], whole["upstream_topic"]) == (ALL_TOPICS, WHOLE_TOPIC, None)
     assert (whole["record_count__sum"], whole["byte_count__sum"]) == (16, 1150)
-    assert whole["records_lag__n"] is None  # gauges do not add up across topics
+    # Lag is merged across topics as a reader merges the topic series: samples 4 and 3 (orders), 2 (other).
+    lag = tuple(whole[f"records_lag__{s}"] for s in ("n", "sum", "min", "max", "last"))
+    assert lag == (3, 9, 2, 4, 3)
+    assert whole["upstream_offset__n"] is None  # offsets do not add up across topics
     latest = {(r["kind"], r["topic"], r["partition"]): r for r in wp.latest_records(table)}
     assert len(latest) == 3
     assert latest[("partition", "east.orders", 0)]["records_lag"] == 3
@@ -135,11 +139,50 @@ def test_records_that_do_not_parse_are_flagged_not_fatal():
 
 
 def test_a_record_from_far_in_the_future_is_invalid():
-    # Kafka stamps the rows T0: a report claiming T0 + 1 day would drag the watermark a day ahead.
+    # The clock reads T0: a report claiming T0 + 1 day would drag the watermark a day ahead.
     rows = partials([partition_record(T0 + MAX_FUTURE_SKEW_MS, 0, 1),
                             partition_record(T0 + 86_400_000, 0, 2)])
     assert sorted((r["kind"], r["level"]) for r in rows) == [("invalid", "p"), ("partition", "p"),
                                                               ("partition", "r"), ("partition", "t")]
+
+
+def test_event_time_is_judged_by_the_aggregators_clock_not_the_producers():
+    # A producer whose clock jumped two hours stamps both ts and CreateTime: still too far ahead.
+    ahead = T0 + 2 * 3_600_000
+    rows = kafka_rows([partition_record(ahead, 0, 1), partition_record(T0, 0, 2)], kafka_ts=ahead)
+    table = flat_table(rows, now_ms=T0)
+    assert table["kind"].to_pylist() == ["invalid", "partition"]
+
+
+def latency(**parts: float) -> bytes:
+    summary = {"min": 1.0, "max": 1.0, "avg": 1.0, "last": 1.0, "count": 1} | parts
+    body = json.loads(raw_metrics.encode(partition_record(T0, 0, 1))[1])
+    return json.dumps(body | {"replication_latency_ms": summary}).encode()
+
+
+def with_fields(**fields: object) -> bytes:
+    return json.dumps(json.loads(raw_metrics.encode(partition_record(T0, 0, 1))[1]) | fields).encode()
+
+
+@pytest.mark.parametrize("value", [
+    latency(avg=float("nan")), latency(max=float("inf")), latency(min=float("-inf")),  # json writes NaN
+    latency(count=-1),
+    with_fields(topic="*"), with_fields(topic="t" * 250), with_fields(topic="../x"), with_fields(topic=".."),
+    with_fields(upstream_topic="a b"), with_fields(source="we st"), with_fields(record_count=-3),
+    with_fields(byte_count=-1), with_fields(period_ms=0), with_fields(period_ms=2 * 86_400_000),
+    with_fields(ts=-1), b"[" * 3000, b'{"v":1,' * 2000, b"{" + b" " * 20_000 + b"}",
+])
+def test_values_that_are_not_valid_raw_metrics_are_invalid(value: bytes):
+    table = flat_table(kafka_rows([partition_record(T0, 0, 1)], [value]), now_ms=T0)
+    assert table["kind"].to_pylist() == ["partition", "invalid"]
+    assert table["excerpt"][1].as_py() == value.decode("utf-8", "replace")[:200]
+
+
+def test_groups_named_star_are_invalid():
+    group = GroupMetrics(ts=T0, period_ms=5000, source="east", target="west", group="*", topic="east.orders",
+                         upstream_topic="orders", partition=0, group_lag=1)
+    table = flat_table(kafka_rows([group]), now_ms=T0)
+    assert table["kind"].to_pylist() == ["invalid"]
 
 
 def test_windows_that_ended_by_the_watermark_are_dropped_invalid_records_never():

@@ -52,6 +52,15 @@ def test_absent_optional_fields_are_not_written():
     (b'{"v": 1, "kind": "group", "ts": 1, "period_ms": 1, "source": "a", "target": "b", "group": "g",'
      b' "topic": "t", "upstream_topic": "t", "partition": 0, "checkpoint_latency_ms": {"min": 1}}',
      "checkpoint_latency_ms"),
+    (b"[" * 3000, "not JSON"),  # json.loads raised RecursionError here
+    (b'{"v": 1, "kind": "partition", "ts": 1, "replication_latency_ms": {"avg": NaN}}', "not JSON"),
+    (b'{"v": 1, "kind": "partition", "ts": 1, "replication_latency_ms": {"avg": 1e400}}', "not JSON"),
+    (b'{"v": 1, "kind": "partition", "ts": 1, "topic": "*"}', "topic '\\*' is not a legal Kafka topic"),
+    (b'{"v": 1, "kind": "partition", "ts": 1, "topic": "' + b"t" * 250 + b'"}', "not a legal Kafka topic"),
+    (b'{"v": 1, "kind": "partition", "ts": 1, "record_count": -5}', "record_count -5 is not between"),
+    (b'{"v": 1, "kind": "partition", "ts": 1, "partition": 2147483648}', "partition 2147483648"),
+    (b'{"v": 1, "kind": "group", "ts": 1, "group": "*"}', "not a legal group id"),
+    (b'{"v": 1, "kind": "replication", "ts": 1, "status": 5}', "status must be a string"),
 ])
 def test_bad_records_raise_a_clear_error(value, message):
     with pytest.raises(RawMetricsError, match=message):

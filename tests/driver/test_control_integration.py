@@ -87,7 +87,7 @@ def test_lists_follow_edits_live_and_skip_bad_records(pair: Pair, kafka_clusters
         write_changes(pair.config, pair.target, [change(pair, "orders", present=False)], timeout_s=10)
         assert eventually(lambda: lists.topic_lists(pair.source, pair.target)[0] == frozenset())
         assert lists.version() == after_edits + 1  # the bad records changed nothing
-        assert "skipping undecodable control record srm-control.internal[0]@" in caplog.text
+        assert f"srm-control reader of {pair.target}: skipped srm-control.internal[0]@" in caplog.text
         assert "x" not in lists.topic_lists(pair.source, pair.target)[0]
     finally:
         lists.stop()
@@ -99,6 +99,29 @@ def test_lists_follow_edits_live_and_skip_bad_records(pair: Pair, kafka_clusters
         assert fresh.group_lists(pair.source, pair.target) == (frozenset({"billing"}), frozenset())
     finally:
         fresh.stop()
+
+
+def test_poison_records_are_counted_and_the_lists_go_on(pair: Pair, kafka_clusters):
+    # Deep nesting made json.loads raise RecursionError, which ended the reader thread: the lists
+    # stopped following edits for good. A 1 MB value was read whole.
+    lists = ControlLists(pair.config, pair.target).start()
+    try:
+        assert lists.wait_until_loaded(30)
+        rejected_before = lists.guard.rejected
+        producer = Producer({"bootstrap.servers": kafka_clusters["west"], "message.max.bytes": 2_000_000})
+        producer.produce(CONTROL_TOPIC, key=b"[" * 3000, value=b"{}", partition=0)
+        producer.produce(CONTROL_TOPIC, key=change(pair, "big").entry.encode_key(), value=b" " * 1_000_000,
+                         partition=0)
+        assert producer.flush(10) == 0
+        before = lists.version()
+        write_changes(pair.config, pair.target, [change(pair, "after-poison")], timeout_s=10)
+        assert eventually(lambda: lists.version() > before)
+        assert lists.topic_lists(pair.source, pair.target)[0] == frozenset({"after-poison"})
+        assert lists.is_alive() and lists.failure is None
+        assert lists.guard.rejected - rejected_before == 2
+        assert "more than the cap of 256" in (lists.guard.last_rejection or "")
+    finally:
+        lists.stop()
 
 
 def test_cli_list_shows_what_was_added_and_removed(pair: Pair, capsys):

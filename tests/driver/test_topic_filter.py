@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -153,7 +154,17 @@ def test_invalid_regex_in_a_control_list_matches_literally(caplog):
     assert not eligible("odd(", deny={"odd("})
     assert eligible("odd", deny={"odd(x"})
     assert eligible("odd(x", TopicFilter([], []), allow={"odd(x"})
-    assert "'odd(x' is not a valid regular expression" in caplog.text
+    assert "srm-control entry: pattern 'odd(x' refused" in caplog.text
+    assert "matching it literally" in caplog.text
+
+
+def test_control_list_entries_run_in_linear_time():
+    # Python's re takes minutes on this; entries come from a topic anyone with Produce rights writes.
+    began = time.monotonic()
+    assert eligible("a" * 30, deny={"(a+)+X"})  # not denied: the pattern does not match
+    assert not eligible("a" * 30 + "Y", TopicFilter([], []), allow={"(a+)+X"})
+    assert time.monotonic() - began < 1.0
+    assert eligible("aa", TopicFilter([], []), allow={"(a)\\1"}) is False  # RE2 refuses: literal only
 
 
 def test_identity_policy_eligibility_relies_on_the_configured_source():

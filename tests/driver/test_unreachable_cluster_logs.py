@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_S = 45.0  # past the 30 s wait for the control lists, so the replication workers fail too
+RUN_S = 45.0  # past the 30 s wait for the control lists, so the replication workers start too
 MAX_LINES_PER_MINUTE = 40
 
 
@@ -54,6 +54,3 @@ east->west.enabled = true
                   if " librdkafka." in line]
     assert librdkafka, "librdkafka's lines did not reach Python logging"
     assert max(Counter(librdkafka).values()) == 1, librdkafka
-    # The replication worker's retries are one warning each, naming the cluster.
-    assert any("WARNING driver.replication: replication east->west: " in line and "retrying in" in line
-               for line in lines), "\n".join(lines)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from stack.jars import kafka_jars
-from stack.kafka_cluster import KafkaClusters
+from stack.kafka_cluster import KafkaCluster, KafkaClusters
 
 JAVA_DIR = Path(__file__).parent / "java"
 PROBE_TIMEOUT_S = 120
@@ -51,3 +52,18 @@ def north(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield clusters.bootstrap("north")
     finally:
         clusters.cleanup()
+
+
+@pytest.fixture(scope="session")
+def authz_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """east and west with KRaft's StandardAuthorizer (ACLs enforced; PLAINTEXT clients are super
+    users), started on first use: alias -> bootstrap servers."""
+    root = tmp_path_factory.mktemp("authz-kafka")
+    clusters = [KafkaCluster(alias, root / alias, authorizer=True) for alias in ("east", "west")]
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(KafkaCluster.start, clusters))
+        yield {cluster.alias: cluster.bootstrap_servers for cluster in clusters}
+    finally:
+        for cluster in clusters:
+            cluster.stop()

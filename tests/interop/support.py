@@ -146,10 +146,17 @@ class Driver:
     """`srm-driver` as a child process, stopped with SIGTERM (a clean stop)."""
 
     def __init__(self, workdir: Path, bootstraps: Mapping[str, str], pairs: list[tuple[str, str]],
-                 settings: Mapping[str, object], name: str = "driver") -> None:
+                 settings: Mapping[str, object], name: str = "driver",
+                 targets: list[str] | None = None) -> None:
+        """`targets`: the driver's target clusters when they are more than the enabled pairs' (a
+        disabled pair into a target still sends heartbeats there)."""
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config = srm_properties.write(workdir / f"{name}.properties", bootstraps, pairs,
-                                           "redis://127.0.0.1:1/0", {**FAST, **settings})
+        text = srm_properties.render(bootstraps, pairs, "redis://127.0.0.1:1/0", {**FAST, **settings})
+        if targets is not None:
+            lines = [line for line in text.splitlines() if not line.startswith("driver.target.clusters")]
+            text = "\n".join([*lines, f"driver.target.clusters = {', '.join(targets)}"]) + "\n"
+        self.config = workdir / f"{name}.properties"
+        self.config.write_text(text)
         self.process = ManagedProcess.python_module(name, "driver", ["--config", str(self.config)], workdir)
 
     @property
@@ -169,8 +176,9 @@ class Driver:
 
 @contextmanager
 def running_driver(workdir: Path, bootstraps: Mapping[str, str], pairs: list[tuple[str, str]],
-                   settings: Mapping[str, object], name: str = "driver") -> Iterator[Driver]:
-    driver = Driver(workdir, bootstraps, pairs, settings, name).start()
+                   settings: Mapping[str, object], name: str = "driver",
+                   targets: list[str] | None = None) -> Iterator[Driver]:
+    driver = Driver(workdir, bootstraps, pairs, settings, name, targets).start()
     try:
         yield driver
     except BaseException:

@@ -8,6 +8,7 @@ Scenario, relative to now (10 s windows, metrics period 5 s):
 - `east -> west` RUNNING with records: topics `orders` (p0 catching up to lag 0, p1 stuck at offset 100
   with lag 50: STALL) and `payments` (p0 lag growing: WARN); group `billing` checkpoints `orders`.
 - `north -> west` reported FAILED with an error text; topic `events`.
+- lag in seconds (`lag_seconds`, `group_lag_seconds`) with history: orders p1 10 s more each window.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def row(
     target: str,
     source: str,
     topic: str,
-    upstream: str,
+    upstream: str | None,
     partition: int,
     metric: str,
     start: int,
@@ -118,9 +119,26 @@ def scenario_rows(s: Scenario) -> list[Row]:
                 2,
                 group="billing",
             ),
+            # lag in seconds as the aggregator derives it: orders p1 (stuck) falls behind by 10 s a
+            # window, p0 stays at 0; the topic and the replication take the worst partition
+            *[row(w, e, f"{e}.orders", "orders", p, "lag_seconds", start, 10.0 * i)
+              for p in (1, layout.WHOLE_TOPIC)],
+            row(w, e, f"{e}.orders", "orders", 0, "lag_seconds", start, 0.0),
+            row(w, e, layout.ALL_TOPICS, None, layout.WHOLE_TOPIC, "lag_seconds", start, 10.0 * i),
+            *[row(w, e, f"{e}.orders", "orders", p, "group_lag_seconds", start, 2.0 + i, group="billing")
+              for p in (0, layout.WHOLE_TOPIC)],
             row(w, n, f"{n}.events", "events", layout.WHOLE_TOPIC, "record_count", start, 1),
             # identity (prefixless) policy: the remote topic keeps its upstream name
             row(w, n, "ledger", "ledger", layout.WHOLE_TOPIC, "byte_count", start, 64),
+        ]
+        # Replication level, as the aggregator rolls the topics above up (window_partials, level `r`).
+        whole = layout.ALL_TOPICS, None, layout.WHOLE_TOPIC
+        rows += [
+            row(w, e, whole[0], whole[1], whole[2], "record_count", start, 10, 2),
+            row(w, e, whole[0], whole[1], whole[2], "byte_count", start, 1000, 2),
+            row(w, e, whole[0], whole[1], whole[2], "replication_latency_ms", start, 4, 20),
+            row(w, n, whole[0], whole[1], whole[2], "record_count", start, 1),
+            row(w, n, whole[0], whole[1], whole[2], "byte_count", start, 64),
         ]
     return rows
 
@@ -166,10 +184,12 @@ def write_latest(s: Scenario) -> None:
             "1": encode({"ts": s.now_ms, "records_lag": 50, "lag_seconds": 12.5, "upstream_offset": 100}),
         },
     )
+    client.set(layout.invalid_records_key(s.west, s.east), 3)
+    client.set(layout.late_records_key(s.west, s.east), 2)
     client.hset(
         layout.group_latest_key(s.west, s.east, "billing"),
         f"{s.east}.orders|0",
-        encode({"ts": s.now_ms, "group_lag": 9, "lag_seconds": None}),
+        encode({"ts": s.now_ms, "group_lag": 9, "lag_seconds": 9.5}),
     )
     client.close()
 

@@ -169,6 +169,11 @@ def test_redis_down_is_503_with_a_message_and_not_ready(free_redis_url):
     client = create_app({"REDIS_URL": free_redis_url}).test_client()
     response = client.get("/v2/replications")
     assert response.status_code == 503 and "Redis" in response.get_json()["message"]
-    assert client.get("/ready").status_code == 503
+    ready = client.get("/ready")
+    assert ready.status_code == 503
+    # Unauthenticated: nothing of the Redis error (host, port, reason), only that it is unavailable.
+    assert ready.get_json() == {"status": "STARTING", "redis": "unavailable"}
+    port = free_redis_url.rsplit(":", 1)[1].split("/")[0]
+    assert "127.0.0.1" not in ready.get_data(as_text=True) and port not in ready.get_data(as_text=True)
     assert client.get("/health").status_code == 200
     assert "srm_service_redis_up 0.0" in client.get("/metrics").get_data(as_text=True)

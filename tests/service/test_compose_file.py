@@ -128,7 +128,10 @@ def test_the_dashboard_shows_every_required_view_per_site():
     targets = [t for panel in dashboard["panels"] for t in panel.get("targets", [])]
     assert {t["target"] for t in targets} >= {"record_count", "byte_count", "replication_latency_ms",
                                               "records_lag", "lag_seconds", "checkpoint_latency_ms",
-                                              "replication_status"}
+                                              "replication_status", "group_lag_seconds"}
+    lag_panels = [p for p in dashboard["panels"] if p.get("title", "").endswith("lag in seconds")
+                  or p.get("title") == "Lag in seconds"]
+    assert {p["type"] for p in lag_panels} == {"timeseries"} and len(lag_panels) == 2  # history, not a stat
     assert {t["datasource"]["uid"] for t in targets} == {"${site}"}
     assert any(panel.get("repeat") == "site" for panel in dashboard["panels"])
 
@@ -142,3 +145,11 @@ def test_each_sites_redis_keeps_its_data_in_an_everysec_append_only_file_on_a_vo
         volume, _, mount = redis_service["volumes"][0].partition(":")
         assert mount == "/data" and volume in compose["volumes"]  # a named volume, one per site
     assert compose["services"]["redis-east"]["volumes"] != compose["services"]["redis-west"]["volumes"]
+
+
+def test_every_published_port_binds_to_loopback_unless_told_otherwise(compose):
+    published = [(name, port) for name, service in compose["services"].items()
+                 for port in service.get("ports", [])]
+    assert published
+    for name, port in published:
+        assert str(port).startswith("${SRM_PUBLISH_ADDRESS:-127.0.0.1}:"), (name, port)

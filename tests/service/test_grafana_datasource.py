@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.service.conftest import WINDOWS
+
 pytestmark = pytest.mark.integration
 
 
@@ -217,16 +219,18 @@ def test_legacy_search_and_annotations(client, scenario):
     assert any(a["title"].endswith("FAILED") and a["annotation"]["name"] == "alerts" for a in annotations)
 
 
-def test_lag_seconds_is_the_worst_partitions_latest_value_at_its_report_time(client, scenario):
-    now = {"from": iso(scenario.first_window), "to": iso(scenario.now_ms + 60_000)}
+def test_lag_seconds_history_per_replication_topic_and_group(client, scenario):
+    span = {"from": iso(scenario.first_window), "to": iso(scenario.last_window + 10_000)}
     per_replication = post(client, "/query", query_body(
-        scenario, [target("lag_seconds", source=scenario.east, aggregate="replication")], range=now))
-    assert [(s["target"], s["datapoints"]) for s in per_replication] == [
-        (f"lag_seconds {scenario.east}->{scenario.west}", [[12.5, scenario.now_ms]])]
+        scenario, [target("lag_seconds", source=scenario.east, aggregate="replication")], range=span))
+    assert [s["target"] for s in per_replication] == [f"lag_seconds {scenario.east}->{scenario.west}"]
+    values = [value for value, _ in per_replication[0]["datapoints"]]
+    assert values == [10.0 * i for i in range(WINDOWS)]  # the stuck partition, one point a window
     per_topic = post(client, "/query", query_body(scenario, [target("lag_seconds", source=scenario.east)],
-                                                  range=now))
-    assert {s["tags"]["topic"]: s["datapoints"] for s in per_topic} == {
-        "orders": [[12.5, scenario.now_ms]], "payments": []}  # payments has no latest report yet
-    earlier = post(client, "/query", query_body(scenario, [target("lag_seconds", source=scenario.east)]))
-    assert all(s["datapoints"] == [] for s in earlier)  # no history kept: nothing before the last report
-    assert "lag_seconds" in {m["value"] for m in post(client, "/metrics", {})}
+                                                  range=span))
+    assert [v for v, _ in {s["tags"]["topic"]: s for s in per_topic}["orders"]["datapoints"]] == values
+    groups = post(client, "/query", query_body(
+        scenario, [target("group_lag_seconds", source=scenario.east, group=["billing"])], range=span))
+    assert [v for s in groups for v, _ in s["datapoints"]] == [2.0 + i for i in range(WINDOWS)]
+    names = {m["value"] for m in post(client, "/metrics", {})}
+    assert {"lag_seconds", "group_lag_seconds"} <= names

@@ -9,7 +9,7 @@ import pytest
 from contract.redis_layout import WindowAggregate
 from service.grafana.catalog import metric_descriptors
 from service.grafana.filters import Filter, filters_of, payload_filters, select
-from service.grafana.queries import QueryError, Subject, latest_lag_seconds, plan, table, timeserie
+from service.grafana.queries import QueryError, Subject, plan, table, timeserie
 from service.sites.grafana_site_answers import by_site, tagged
 
 HOUR = 3_600_000
@@ -91,18 +91,6 @@ def test_frames():
 def test_metric_descriptors_offer_payload_editors():
     lag = next(m for m in metric_descriptors() if m["value"] == "group_lag")
     assert {p["name"] for p in lag["payloads"]} == {"source", "target", "topic", "group", "site", "aggregate"}
-
-
-def test_latest_lag_seconds_takes_the_worst_known_partition_inside_the_range():
-    subject = Subject("east", "west")
-    latest = [{"ts": 1_000, "lag_seconds": 2.5}, {"ts": 2_000, "lag_seconds": 7.0},
-              {"ts": 3_000, "lag_seconds": None}, {"ts": 4_000, "lag_seconds": float("nan")},
-              {"ts": 5_000, "lag_seconds": True}]
-    series = latest_lag_seconds(subject, latest, (0, 10_000), "A")
-    assert series["datapoints"] == [[7.0, 2_000]] and series["refId"] == "A"
-    assert series["target"] == "lag_seconds east->west"
-    assert latest_lag_seconds(subject, latest, (0, 1_999), None)["datapoints"] == []
-    assert latest_lag_seconds(subject, [], (0, 10_000), None)["datapoints"] == []
 
 
 def test_targets_are_grouped_by_their_site_and_forwarded_without_it():

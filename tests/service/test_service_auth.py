@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from contract.config import parse_config
-from service.__main__ import app_settings, check_auth_settings, main
+from service.__main__ import ServiceServer, app_settings, check_auth_settings, main, startup_warnings
 from service.app import create_app
 
 PROPERTIES = """clusters = east, west
@@ -102,3 +102,48 @@ def test_errors_answer_json_never_html():
     client = create_app().test_client()
     response = client.post("/v2/services")
     assert response.status_code == 405 and "POST is not allowed" in response.get_json()["message"]
+
+
+def test_logged_paths_cannot_forge_log_lines(secured, caplog):
+    assert secured.get("/v2/x%0aFORGED%20line").status_code == 401
+    rejected = [r.getMessage() for r in caplog.records if "rejected GET" in r.getMessage()]
+    assert rejected and all("\n" not in line for line in rejected)
+    assert any("/v2/x\\nFORGED line" in line for line in rejected)
+
+
+def _open(host: str) -> str:
+    without_auth = "".join(line + "\n" for line in PROPERTIES.splitlines() if "service.auth" not in line)
+    return without_auth + f"service.host = {host}\n"
+
+
+def test_an_open_api_is_announced_loudly_at_start(tmp_path, monkeypatch, caplog):
+    assert startup_warnings(parse_config(PROPERTIES)) == []
+    (loopback,) = startup_warnings(parse_config(_open("127.0.0.1")))
+    assert "authentication is off: anyone who can reach 127.0.0.1:6670 reads every metric" in loopback
+    (everyone,) = startup_warnings(parse_config(_open("0.0.0.0")))
+    assert "not loopback" in everyone
+
+    path = tmp_path / "srm.properties"
+    path.write_text(_open("0.0.0.0"))
+    monkeypatch.setattr(ServiceServer, "run", lambda self: None)  # start-up only, no gunicorn
+    with caplog.at_level(logging.WARNING):
+        assert main(["--config", str(path)]) == 0
+    (record,) = [r for r in caplog.records if "authentication is off" in r.getMessage()]
+    assert record.levelno == logging.ERROR
+
+
+def test_cors_only_for_configured_origins():
+    unused = "redis://127.0.0.1:1/0"
+    default = create_app({"REDIS_URL": unused}).test_client()
+    answer = default.get("/grafana/", headers={"Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in answer.headers  # was "*"
+    assert "Origin" in answer.headers.get("Vary", "")
+
+    settings = app_settings(parse_config(PROPERTIES + "service.cors.allowed.origins = https://grafana.example.com\n"))
+    grafana = create_app(settings | {"REDIS_URL": unused}).test_client()
+    preflight = grafana.options("/grafana/query", headers={
+        "Origin": "https://grafana.example.com", "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 200  # a preflight has no credentials: auth lets it through
+    assert preflight.headers["Access-Control-Allow-Origin"] == "https://grafana.example.com"
+    other = grafana.options("/grafana/query", headers={"Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in other.headers

@@ -10,7 +10,7 @@ from service.api.common import TimeRangeArgs
 from service.api.replications.resources import status_answer
 from service.extensions import Blueprint, metrics_reader
 from service.health.replication_overview import replication_healths
-from service.metric_summary import MetricSeries
+from service.metric_summary import MetricSeries, merge_subjects, summarize
 from service.sites.site_selector import site_selectable
 
 blp = Blueprint("clusters", __name__, url_prefix="/v2", description="Kafka clusters seen in the rollups")
@@ -55,24 +55,23 @@ class ClusterInfo(MethodView):
         if not pairs:
             abort(404, message=f"no replication from or to cluster {cluster!r} has metrics")
         replications = reader.replications(pairs)
+        # Replication-level series only (one per replication and metric, whatever the topics), read once
+        # for both the replications' figures and the cluster's totals, inside the request's point budget.
+        window = reader.resolve_window(from_ms, to_ms, granularity, len(INFO_METRICS) * len(replications))
+        found = reader.replication_level_windows(replications, INFO_METRICS, window, from_ms, to_ms)
         answers = []
         for replication, health in zip(replications, replication_healths(reader, replications), strict=True):
             answer = status_answer(health, len(replication.topics))
             answer["metrics"] = {
-                m: summary(reader.replication_metric(replication, m, from_ms, to_ms, granularity))
+                m: summary(summarize(m, window, found[(replication.source, replication.target, m)]))
                 for m in INFO_METRICS
             }
             answers.append(answer)
         incoming = [r for r in replications if r.target == cluster]
-        totals = (
-            {
-                m: summary(reader.replications_metric(incoming, m, from_ms, to_ms, granularity))
-                for m in INFO_METRICS
-            }
-            if incoming
-            else {}
-        )
-        window = reader.resolve_window(from_ms, to_ms, granularity)
+        totals = {
+            m: summary(summarize(m, window, merge_subjects(found[(r.source, r.target, m)] for r in incoming)))
+            for m in INFO_METRICS
+        } if incoming else {}
         return {
             "cluster": cluster,
             "roles": cluster_roles(pairs)[cluster],

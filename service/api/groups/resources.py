@@ -7,7 +7,7 @@ from flask.views import MethodView
 
 from service.api.common import metric_response, unknown_answers_404
 from service.api.groups.schemas import GroupListSchema, GroupMetricArgs, GroupMetricSchema
-from service.api.replications.resources import evaluation_answer
+from service.api.replications.resources import group_answer
 from service.api.replications.schemas import GroupStatusSchema, StatusArgs
 from service.extensions import Blueprint, metrics_reader
 from service.health.replication_health import metrics_period_ms
@@ -39,7 +39,7 @@ class Groups(MethodView):
         return {
             "source": source,
             "target": target,
-            "groups": [{"group": g.group, "lag": evaluation_answer(g.lag, all)} for g in healths],
+            "groups": [group_answer(g, all) for g in healths],
         }
 
 
@@ -53,8 +53,7 @@ class OneGroup(MethodView):
         with unknown_answers_404():
             reader.require_group(source, target, group)
             replication = reader.replication(source, target)
-        health = group_healths(reader, replication, [group], _period(source, target))[0]
-        return {"group": group, "lag": evaluation_answer(health.lag, all)}
+        return group_answer(group_healths(reader, replication, [group], _period(source, target))[0], all)
 
 
 @blp.route("/group-metrics/<string:source>/<string:target>/<string:group>/<string:metric>")

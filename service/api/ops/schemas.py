@@ -11,4 +11,7 @@ class HealthSchema(Schema):
 
 class ReadinessSchema(Schema):
     status = fields.String(metadata={"description": "READY, or STARTING when Redis does not answer"})
-    redis = fields.String(metadata={"description": "ok, or the error Redis gave"})
+    redis = fields.String(metadata={"description": "ok, or unavailable (the reason is in the log only)"})
+    discovery = fields.String(metadata={"description": "a gateway's discovery of other sites: ok or stopped"})
+    rejected_records = fields.Integer(
+        metadata={"description": "advertisements a gateway refused (too large, broken, forged)"})

@@ -18,7 +18,7 @@ from service.api.replications.schemas import (
 from service.extensions import Blueprint, metrics_reader
 from service.health.lag_evaluation import Evaluation
 from service.health.replication_health import ReplicationHealth
-from service.health.replication_overview import group_healths, replication_healths
+from service.health.replication_overview import GroupHealth, group_healths, replication_healths
 from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
@@ -40,7 +40,13 @@ def evaluation_answer(evaluation: Evaluation, show_all: bool) -> dict:
     }
 
 
-def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False) -> dict:
+def group_answer(health: GroupHealth, show_all: bool) -> dict:
+    return {"group": health.group, "lag": evaluation_answer(health.lag, show_all),
+            "lag_seconds": health.lag_seconds}
+
+
+def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False,
+                  totals: tuple[int, int] = (0, 0)) -> dict:
     return {
         "source": health.source,
         "target": health.target,
@@ -50,6 +56,9 @@ def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False
         "report_ts": health.report_ts,
         "topics": topics,
         "lag": evaluation_answer(health.lag, show_all),
+        "lag_seconds": health.lag_seconds,
+        "invalid_records": totals[0],
+        "late_records": totals[1],
     }
 
 
@@ -62,7 +71,9 @@ class Replications(MethodView):
         reader = metrics_reader()
         replications = reader.replications()
         healths = replication_healths(reader, replications)
-        answers = [status_answer(h, len(r.topics), all) for h, r in zip(healths, replications, strict=True)]
+        totals = reader.record_totals([(r.source, r.target) for r in replications])
+        answers = [status_answer(h, len(r.topics), all, totals[(r.source, r.target)])
+                   for h, r in zip(healths, replications, strict=True)]
         return {"replications": answers, "states": dict(Counter(str(h.state) for h in healths))}
 
 
@@ -77,11 +88,12 @@ class OneReplication(MethodView):
             replication = reader.replication(source, target)
         health = replication_healths(reader, [replication])[0]
         groups = group_healths(reader, replication, reader.groups(target, source), health.metrics_period_ms)
-        answer = status_answer(health, len(replication.topics), all)
+        answer = status_answer(health, len(replication.topics), all,
+                               reader.record_totals([(source, target)])[(source, target)])
         answer["topic_names"] = [
             {"topic": t, "upstreamTopic": u} for t, u in sorted(replication.topics.items())
         ]
-        answer["groups"] = [{"group": g.group, "lag": evaluation_answer(g.lag, all)} for g in groups]
+        answer["groups"] = [group_answer(g, all) for g in groups]
         return answer
 
 

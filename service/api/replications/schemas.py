@@ -58,11 +58,25 @@ class ReplicationStatusSchema(Schema):
     report_ts = fields.Integer(allow_none=True, metadata={"description": "driver's last report, epoch ms"})
     topics = fields.Integer(metadata={"description": "remote topics with metrics"})
     lag = fields.Nested(EvaluationSchema)
+    lag_seconds = fields.Float(
+        allow_none=True,
+        metadata={"description": "latest lag in seconds of the worst partition (null: not known yet)"},
+    )
+    invalid_records = fields.Integer(
+        metadata={"description": "raw-metrics records from this source that did not parse, in total"}
+    )
+    late_records = fields.Integer(
+        metadata={"description": "raw-metrics records from this source that came after their window closed"}
+    )
 
 
 class GroupStatusSchema(Schema):
     group = fields.String()
     lag = fields.Nested(EvaluationSchema)
+    lag_seconds = fields.Float(
+        allow_none=True,
+        metadata={"description": "latest lag in seconds of the worst partition (null: not known yet)"},
+    )
 
 
 class TopicSchema(Schema):

@@ -190,3 +190,27 @@ def test_an_orphaned_advertiser_process_exits(tmp_path, kafka_clusters):
     done = run_advertiser("--config", str(config), "--parent-pid", "1")
     assert done.returncode == 0, done.stderr
     assert "is gone; advertiser exits" in done.stderr
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"site": "all"}, "reserved"),
+    ({"site": "local"}, "reserved"),
+    ({"site": "bad site"}, "not a site name"),
+    ({"target_cluster": "we/st"}, "not a cluster alias"),
+    ({"interval_s": float("inf")}, "interval"),
+    ({"interval_s": 0.01}, "interval"),
+    ({"interval_s": 86_400.0}, "interval"),
+    ({"ts": -1}, "epoch time"),
+    ({"version": "v" * 65}, "version"),
+])
+def test_advertisements_with_reserved_names_or_unbounded_numbers_are_refused(changes, message):
+    fields = {"protocol": "http", "host": "srm.example.com", "port": 6670, "root_path": "",
+              "target_cluster": "west", "site": "east", "version": "1", "ts": TS, "interval_s": 10.0}
+    with pytest.raises(AdvertisementError, match=message):
+        Advertisement(**(fields | changes))
+
+
+def test_deep_nesting_in_an_advertisement_is_an_advertisement_error():
+    key, value, _ = encode(advert())
+    with pytest.raises(AdvertisementError, match="not UTF-8 JSON"):
+        decode(key, value[:10] + b"[" * 3000)

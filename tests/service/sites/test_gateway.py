@@ -198,7 +198,8 @@ def test_fan_out_answers_with_every_site_even_when_one_is_slow_and_one_is_dead(h
                 remote("south", port=closed_port())]
     timeouts = {"east": 10.0, "north": 0.3, "south": 10.0}
     gateway = Gateway("west", parse_allowed_hosts(["127.0.0.1"]),
-                      lambda site: SiteAccess(timeouts[site], token="s3cret" if site == "east" else None))
+                      lambda site: SiteAccess(timeouts[site], token="s3cret" if site == "east" else None),
+                      forwards_credentials=True)  # as with its own auth on
     try:
         answer = fan_out(gateway, services, "/v2/topic-metrics/east/west/t/record_count", {"from": "1"},
                          local=lambda: (200, {"site": "west"}), expired=[remote("gone", port=1)]).to_json()
@@ -233,3 +234,13 @@ def test_a_gateway_without_a_local_part_says_so_for_the_local_selector():
     finally:
         gateway.close()
     assert (site.site, site.status) == ("hq", "error: this service has no local answer for that path")
+
+
+def test_globs_match_label_by_label_and_never_ip_literals():
+    allowed = parse_allowed_hosts(["service-*", "*.srm.example.com", "*.*.*.*"])
+    assert allowed.allows("service-east")
+    assert not allowed.allows("service-east.attacker.net")  # fnmatch's * crossed the dots
+    assert not allowed.allows("a.b.srm.example.com")
+    assert not allowed.allows("169.254.169.254")  # metadata address: only a network entry may allow it
+    with pytest.raises(ValueError, match="character classes"):
+        parse_allowed_hosts(["srm-[a-z].example.com"])

@@ -11,12 +11,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from contract.config import parse_config
 from contract.records.advertisement import Advertisement
 from contract.records.mm2 import Heartbeat
+from contract.untrusted import Rejected
 from service.app import create_app
 from service.sites.advertiser import start_advertiser
 from service.sites.discovered_directory import install_discovery
 from service.sites.registry import (
     FORGET_AFTER_INTERVALS,
+    MAX_INSTANCES_PER_SITE,
     ServiceBook,
+    configured_sites,
     is_live,
     own_instances,
     watched_clusters,
@@ -154,3 +157,31 @@ def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters:
     assert not discovery.registry.is_alive()
     beats = mm2_reader_sees(kafka_clusters["west"], site)
     assert any(site in beat.source_cluster_alias and beat.target_cluster_alias == "west" for beat in beats)
+
+
+def test_advertisements_from_the_future_are_refused():
+    book = ServiceBook(max_skew_ms=60_000)
+    assert book.add(advert(ts=T0 + 60_000), now_ms=T0)
+    with pytest.raises(Rejected, match="ahead of this gateway's clock"):
+        book.add(advert(ts=T0 + 10 * 365 * 86_400_000), now_ms=T0)  # would win for ten years
+    assert book.live(T0)[0].last_seen_ms == T0 + 60_000
+
+
+def test_forged_sites_and_instances_are_capped_configured_sites_always_admitted():
+    book = ServiceBook(max_sites=2, configured_sites=frozenset({"east"}))
+    book.add(advert("a", host="10.0.0.1"), now_ms=T0)
+    book.add(advert("b", host="10.0.0.2"), now_ms=T0)
+    with pytest.raises(Rejected, match="service.remote.max.sites"):
+        book.add(advert("c", host="10.0.0.3"), now_ms=T0)
+    assert book.add(advert("east", host="10.0.0.4"), now_ms=T0)
+    for n in range(MAX_INSTANCES_PER_SITE - 1):
+        assert book.add(advert("a", host=f"10.0.1.{n}"), now_ms=T0)
+    with pytest.raises(Rejected, match="instances"):
+        book.add(advert("a", host="10.0.2.1"), now_ms=T0)
+    assert sorted({s.site for s in book.live(T0)}) == ["a", "b", "east"]
+
+
+def test_sites_with_a_configured_url_are_known_from_the_config():
+    config = parse_config(CONFIG + "service.remote.east.url = https://srm-east.example.com:6670\n"
+                                   "service.remote.east.token = t\n")
+    assert configured_sites(config) == frozenset({"east"})

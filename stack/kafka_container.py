@@ -1,0 +1,60 @@
+"""A single-node KRaft cluster in the official ``apache/kafka`` image, for tests with a Docker engine.
+
+testcontainers' own KafkaContainer drives Confluent's image (its start script lives in /etc/confluent),
+so the official image is configured here the way compose.yaml configures it: one combined broker and
+controller, its client port published on a fixed host port that the broker also advertises.
+"""
+
+from __future__ import annotations
+
+from stack.kafka_cluster import free_port
+from stack.kafka_version import kafka_image
+
+CLIENT_PORT = 9092
+START_TIMEOUT_S = 120.0
+STARTED_LINE = "Kafka Server started"
+
+
+def broker_environment(advertised_host: str, host_port: int) -> dict[str, str]:
+    return {
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
+        "KAFKA_LISTENERS": f"PLAINTEXT://:{CLIENT_PORT},CONTROLLER://:9093",
+        "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://{advertised_host}:{host_port}",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_HEAP_OPTS": "-Xmx256m -Xms128m",
+    }
+
+
+class ApacheKafkaContainer:
+    def __init__(self, image: str | None = None, advertised_host: str = "localhost") -> None:
+        self.image = image or kafka_image()
+        self.advertised_host = advertised_host
+        self.host_port = free_port()
+        self._container = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.advertised_host}:{self.host_port}"
+
+    def start(self) -> ApacheKafkaContainer:
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+
+        container = DockerContainer(self.image).with_bind_ports(CLIENT_PORT, self.host_port)
+        for name, value in broker_environment(self.advertised_host, self.host_port).items():
+            container.with_env(name, value)
+        self._container = container.start()
+        wait_for_logs(container, STARTED_LINE, timeout=START_TIMEOUT_S)
+        return self
+
+    def stop(self) -> None:
+        if self._container is not None:
+            self._container.stop()
+            self._container = None

@@ -1,0 +1,88 @@
+"""Poison in `srm-metrics.<src>.internal`, through real Kafka, Spark and Redis: the rollups go on.
+
+Before: ``b"[" * 3000`` raised RecursionError in the sink, the batch failed, and the supervisor replayed
+it forever; NaN latencies reached the stored windows as `sum=nan`; a topic named `*` merged into the
+replication-wide series; a record stamped 50 minutes ahead (ts and CreateTime alike) moved the watermark
+as far ahead, and every on-time record after it was dropped as late.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import redis
+from streaming_input import create_topic, members, new_source, produce, wait_merged
+from test_rollup_streaming import T0, partition_report, run_once, spec
+
+from aggregator.query import start_rollup_query
+from contract import redis_layout as layout
+from contract.records import raw_metrics
+from contract.replication_policy import metrics_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _edited(record: raw_metrics.RawMetrics, **fields: object) -> bytes:
+    """The record's value with fields replaced (json writes float('nan') as NaN, as a buggy producer)."""
+    return json.dumps(json.loads(raw_metrics.encode(record)[1]) | fields).encode()
+
+
+def test_poison_records_are_counted_and_the_rollups_keep_growing(spark, kafka_clusters, redis_url, tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    nan_latency = _edited(partition_report(source, T0 + 6_000, 0, 5, end=105, lag=0),
+                          replication_latency_ms={"min": 1, "max": 9, "avg": float("nan"), "last": 9,
+                                                  "count": 5})
+    star_topic = _edited(partition_report(source, T0 + 7_000, 0, 1000, end=1100, lag=0), topic="*")
+    first, second = (partition_report(source, T0 + 5_000, 0, 10, end=100, lag=0),
+                     partition_report(source, T0 + 15_000, 0, 20, end=200, lag=0))
+    produce(west, source, [first, b"[" * 3000, nan_latency, star_topic, second], garbage_ts_ms=T0 + 10_000)
+    query_spec = spec(tmp_path, west, redis_url, source)
+    run_once(spark, query_spec)  # asserts the query is still active
+
+    client = redis.Redis.from_url(redis_url)
+    series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
+    assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0, 10), (T0 + 10_000, 20)]
+    assert int(client.get(layout.invalid_records_key("west", source))) == 3
+    whole = layout.SeriesId("west", source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
+    assert [m.sum for m in members(client, whole, "1h")] == [30]  # the `*` topic's 1000 not merged in
+    latency = layout.SeriesId("west", source, "east.orders", 0, "replication_latency_ms")
+    assert all(math.isfinite(m.sum) for m in members(client, latency, "1h"))
+
+    produce(west, source, [partition_report(source, T0 + 25_000, 0, 30, end=300, lag=0)])
+    run_once(spark, query_spec)  # the same checkpoint: the query goes on from where it was
+    assert [(m.start_ms, m.sum) for m in members(client, series, "10s")][-1] == (T0 + 20_000, 30)
+
+
+def test_a_record_from_the_future_does_not_make_on_time_records_late(spark, kafka_clusters, redis_url,
+                                                                     tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    now = int(time.time() * 1000)
+    # A producer whose clock jumped 50 minutes: ts and CreateTime both ahead (Kafka 4 brokers refuse
+    # CreateTime more than an hour ahead, log.message.timestamp.after.max.ms; the ts field has no limit).
+    ahead = now + 50 * 60_000
+    future = raw_metrics.encode(partition_report(source, ahead, 0, 1, end=1, lag=0))[1]
+    query_spec = spec(tmp_path, west, redis_url, source, watermark_ms=30_000)
+    query = start_rollup_query(spark, query_spec)
+    try:
+        produce(west, source, [future], garbage_ts_ms=ahead)
+        query.processAllAvailable()
+        on_time_ts = int(time.time() * 1000)
+        produce(west, source, [partition_report(source, on_time_ts, 0, 2, end=3, lag=0)])
+        query.processAllAvailable()
+        assert query.isActive, query.exception()
+        wait_merged(query_spec.redis_url, query)
+        state = redis.Redis.from_url(redis_url).hgetall(layout.batch_key(f"{query.name}:{query.id}"))
+    finally:
+        query.stop()
+    client = redis.Redis.from_url(redis_url)
+    series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
+    window = on_time_ts // 10_000 * 10_000
+    assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(window, 2)]
+    assert int(client.get(layout.late_records_key("west", source)) or 0) == 0
+    assert int(client.get(layout.invalid_records_key("west", source))) == 1
+    assert int(state[b"max_event_ts"]) <= int(time.time() * 1000)

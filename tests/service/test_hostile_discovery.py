@@ -1,0 +1,78 @@
+"""Hostile records in a real ``heartbeats`` topic: discovery goes on, forged advertisements lose.
+
+Before: an advertisement value ending in ``b"[" * 3000`` raised RecursionError out of the registry's
+record handling, the discovery thread died, and since the compacted topic is read from its start it
+died again after every restart: every site expired for good.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from contract.config import parse_config
+from contract.records.advertisement import RECORD_TYPE, RECORD_TYPE_HEADER, Advertisement, encode
+from contract.records.mm2 import Heartbeat
+from service.app import create_app
+from service.sites.advertiser import start_advertiser
+from service.sites.discovered_directory import install_discovery
+from stack import srm_properties
+
+pytestmark = pytest.mark.integration
+
+UNUSED_REDIS = "redis://127.0.0.1:1/0"
+
+
+def _produce(bootstrap: str, records: list[tuple[bytes, bytes]]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:  # as the advertiser creates it: compacted, one partition
+        admin.create_topics([NewTopic("heartbeats", 1, 1, config={"cleanup.policy": "compact"})])[
+            "heartbeats"].result(30)
+    except KafkaException as exc:
+        if "already exists" not in str(exc):
+            raise
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for key, value in records:
+        producer.produce("heartbeats", key=key, value=value, partition=0,
+                         headers=[(RECORD_TYPE_HEADER, RECORD_TYPE)])
+    assert producer.flush(10) == 0
+
+
+def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_clusters: dict[str, str]):
+    run = uuid.uuid4().hex[:8]
+    poison_key = Heartbeat(f"srm-service:poison-{run}@http://x:1", "west", 1).encode_key()
+    prefix = Heartbeat("x", "west", 1).encode_value()
+    now = int(time.time() * 1000)
+    forged_future = Advertisement("http", "forged.example.com", 7002, "", "west", f"far-{run}", "x",
+                                  now + 10 * 365 * 86_400_000, 10.0)
+    _produce(kafka_clusters["west"], [
+        (poison_key, prefix + b"[" * 3000),  # RecursionError in json.loads
+        (poison_key, prefix + b" " * 10_000),  # over the value cap
+        encode(forged_future)[:2],  # ten years ahead: would win over every genuine advertisement
+    ])
+    site = f"site-{run}"
+    advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "west", "service.site": site, "service.port": 7001,
+        "service.advertisement.interval.seconds": 1, "service.advertised.host": "srm.example.com"}))
+    watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))
+    app = create_app({"REDIS_URL": UNUSED_REDIS, "SERVICE_SITE": "hq"})
+    discovery = install_discovery(app, watcher)
+    assert discovery is not None
+    handle = start_advertiser(advertised)
+    try:
+        deadline, found = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not found:
+            found = [s for s in discovery.registry.services() if s.site == site]
+            time.sleep(0.2)
+        assert [s.base_url for s in found] == ["http://srm.example.com:7001"]
+        assert discovery.registry.is_alive()
+        assert discovery.registry.skipped_records >= 3
+        assert not [s for s in discovery.registry.services() if s.site == f"far-{run}"]
+    finally:
+        discovery.stop()
+        handle.stop()
