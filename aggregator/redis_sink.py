@@ -172,6 +172,9 @@ class RedisRollupSink:
                   batch_partials.windows.num_rows, collected.latest_candidates, collected.bytes,
                   collected.tasks, (computed - began) * 1000, (time.monotonic() - computed) * 1000)
         self.write(batch_partials, batch_id, state)
+        # Arrow's allocator keeps freed pages for reuse: a driver that once held a large batch would
+        # keep its size. The partials of the next batch are allocated afresh in a few ms.
+        pa.default_memory_pool().release_unused()
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))

@@ -132,9 +132,11 @@ class DriverLoad:
         return ticks / CLOCK_TICKS
 
     @staticmethod
-    def peak_rss_mb() -> float:
+    def rss_mb(field: str = "VmHWM") -> float:
+        """The driver process's peak (VmHWM) or current (VmRSS) resident memory."""
         status = Path("/proc/self/status").read_text()
-        return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+        line = next(line for line in status.splitlines() if line.startswith(f"{field}:"))
+        return int(line.split()[1]) / 1024
 
 
 def _stat_fields(path: Path) -> list[str]:
@@ -366,8 +368,8 @@ def main() -> None:
         DriverLoad.count_collected()
         drained = throughput(spark, bootstrap, server.url, work, "tput", args.series, args.periods,
                              args.max_offsets)
-        print(f"driver: peak RSS {DriverLoad.peak_rss_mb():.0f} MB after batches of {args.max_offsets} "
-              "records")
+        print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "
+              f"batches of {args.max_offsets} records")
         if not args.skip_growth:
             baseline = throughput(spark, bootstrap, server.url, work, "tput1x", args.series, args.periods,
                                   args.max_offsets // GROWTH, every=GROWTH)
