@@ -43,6 +43,9 @@ QUERY_STOP_TIMEOUT_MS = 4000
 SPARK_STOP_RESERVE_S = 2.0
 
 LOG = logging.getLogger("aggregator")
+# Consumer settings Spark's Kafka source refuses or owns (it fails the query when they are given).
+SPARK_MANAGED = frozenset({"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                           "enable.auto.commit", "interceptor.classes"})
 
 
 def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
@@ -60,8 +63,13 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
             raise config.config_error(key, f"must be a non-negative integer, got {value}")
     specs = []
     for target in config.service_target_clusters:
-        client = config.kafka_client_config(target, role="consumer")
+        # Spark's Kafka source is the Java client: it takes the file's Java keys as written.
+        client = config.java_client_config(target, role="consumer")
         bootstrap = client.pop("bootstrap.servers")
+        for key in sorted(SPARK_MANAGED & set(client)):
+            LOG.warning("%s.%s is set by Spark's Kafka source itself; ignored for the aggregator",
+                        target, key)
+            del client[key]
         specs.append(RollupQuerySpec(
             target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
             checkpoint_dir=checkpoint_dir, kafka_options=client,
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "its rollups start once it answers")
         return specs, spark_master(config, args.master)
 
-    started = start("srm-aggregator", args, prepare)
+    started = start("srm-aggregator", args, prepare, clients=("java",))
     if isinstance(started, int):
         return started
     run(*started)

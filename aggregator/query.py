@@ -28,7 +28,8 @@ class RollupQuerySpec:
     bootstrap_servers: str
     redis_url: str
     checkpoint_dir: str
-    kafka_options: dict[str, str] = field(default_factory=dict)  # client props (security) for the source
+    # Java client properties (security) of the target cluster; may hold credentials, so not in repr.
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     trigger_interval: str = "2 seconds"
     watermark_delay_ms: int = 30_000  # kept by the sink (redis_sink), not by Spark
     max_offsets_per_trigger: int | None = None

@@ -3,8 +3,9 @@
 Keys librdkafka knows under the same name pass through. Java-only keys with a clean librdkafka
 counterpart are translated (JAAS PLAIN/SCRAM/Kerberos/OIDC credentials, PEM or PKCS#12 stores, a few
 renamed settings). Java-only keys that cannot matter for connectivity are reported as dropped. A Java
-setting that carries connectivity but cannot be translated (a JKS trust store) is an error: silently
-connecting without it would fail later and obscurely. Values are never put into messages.
+setting that carries connectivity but cannot be translated is an error: silently
+connecting without it would fail later and obscurely. JKS stores are converted with the JDK's keytool
+(``contract.java_stores``). Values are never put into messages.
 """
 
 from __future__ import annotations
@@ -292,13 +293,13 @@ def _trust_store(props: Mapping[str, str]) -> tuple[set[str], dict[str, str]]:
     location = props.get("ssl.truststore.location")
     store_type = props.get("ssl.truststore.type", "JKS").strip().upper()
     if location is not None and "ssl.ca.location" not in props:
-        if store_type != "PEM":
-            raise UnsupportedClientProperty(
-                "ssl.truststore.location",
-                f"a {store_type} trust store cannot be used by librdkafka; export its CA certificates to a "
-                "PEM file and set ssl.ca.location (or ssl.truststore.type=PEM for a PEM file)",
-            )
-        mapped["ssl.ca.location"] = location
+        if store_type == "PEM":
+            mapped["ssl.ca.location"] = location
+        else:  # JKS or PKCS12: librdkafka reads neither as a trust store; exported with keytool
+            from contract.java_stores import pem_trust_store
+
+            mapped["ssl.ca.location"] = pem_trust_store(
+                "ssl.truststore.location", location, props.get("ssl.truststore.password"), store_type)
     return set(_TRUST_KEYS) & set(props), mapped
 
 
@@ -328,11 +329,12 @@ def _key_store_file(location: str, props: Mapping[str, str]) -> dict[str, str]:
     if store_type == "PEM":
         # A Java PEM key store is one file holding the private key and the certificate chain.
         return {"ssl.certificate.location": location, "ssl.key.location": location}
-    raise UnsupportedClientProperty(
-        "ssl.keystore.location",
-        f"a {store_type} key store cannot be used by librdkafka; convert it to PKCS12 or PEM "
-        "(ssl.certificate.location and ssl.key.location)",
-    )
+    from contract.java_stores import pkcs12_key_store  # JKS: converted with keytool
+
+    converted, password = pkcs12_key_store("ssl.keystore.location", location,
+                                           props.get("ssl.keystore.password"), props.get("ssl.key.password"),
+                                           store_type)
+    return {"ssl.keystore.location": converted, "ssl.keystore.password": password}
 
 
 def _renamed_settings(props: Mapping[str, str]) -> tuple[set[str], dict[str, str]]:

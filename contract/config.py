@@ -16,15 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from contract.client_properties import (
-    ROLES,
-    SourcedProperties,
-    UnsupportedClientProperty,
-    connection_properties,
-    is_secret,
-    layered_client_properties,
-    to_librdkafka,
-)
+from contract.client_properties import ROLES, connection_properties, is_secret
+from contract.client_renderings import ClientRenderings
 from contract.properties_file import (
     ConfigError,
     PropertyEntry,
@@ -43,7 +36,9 @@ _ARROW: Final = "->"
 _GLOBAL_SCOPES: Final = ("connectors", "workers")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+")
 _T = TypeVar("_T")
-
+RENDERINGS: Final = ("librdkafka", "java")
+"""The two renderings of a cluster's client properties: librdkafka (driver, service, srm-control) and
+Java (the aggregator's Spark Kafka source)."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +72,19 @@ _PARSERS: Final[dict[SettingType, tuple[Callable[[str], Any], str]]] = {
 }
 
 
-class SrmConfig:
+class SrmConfig(ClientRenderings):
     """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``."""
 
-    def __init__(self, path: str, entries: Mapping[str, PropertyEntry]) -> None:
+    def __init__(self, path: str, entries: Mapping[str, PropertyEntry],
+                 clients: tuple[str, ...] = ("librdkafka",)) -> None:
+        unknown = set(clients) - set(RENDERINGS)
+        if unknown:
+            raise ValueError(f"unknown client rendering(s) {sorted(unknown)}; expected {RENDERINGS}")
         self.path = path
+        self.clients = clients
         self._entries = dict(entries)
         self._values = {key: entry.value.strip() for key, entry in self._entries.items()}
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: set[tuple[str, str, str]] = set()
         self._aliases = self._cluster_aliases()
         self.clusters = {alias: self._cluster(alias) for alias in self._aliases}
         self.service_remote_clusters = self._alias_list("service.remote.clusters", [])
@@ -182,38 +182,6 @@ class SrmConfig:
             source,
             self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
-
-    def kafka_client_config(
-        self, alias: str, role: str = "admin", source: str | None = None, target: str | None = None
-    ) -> dict[str, str]:
-        """librdkafka configuration of a ``role`` client of cluster ``alias``, optionally inside the
-        replication ``source -> target`` (layering: ``layered_client_properties``); bootstrap.servers
-        always comes from ``<alias>.bootstrap.servers``; untranslatable settings raise ConfigError.
-        """
-        if alias not in self.clusters:
-            raise ValueError(f"unknown cluster alias {alias!r}; known: {', '.join(self._aliases)}")
-        merged = layered_client_properties(self._values, alias, role, source, target)
-        return self._librdkafka(alias, role, merged)
-
-    def _librdkafka(self, alias: str, role: str, merged: SourcedProperties) -> dict[str, str]:
-        try:
-            translation = to_librdkafka({prop: value for prop, (value, _) in merged.items()})
-        except UnsupportedClientProperty as exc:
-            raw_key = merged[exc.key][1] if exc.key in merged else exc.key
-            raise ConfigError(
-                exc.reason, source_name=self.path, line=self.line_of(raw_key), key=raw_key
-            ) from exc
-        for prop in translation.dropped:
-            raw_key = merged[prop][1]
-            if (alias, raw_key) not in self._warned:
-                self._warned.add((alias, raw_key))
-                LOG.warning(
-                    "%s:%s: %s is a Java client property librdkafka does not support; ignored for %s %s",
-                    self.path, self.line_of(raw_key), raw_key, alias, role,
-                )  # fmt: skip
-        config = translation.config
-        config["bootstrap.servers"] = self.clusters[alias].bootstrap_servers
-        return config
 
     def _lookup(self, key: str, source: str | None, target: str | None) -> _Found | None:
         candidates = [f"{source}{_ARROW}{target}.{key}"] if source and target else []
@@ -317,14 +285,18 @@ class SrmConfig:
                 raise self._error(raw_key, str(exc)) from None
 
     def _check_client_configs(self) -> None:
-        """Fail at start-up, not at the first connection, on client properties that cannot work."""
-        for alias in self._aliases:
-            for role in ROLES:
-                self.kafka_client_config(alias, role)
-        for replication in self.replications():
-            for alias in (replication.source, replication.target):
+        """Fail at start-up, not at the first connection, on client properties that cannot work, in the
+        renderings this process builds clients with (``clients``)."""
+        renderings = [self.kafka_client_config if name == "librdkafka" else self.java_client_config
+                      for name in self.clients]
+        for render in renderings:
+            for alias in self._aliases:
                 for role in ROLES:
-                    self.kafka_client_config(alias, role, replication.source, replication.target)
+                    render(alias, role)
+            for replication in self.replications():
+                for alias in (replication.source, replication.target):
+                    for role in ROLES:
+                        render(alias, role, replication.source, replication.target)
 
 
 def _alias_problem(alias: str, separator: str) -> str | None:
@@ -337,12 +309,14 @@ def _alias_problem(alias: str, separator: str) -> str | None:
     return None
 
 
-def parse_config(text: str, source_name: str = "<string>") -> SrmConfig:
-    """Parse and validate properties text; ``source_name`` is used in error messages."""
-    return SrmConfig(source_name, read_entries(text, source_name))
+def parse_config(text: str, source_name: str = "<string>",
+                 clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
+    """Parse and validate properties text; ``source_name`` is used in error messages; ``clients``: the
+    client renderings (``RENDERINGS``) whose properties must work in this process."""
+    return SrmConfig(source_name, read_entries(text, source_name), clients)
 
 
-def load_config(path: str | os.PathLike[str]) -> SrmConfig:
+def load_config(path: str | os.PathLike[str], clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
     """Read, parse and validate a properties file; any problem is a ConfigError naming the file."""
     name = os.fspath(path)
     try:
@@ -355,4 +329,4 @@ def load_config(path: str | os.PathLike[str]) -> SrmConfig:
     except UnicodeDecodeError:
         # Java reads .properties files as ISO-8859-1; accept such files too.
         text = raw.decode("latin-1")
-    return parse_config(text, name)
+    return parse_config(text, name, clients)

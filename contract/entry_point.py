@@ -4,7 +4,8 @@ A configuration problem ends the process with exit status 2 and one line naming 
 the key (``ConfigError``), never a traceback: a restart cannot fix it. So does a missing prerequisite
 (``StartupError``, e.g. no ``java`` for the aggregator). Something that does not answer yet
 (``contract.reachability.Unreachable``, e.g. the aggregator's Redis) is one line too, with exit
-status 1: a restart once it answers works.
+status 1: a restart once it answers works. Once the file is read, every secret value in it is hidden
+from every log line (``contract.client_faults.SecretScrubber``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from contract.client_faults import install_secret_scrubber
 from contract.config import ConfigError, SrmConfig, load_config
 from contract.reachability import Unreachable
 
@@ -35,13 +37,17 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T]) -> _T | int:
+def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T],
+          clients: tuple[str, ...] = ("librdkafka",)) -> _T | int:
     """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
     the error is printed as ``<prog>: <message>`` and the exit status is returned instead (2; 1 for
-    ``Unreachable``)."""
+    ``Unreachable``). ``clients``: the client renderings this process uses
+    (``contract.config.RENDERINGS``), checked at load."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        return prepare(load_config(args.config))
+        config = load_config(args.config, clients)
+        install_secret_scrubber(config.secret_values())
+        return prepare(config)
     except (ConfigError, StartupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -2,13 +2,23 @@
 
 Byte-array clients only (MM2 compatible: records are copied as opaque bytes). librdkafka errors from
 topic creation are turned into one exception type naming the cluster and topic.
+
+Every client carries a ``watch`` (``contract.client_faults.ClientWatch``, fed by its error callback)
+and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``contract.librdkafka_logs``).
+Admin requests wait by polling the client, because librdkafka serves the error callback only inside
+``poll``: a rejected login is a ``ClusterRejected`` naming the cluster within about a second, not a
+timeout 30 s later.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -22,20 +32,44 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable
 from contract.config import SrmConfig
 from contract.librdkafka_logs import client_log_settings
+
+__all__ = ["ClusterRejected", "ClusterUnavailable"]
 
 LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
+POLL_STEP_S = 0.1
+METADATA_STEP_S = 1.0
 # Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
 # defaults are 30 s and 60 s); `<alias>.socket.connection.setup.timeout.ms` and the like override them.
 CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
                                        "socket.timeout.ms": 30_000}
 
 
-class ClusterUnavailable(RuntimeError):
-    """A cluster did not answer, or refused an administrative request."""
+class WatchedAdmin(AdminClient):
+    watch: ClientWatch
+
+
+class WatchedProducer(Producer):
+    watch: ClientWatch
+
+
+class WatchedConsumer(Consumer):
+    watch: ClientWatch
+
+
+def _watched(config: SrmConfig, alias: str, settings: dict[str, Any]) -> ClientWatch:
+    """Adds the error callback to ``settings`` (the caller's own one wins)."""
+    watch = ClientWatch(alias, config.security_of(alias)[1])
+    settings.setdefault("error_cb", watch.error_cb)
+    return watch
+
+
+def watch_of(client: object) -> ClientWatch | None:
+    return getattr(client, "watch", None)
 
 
 @dataclass(frozen=True)
@@ -64,10 +98,13 @@ class GroupMembership:
     members_with_partitions: int
 
 
-def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> AdminClient:
-    settings = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
-                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
-    return AdminClient(settings)
+def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> WatchedAdmin:
+    settings: dict[str, Any] = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
+                                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+    watch = _watched(config, alias, settings)
+    client = WatchedAdmin(settings)
+    client.watch = watch
+    return client
 
 
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
@@ -79,7 +116,10 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
                                    **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
-    return Producer(settings)
+    watch = _watched(config, alias, settings)
+    client = WatchedProducer(settings)
+    client.watch = watch
+    return client
 
 
 def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, object] | None = None,
@@ -89,15 +129,59 @@ def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, 
                                    **CLIENT_TIMEOUTS, **client_log_settings(alias)}
     settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
-    return Consumer(settings)
+    watch = _watched(config, alias, settings)
+    client = WatchedConsumer(settings)
+    client.watch = watch
+    return client
+
+
+def check(client: object) -> None:
+    """Serves the client's callbacks and raises ClusterRejected if it was refused (bad login, TLS)."""
+    poll = getattr(client, "poll", None)
+    if isinstance(client, AdminClient) and poll is not None:
+        poll(0)
+    watch = watch_of(client)
+    if watch is not None:
+        watch.check()
+
+
+def await_result(client: object, future: Future, timeout_s: float = ADMIN_TIMEOUT_S) -> Any:
+    """``future.result()`` of an admin request, polling ``client`` meanwhile so that a refused login
+    ends the wait at once (ClusterRejected) instead of at the request's timeout."""
+    # A little longer than the request's own timeout, so that librdkafka's answer normally comes first.
+    deadline = time.monotonic() + timeout_s + 5.0
+    poll = getattr(client, "poll", None)
+    while not future.done() and time.monotonic() < deadline:
+        if poll is not None:
+            poll(POLL_STEP_S)
+        else:
+            time.sleep(POLL_STEP_S)
+        check(client)
+    try:
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+    except FutureTimeout:
+        raise ClusterUnavailable(f"no answer to an admin request within {timeout_s:.0f} s") from None
+
+
+def cluster_metadata(client: AdminClient, alias: str, topic: str | None = None,
+                     timeout_s: float = ADMIN_TIMEOUT_S) -> Any:
+    """``list_topics`` in short steps: a blocking call serves no callbacks, so one long call would hide
+    a refused login until it times out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        step = max(0.1, min(METADATA_STEP_S, deadline - time.monotonic()))
+        try:
+            return client.list_topics(topic, timeout=step)
+        except KafkaException as exc:
+            check(client)
+            if time.monotonic() >= deadline:
+                raise ClusterUnavailable(
+                    f"cluster {alias!r} did not answer a metadata request: {exc}") from exc
 
 
 def partition_counts(client: AdminClient, alias: str) -> dict[str, int]:
     """Topic -> partition count of every topic in the cluster."""
-    try:
-        metadata = client.list_topics(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {alias!r} did not answer a metadata request: {exc}") from exc
+    metadata = cluster_metadata(client, alias)
     return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
 
 
@@ -109,7 +193,7 @@ def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> No
                     config=s.configs) for s in specs]
     for name, future in client.create_topics(new, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
-            future.result()
+            await_result(client, future)
             LOG.info("created topic %s on %s", name, alias)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -123,7 +207,7 @@ def grow_partitions(client: AdminClient, alias: str, counts: dict[str, int]) -> 
     requests = [NewPartitions(name, count) for name, count in counts.items()]
     for name, future in client.create_partitions(requests, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
-            future.result()
+            await_result(client, future)
             LOG.info("grew topic %s on %s to %d partitions", name, alias, counts[name])
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:  # raced: already grown
@@ -138,7 +222,7 @@ def topic_configs(client: AdminClient, alias: str, topics: list[str]) -> dict[st
     described: dict[str, list[TopicConfigEntry]] = {}
     for resource, future in client.describe_configs(resources, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
-            entries = future.result()
+            entries = await_result(client, future)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 continue
@@ -164,7 +248,7 @@ def alter_topic_configs(client: AdminClient, alias: str, topic: str, set_values:
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
     for future in client.incremental_alter_configs([resource], request_timeout=ADMIN_TIMEOUT_S).values():
         try:
-            future.result()
+            await_result(client, future)
         except KafkaException as exc:
             raise ClusterUnavailable(f"cannot alter configs of {topic!r} on {alias!r}: {exc}") from exc
 
@@ -173,7 +257,7 @@ def group_membership(client: AdminClient, alias: str, group: str) -> GroupMember
     """How many members a consumer group has, and how many of them hold partitions."""
     try:
         futures = client.describe_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)
-        description = futures[group].result()
+        description = await_result(client, futures[group])
     except KafkaException as exc:
         raise ClusterUnavailable(f"cannot describe group {group!r} on {alias!r}: {exc}") from exc
     members = list(description.members or [])

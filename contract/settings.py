@@ -165,12 +165,23 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
+    _process("service.remote.max.body.bytes", "integer", 8_388_608, "service",
+             "Largest answer a gateway reads from a remote site; a larger one is that site's error."),
+    _process("service.remote.max.concurrent.calls", "integer", 4, "service",
+             "Calls to one remote site running at once; more wait for a free one until their deadline."),
+    _process("service.remote.breaker.failures", "integer", 3, "service",
+             "Timeouts or connection failures in a row after which a remote site is not called for a while."),
+    _process("service.remote.breaker.open.ms", "integer", 30_000, "service",
+             "How long a failing remote site is not called (doubling while it fails, at most 5 min)."),
 )
 """The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
 
 NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("<alias>.bootstrap.servers", "list", None, "all",
             "host:port of the cluster's brokers (required for every alias in `clusters`).", "cluster"),
+    Setting("service.remote.<site>.url", "string", None, "service",
+            "Base URL (scheme://host:port[/root]) where a gateway calls <site>, whatever its advertisements "
+            "say; its credentials go only there.", "site"),
     Setting("service.remote.<site>.username", "string", None, "service",
             "Basic auth user a gateway sends to the remote site <site>.", "site"),
     Setting("service.remote.<site>.password", "string", None, "service",

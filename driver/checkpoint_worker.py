@@ -31,6 +31,7 @@ from contract.kafka_clients import TopicSpec
 from contract.records import raw_metrics
 from contract.records.mm2 import RECORD_PARTITION, Checkpoint, OffsetSync, WireFormatError
 from contract.replication_policy import metrics_topic
+from contract.retry_backoff import RetryBackoff
 from driver import internal_topic_feed as feeds
 from driver.checkpoint_metrics import CheckpointStats, GroupPartition
 from driver.checkpoint_rules import (
@@ -102,19 +103,21 @@ class CheckpointWorker(threading.Thread):
         if not self.settings.emit_enabled:
             LOG.info("%s: emit.checkpoints.enabled is false; no checkpoints", self.replication.name)
             return
+        # Doubling waits with one line each: a cluster refusing our login must not flood the log.
+        backoff = RetryBackoff(f"checkpoints of {self.replication.name}", LOG, first_s=RETRY_BACKOFF_S)
         while not self.stopping.is_set():
             try:
                 self._run()
                 return
             except (KafkaException, kafka_clients.ClusterUnavailable, ConfigError) as exc:
-                LOG.error("checkpoints of %s stopped: %s; retrying in %.0f s", self.replication.name, exc,
-                          RETRY_BACKOFF_S)
-            except Exception:
-                LOG.exception("checkpoints of %s failed; retrying in %.0f s", self.replication.name,
-                              RETRY_BACKOFF_S)
+                reason = str(exc)
+            except Exception as exc:
+                if backoff.failures == 0:
+                    LOG.exception("checkpoints of %s failed", self.replication.name)
+                reason = f"{type(exc).__name__}: {exc}"
             finally:
                 self._close()
-            self.stopping.wait(RETRY_BACKOFF_S)
+            backoff.wait(reason, self.stopping)
 
     # -- start-up -----------------------------------------------------------------------------------
 
@@ -226,6 +229,8 @@ class CheckpointWorker(threading.Thread):
         if producer is not None:
             producer.flush(2.0)  # checkpoints are re-emitted every interval: a stop does not wait long
             self.producer = None
+        # Dropping the last reference destroys the handles, which stops their reconnecting.
+        self.source_admin = self.target_admin = self.group_sync = None
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -236,7 +241,9 @@ class CheckpointWorker(threading.Thread):
         while not self.stopping.is_set():
             for feed in self._feeds:
                 feed.poll(POLL_TIMEOUT_S / len(self._feeds))
+                kafka_clients.check(feed.consumer)  # a login refused after the start ends this run
             self.producer.poll(0)
+            kafka_clients.check(self.producer)
             now = time.monotonic()
             if now >= next_round:
                 self._guarded("checkpoint round", self.checkpoint_round)
@@ -283,7 +290,8 @@ class CheckpointWorker(threading.Thread):
         self.rounds += 1
 
     def _eligible_groups(self) -> list[str]:
-        listing = self.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result()
+        listing = kafka_clients.await_result(
+            self.source_admin, self.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S))
         for error in listing.errors or []:
             LOG.warning("listing groups on %s: %s", self.replication.source, error)
         allow, deny = self._group_lists()
@@ -308,8 +316,9 @@ class CheckpointWorker(threading.Thread):
         """The group's committed offsets on checkpointable topics; a failing group is skipped."""
         listed_ms = _now_ms()
         try:
-            answer = self.source_admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)[group].result()
+            futures = self.source_admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)
+            answer = kafka_clients.await_result(self.source_admin, futures[group])
         except KafkaException as exc:
             LOG.warning("cannot list the offsets of group %s on %s: %s", group, self.replication.source, exc)
             return []
@@ -327,7 +336,7 @@ class CheckpointWorker(threading.Thread):
         ends: dict[tuple[str, int], int] = {}
         for tp, future in self.source_admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).items():
             try:
-                ends[(tp.topic, tp.partition)] = future.result().offset
+                ends[(tp.topic, tp.partition)] = kafka_clients.await_result(self.source_admin, future).offset
             except KafkaException as exc:
                 LOG.debug("no end offset for %s-%d: %s", tp.topic, tp.partition, exc)
         return ends

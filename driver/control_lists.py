@@ -87,9 +87,13 @@ def cluster_metadata(config: SrmConfig, alias: str, client: AdminClient, timeout
     """Metadata of cluster ``alias`` (of one ``topic`` only, when given); ClusterUnavailable naming
     the cluster and its servers when it does not answer within ``timeout_s``."""
     try:
-        return client.list_topics(topic, timeout=timeout_s)
-    except KafkaException as exc:
-        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        return kafka_clients.cluster_metadata(client, alias, topic, timeout_s)
+    except kafka_clients.ClusterRejected:
+        raise
+    except ClusterUnavailable as exc:
+        cause = exc.__cause__
+        reason = (cause.args[0].str() if isinstance(cause, KafkaException) and cause.args
+                  and isinstance(cause.args[0], KafkaError) else str(exc))
         servers = config.clusters[alias].bootstrap_servers
         raise ClusterUnavailable(f"cluster {alias!r} ({servers}) did not answer within {timeout_s:g} s: "
                                  f"{reason}") from exc

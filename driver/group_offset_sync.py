@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from contract import kafka_clients
 from driver.checkpoint_rules import offsets_to_sync
 
 LOG = logging.getLogger(__name__)
@@ -46,15 +47,15 @@ class GroupOffsetSync:
         """The group's committed offsets on the target (empty for an absent group)."""
         request = [ConsumerGroupTopicPartitions(group)]
         result = self.admin.list_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
-        listed = result[group].result()
+        listed = kafka_clients.await_result(self.admin, result[group])
         return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions or []
                 if tp.error is None and tp.offset >= 0}
 
     def group_state(self, group: str) -> str | None:
         """Kafka group state name (e.g. EMPTY, STABLE), None when the group does not exist."""
         try:
-            description = self.admin.describe_consumer_groups(
-                [group], request_timeout=ADMIN_TIMEOUT_S)[group].result()
+            description = kafka_clients.await_result(self.admin, self.admin.describe_consumer_groups(
+                [group], request_timeout=ADMIN_TIMEOUT_S)[group])
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
                 return None
@@ -66,8 +67,8 @@ class GroupOffsetSync:
                       for (topic, partition), offset in sorted(planned.items())]
         request = [ConsumerGroupTopicPartitions(group, partitions)]
         try:
-            answer = self.admin.alter_consumer_group_offsets(
-                request, request_timeout=ADMIN_TIMEOUT_S)[group].result()
+            answer = kafka_clients.await_result(self.admin, self.admin.alter_consumer_group_offsets(
+                request, request_timeout=ADMIN_TIMEOUT_S)[group])
         except KafkaException as exc:
             if exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
                 LOG.info("group %s on %s became active; offsets not synced", group, self.alias)

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import AdminClient
 
 from contract import kafka_clients
@@ -42,10 +42,7 @@ def fitted_replication_factor(client: AdminClient, alias: str, wanted: int, sett
     """
     if wanted == BROKER_DEFAULT_RF:
         return BROKER_DEFAULT_RF
-    try:
-        brokers = len(client.list_topics(timeout=METADATA_TIMEOUT_S).brokers)
-    except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {alias!r} did not answer a metadata request: {exc}") from exc
+    brokers = len(kafka_clients.cluster_metadata(client, alias, timeout_s=METADATA_TIMEOUT_S).brokers)
     if wanted > brokers:
         LOG.warning("%s = %d but cluster %s has %d broker(s); using the broker's default replication "
                     "factor", setting, wanted, alias, brokers)
@@ -92,8 +89,9 @@ class HeartbeatTask(threading.Thread):
     def _create_topic(self) -> bool:
         """Retries until the topic exists (the target may be down at start); False when stopping."""
         target, wait_s = self.replication.target, self.interval_s
-        client = kafka_clients.admin(self.config, target)
         while not self.stopping.is_set():
+            # A new client per attempt: one refused login must not mark every later attempt as refused.
+            client = kafka_clients.admin(self.config, target)
             try:
                 rf = fitted_replication_factor(client, target, self.wanted_rf,
                                                "heartbeats.topic.replication.factor")
@@ -101,6 +99,7 @@ class HeartbeatTask(threading.Thread):
                 return True
             except ClusterUnavailable as exc:
                 LOG.warning("%s: %s; retrying in %.0f s", self.name, exc, wait_s)
+                del client
                 self.stopping.wait(wait_s)
                 wait_s = min(wait_s * 2, MAX_RETRY_WAIT_S)
         return False

@@ -22,6 +22,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from contract import kafka_clients
 from contract.records.progress import (
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
@@ -106,7 +107,8 @@ class ProgressReader:
         requests = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in partitions}
         futures = self.admin.list_offsets(requests, isolation_level=IsolationLevel.READ_UNCOMMITTED,
                                           request_timeout=30)
-        return {tp.partition: future.result().offset for tp, future in futures.items()}
+        return {tp.partition: kafka_clients.await_result(self.admin, future).offset
+                for tp, future in futures.items()}
 
     def _position(self, partition: int) -> int:
         position = self.consumer.position([TopicPartition(self.topic, partition)])[0].offset

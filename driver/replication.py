@@ -26,10 +26,11 @@ from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPa
 
 from contract import kafka_clients
 from contract.config import Replication, SrmConfig
-from contract.kafka_clients import ClusterUnavailable, TopicSpec
+from contract.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
 from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from contract.replication_policy import metrics_topic, progress_topic
+from contract.retry_backoff import RetryBackoff
 from contract.status import DriverStatus
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
@@ -72,6 +73,7 @@ class ReplicationWorker(threading.Thread):
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
+        self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
         remote_name = functools.partial(self.policy.format_remote_topic, source)
         self.acl_sync = (TopicAclSync(source, target, remote_name)
@@ -87,21 +89,35 @@ class ReplicationWorker(threading.Thread):
         return dict(self._topics)
 
     def run(self) -> None:
+        """Replicates until stopped. A failure is reported as FAILED with its reason, every client is
+        closed (only that ends librdkafka's reconnects to a cluster refusing us), and the replication
+        starts again after a back-off that doubles up to 5 minutes: one log line per attempt."""
         source, target = self.replication.source, self.replication.target
         while not self.stopping.is_set():
+            rejected_by: str | None = None
             try:
                 self._run(source, target)
                 return
+            except ClusterRejected as exc:  # credentials, TLS trust or ACLs: the message names which
+                reason, rejected_by = exc.fault.message, exc.fault.alias
+            except ClusterUnavailable as exc:
+                reason = str(exc)
             except Exception as exc:  # reported as FAILED, then retried: a broker outage must not end it
-                if isinstance(exc, ClusterUnavailable):  # an outage: one line per retry, no traceback
-                    LOG.warning("replication %s->%s: %s; retrying in %.0f s", source, target, exc,
-                                RESTART_BACKOFF_S)
-                else:
-                    LOG.exception("replication %s->%s failed; retrying in %.0f s", source, target,
-                                  RESTART_BACKOFF_S)
-                self.stats.status, self.stats.error = DriverStatus.FAILED, f"{type(exc).__name__}: {exc}"
+                if self.backoff.failures == 0:
+                    LOG.exception("replication %s failed", self.replication.name)
+                reason = f"{type(exc).__name__}: {exc}"
+            self.stats.status, self.stats.error = DriverStatus.FAILED, reason[:300]
+            if rejected_by != target:  # the target refusing us cannot take the report either
                 self._publish_failure()
-                self.stopping.wait(RESTART_BACKOFF_S)
+            self._discard_clients()
+            self.backoff.wait(reason, self.stopping)
+
+    def _discard_clients(self) -> None:
+        """Drops every client of the last attempt; librdkafka destroys a handle with its last reference."""
+        for name in ("source_admin", "target_admin", "producer", "consumer", "progress", "writer",
+                     "topic_sync", "emitter"):
+            if hasattr(self, name):
+                setattr(self, name, None)
 
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
@@ -128,6 +144,8 @@ class ReplicationWorker(threading.Thread):
     def _loop(self) -> None:
         next_refresh, next_report, next_acls = 0.0, time.monotonic() + self.metrics_period_s, 0.0
         while not self.stopping.is_set():
+            kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
+            kafka_clients.check(self.producer)
             now = time.monotonic()
             if now >= next_refresh or self._control_changed():
                 self._refresh_topics()
@@ -291,6 +309,7 @@ class ReplicationWorker(threading.Thread):
         self.stats.status = DriverStatus.RUNNING if running else DriverStatus.UNASSIGNED
         self.stats.error = None
         self._produce_metrics(self.stats.drain())
+        self.backoff.succeeded()
 
     def _update_levels(self) -> int | None:
         """Refreshes end offsets and group membership; how many workers hold partitions (None: unknown)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from stack.jars import kafka_jars
 from stack.prerequisites import require
+from stack.secured_listeners import LISTENERS, BrokerSecurity
 
 LOG = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None 
 
 @dataclass
 class KafkaCluster:
-    """One KRaft node acting as a whole cluster named `alias`."""
+    """One KRaft node acting as a whole cluster named `alias`; with ``security``, it also opens the
+    secured listeners of ``stack.secured_listeners`` (PLAINTEXT stays, for set-up and the broker)."""
 
     alias: str
     workdir: Path
@@ -67,10 +69,22 @@ class KafkaCluster:
     controller_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     started_in_s: float = 0.0
+    security: BrokerSecurity | None = None
+    secured_ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.security is not None and not self.secured_ports:
+            self.secured_ports = {name: free_port() for name in LISTENERS.values()}
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def secured_bootstrap(self, mode: str) -> str:
+        """bootstrap.servers of the listener of a security mode (``sasl_plaintext``, ``ssl``, …)."""
+        if self.security is None:
+            raise ValueError(f"Kafka cluster {self.alias} was started without secured listeners")
+        return f"127.0.0.1:{self.secured_ports[LISTENERS[mode]]}"
 
     @property
     def log_file(self) -> Path:
@@ -140,6 +154,9 @@ class KafkaCluster:
             "background.threads": "2",
             "log.cleaner.threads": "1",
         }
+        if self.security is not None:
+            ports = {"PLAINTEXT": self.port, "CONTROLLER": self.controller_port, **self.secured_ports}
+            settings.update(self.security.server_settings(ports))
         path = self.workdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return path
@@ -148,7 +165,8 @@ class KafkaCluster:
         cluster_id = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
                                     capture_output=True, text=True, check=True).stdout.strip()
         done = subprocess.run([java, *HEAP_OPTS, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                               "--standalone", "-t", cluster_id, "-c", str(props)],
+                               "--standalone", "-t", cluster_id, "-c", str(props),
+                               *(self.security.format_arguments() if self.security else [])],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting storage of {self.alias} failed: {done.stdout}{done.stderr}")
@@ -174,9 +192,11 @@ class KafkaCluster:
 class KafkaClusters:
     """Independent clusters keyed by alias, started in parallel and stopped together."""
 
-    def __init__(self, aliases: list[str], root: Path | None = None) -> None:
+    def __init__(self, aliases: list[str], root: Path | None = None,
+                 security: BrokerSecurity | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="srm-kafka-"))
-        self.clusters = {alias: KafkaCluster(alias, self.root / alias) for alias in aliases}
+        self.clusters = {alias: KafkaCluster(alias, self.root / alias, security=security)
+                         for alias in aliases}
 
     def start(self) -> KafkaClusters:
         kafka_jars()  # resolve once before the parallel starts race for it

@@ -12,7 +12,11 @@ INSTALL_HINTS = {
     "chromium": "install Chromium (the Swagger UI test drives it), e.g. `apt-get install -y chromium`",
     "java": "install a Java 17+ runtime, e.g. `apt-get install -y openjdk-17-jre-headless`",
     "mvn": "install Apache Maven, e.g. `apt-get install -y maven`",
+    "prometheus": "install Prometheus (the alert-rule tests run it), e.g. `apt-get install -y prometheus`",
+    "promtool": "install Prometheus's promtool, e.g. `apt-get install -y prometheus`",
     "redis-server": "install Redis, e.g. `apt-get install -y redis-server`",
+    "keytool": "install a Java 17+ runtime (keytool ships with it), e.g. "
+               "`apt-get install -y openjdk-17-jre-headless`",
 }
 
 

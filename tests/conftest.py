@@ -15,7 +15,9 @@ import pytest
 
 from stack.jars import kafka_jars, kafka_version
 from stack.kafka_cluster import KafkaClusters
+from stack.pki import StackPki
 from stack.redis_server import RedisServer
+from stack.secured_listeners import BrokerSecurity
 
 LOG = logging.getLogger(__name__)
 
@@ -72,6 +74,24 @@ def kafka_clusters(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator
     announce(pytestconfig, f"{len(clusters.clusters)} clusters up in {time.monotonic() - began:.1f} s")
     try:
         yield {alias: clusters.bootstrap(alias) for alias in CLUSTER_ALIASES}
+    finally:
+        clusters.cleanup()
+
+
+@pytest.fixture(scope="session")
+def secured_clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[KafkaClusters]:
+    """east and west with SASL/SCRAM, TLS, SASL_SSL and mTLS listeners besides PLAINTEXT; the CA, the
+    certificates and the SCRAM password are made for this run. Always local processes: the listeners,
+    stores and SCRAM user are the stack's own (`stack.secured_listeners`), with or without Docker."""
+    pki = StackPki(tmp_path_factory.mktemp("pki")).create()
+    clusters = KafkaClusters(CLUSTER_ALIASES, tmp_path_factory.mktemp("secured-kafka"),
+                             security=BrokerSecurity(pki)).start()
+    for alias, cluster in clusters.clusters.items():
+        announce(pytestconfig, f"secured Apache Kafka {kafka_version()} broker {alias}: "
+                               f"{sorted(cluster.secured_ports)} in {cluster.started_in_s:.1f} s")
+    try:
+        yield clusters
     finally:
         clusters.cleanup()
 

@@ -121,12 +121,18 @@ class Advertiser:
             alias: kafka_clients.producer(config, alias, overrides={"linger.ms": 0})
             for alias in settings.target_clusters}
         self._topic_ready: set[str] = set()
+        self._refused: dict[str, str] = {}  # alias -> why it refuses us (logged once per reason)
 
     def publish(self) -> None:
         now_ms = int(time.time() * 1000)
         for ad in advertisements(self.settings, now_ms):
             try:
                 self._publish_one(ad)
+                self._refused.pop(ad.target_cluster, None)
+            except kafka_clients.ClusterRejected as exc:  # credentials or TLS: one line per new reason
+                if self._refused.get(ad.target_cluster) != exc.fault.message:
+                    LOG.error("%s; advertising there retries every interval", exc.fault.message)
+                self._refused[ad.target_cluster] = exc.fault.message
             except Exception:  # a cluster being down must not stop the job for the other clusters
                 LOG.exception("advertising %s in %s failed; retrying next interval", ad.base_url,
                               ad.target_cluster)
@@ -156,7 +162,7 @@ class Advertiser:
         factor = self.config.setting("heartbeats.topic.replication.factor", target=alias) or -1
         client = kafka_clients.admin(self.config, alias)
         if factor > 0:
-            brokers = len(client.list_topics(timeout=kafka_clients.ADMIN_TIMEOUT_S).brokers)
+            brokers = len(kafka_clients.cluster_metadata(client, alias).brokers)
             factor = min(factor, max(1, brokers))
         spec = kafka_clients.TopicSpec(HEARTBEATS_TOPIC, 1, {"cleanup.policy": "compact"}, factor)
         kafka_clients.ensure_topics(client, alias, [spec])

@@ -12,49 +12,62 @@ with a JSON body)::
 (``service.sites.discovered_directory.install_discovery``). ``fan_out`` raises ``UnknownSite`` (answer 404)
 and ``ValueError`` for a path that is not a plain API path (answer 400).
 
-Safety: a remote service is called only when its advertised host matches
-``service.remote.allowed.hosts`` (host globs such as ``*.srm.example.com``, or CIDRs matched against
-IP literals; nothing is allowed by default), without following redirects and without environment proxy
-or netrc settings, so a forged advertisement cannot make the gateway call an arbitrary URL. Per-site
-credentials: ``service.remote.<site>.username`` + ``.password`` (Basic) or ``.token`` (Bearer);
-per-site timeout ``service.remote.<site>.timeout.ms`` (default ``service.remote.timeout.ms``, 5000).
-Credentials are sent only when this gateway's own auth is on (``service.auth.*``), or
-``service.remote.credentials.without.auth = true`` says a proxy in front authenticates callers: an open
-gateway would otherwise hand its stored keys to anyone who can reach it. Any failure of one site, a
-malformed answer included, is that site's ``error: ...`` status, never the answer's.
+Where a call goes (``service.sites.site_trust``, docs/security.md): a site with
+``service.remote.<site>.url`` is called at that URL only, whatever its advertisements say, and only there
+do its credentials go (``.username`` + ``.password`` for Basic, or ``.token`` for Bearer). A site
+without one is called at its freshest advertisement whose scheme, host and port
+``service.remote.allowed.hosts`` allows, never with credentials. Names are resolved and the call connects
+to the checked address. Credentials are sent only when this gateway's own auth is on (``service.auth.*``),
+or ``service.remote.credentials.without.auth = true`` says a proxy in front authenticates callers: an
+open gateway would otherwise hand its stored keys to anyone who can reach it.
+
+Each call has a total deadline (``service.remote.<site>.timeout.ms``, default
+``service.remote.timeout.ms``), a body cap (``service.remote.max.body.bytes``), each site its own
+``service.remote.max.concurrent.calls`` threads (more calls wait for one until their deadline), and a
+circuit breaker
+(``service.remote.breaker.*``) for a site that keeps timing out (``service.sites.remote_call``,
+``service.sites.circuit_breaker``). Any failure of one site, a malformed answer included, is that
+site's ``error: ...`` status, never the answer's.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import ipaddress
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-import urllib3
-from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from contract.config import SrmConfig
 from contract.settings import SETTINGS
 from contract.untrusted import shown
 from service.sites.advertiser import site_name
+from service.sites.circuit_breaker import Admission, CircuitBreakers
 from service.sites.registry import EXPIRED_STATUS, RemoteService
+from service.sites.remote_call import TIMEOUT, CallFailed, RemoteClient, parse_answer
+from service.sites.site_settings import (
+    DEFAULT_TIMEOUT_MS,
+    WAITING_PER_THREAD,
+    SiteAccess,
+    configured_site_names,
+    positive_setting,
+    site_access,
+)
+from service.sites.site_trust import AllowList, Endpoint, RefusedAddress, Resolver, parse_allowed_hosts
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_MS: int = SETTINGS["service.remote.timeout.ms"].default  # type: ignore[assignment]
+DEFAULT_MAX_BODY_BYTES: int = SETTINGS["service.remote.max.body.bytes"].default  # type: ignore[assignment]
 OK = "ok"
-TIMEOUT = "timeout"
 LOCAL = "local"
 ALL = "all"
-MAX_PARALLEL_CALLS = 32
+COLLECT_GRACE_S = 0.25  # a call ends at its own deadline; this is only for its thread to hand it over
 
 LocalAnswer = Callable[[], tuple[int, Any]]
 """The local site's answer (HTTP status, JSON body), computed by the REST layer without HTTP."""
@@ -62,83 +75,6 @@ LocalAnswer = Callable[[], tuple[int, Any]]
 
 class UnknownSite(LookupError):
     """A site selector naming no site the gateway knows."""
-
-
-@dataclass(frozen=True)
-class AllowList:
-    """Host globs (case-insensitive) and networks; a network only matches an IP literal host."""
-
-    globs: tuple[str, ...] = ()
-    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-
-    def allows(self, host: str) -> bool:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            address = None
-        if address is not None:  # an IP literal only ever matches a network entry, never a glob
-            return any(address in network for network in self.networks)
-        labels = host.lower().rstrip(".").split(".")
-        return any(_labels_match(labels, glob.split(".")) for glob in self.globs)
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _labels_match(labels: list[str], globs: list[str]) -> bool:
-    """Label by label: ``*`` stands for one label, never for dots, so ``service-*`` does not allow
-    ``service-east.attacker.net`` (fnmatch's ``*`` crosses dots)."""
-    return len(labels) == len(globs) and all(
-        fnmatch.fnmatchcase(label, glob) for label, glob in zip(labels, globs, strict=True))
-
-
-def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
-    """``["*.example.com", "10.0.0.0/8", "127.0.0.1"]``; ValueError names an unusable item."""
-    globs: list[str] = []
-    networks = []
-    for raw in items:
-        item = raw.strip().lower()
-        if not item:
-            continue
-        if "/" in item:
-            try:
-                networks.append(ipaddress.ip_network(item, strict=False))
-            except ValueError:
-                raise ValueError(f"{raw!r} is not a CIDR network such as 10.0.0.0/8") from None
-        elif any(c in item for c in ":@#?\\ "):
-            try:  # an IPv6 address literal is the one host item with a colon
-                networks.append(ipaddress.ip_network(item))
-            except ValueError:
-                raise ValueError(f"{raw!r} is neither a host glob nor an IP address") from None
-        elif _is_ip(item):
-            networks.append(ipaddress.ip_network(item))
-        elif "[" in item:
-            raise ValueError(f"{raw!r}: character classes are not allowed in host globs; use * or ?")
-        else:
-            globs.append(item.rstrip("."))
-    return AllowList(tuple(globs), tuple(networks))
-
-
-@dataclass(frozen=True)
-class SiteAccess:
-    timeout_s: float
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
-
-    def headers(self) -> dict[str, str]:
-        """The Authorization header for this site: Bearer token, Basic credentials, or none."""
-        if self.token:
-            return {"Authorization": f"Bearer {self.token}"}
-        if self.username:
-            basic = urllib3.util.make_headers(basic_auth=f"{self.username}:{self.password or ''}")
-            return {"Authorization": basic["authorization"]}
-        return {}
 
 
 @dataclass(frozen=True)
@@ -160,17 +96,22 @@ class FanOutAnswer:
 
 
 class Gateway:
-    """Per-process gateway state: settings, one HTTP connection pool and one thread pool."""
+    """Per-process gateway state: settings, connection pools, a thread pool and the circuit breakers."""
 
     def __init__(self, local_site: str, allowed: AllowList, access: Callable[[str], SiteAccess], *,
-                 forwards_credentials: bool = False) -> None:
+                 forwards_credentials: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 breakers: CircuitBreakers | None = None, calls_per_site: int = 4) -> None:
         self.local_site, self.allowed, self._access = local_site, allowed, access
         self.forwards_credentials = forwards_credentials
-        # urllib3 directly: a third of the per-call CPU of requests, and it reads no proxy or netrc
-        # settings from the environment. No retries and no redirects: one call per site, to the URL
-        # built from the allowed advertisement only.
-        self.http = urllib3.PoolManager(num_pools=MAX_PARALLEL_CALLS, maxsize=4, retries=False)
-        self.pool = ThreadPoolExecutor(MAX_PARALLEL_CALLS, thread_name_prefix="srm-gateway")
+        self.client = RemoteClient(max_body_bytes)
+        self.resolver = Resolver(allowed)
+        self.breakers = breakers or CircuitBreakers()
+        self.calls_per_site = calls_per_site
+        # Each site has its own few threads: a tarpit ties up only its own, and calls waiting for them
+        # end at their deadline. Created on first use; sites are capped (service.remote.max.sites).
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._executors_lock = threading.Lock()
+        self._misplaced: set[tuple[str, str]] = set()
 
     @classmethod
     def from_config(cls, config: SrmConfig) -> Gateway:
@@ -180,45 +121,62 @@ class Gateway:
             allowed = parse_allowed_hosts(config.setting(key))
         except ValueError as exc:
             raise config.config_error(key, str(exc)) from None
-        default_ms = _timeout_ms(config, "service.remote.timeout.ms", DEFAULT_TIMEOUT_MS)
+        default_ms = positive_setting(config, "service.remote.timeout.ms", DEFAULT_TIMEOUT_MS)
+        sites = {site: site_access(config, site, default_ms) for site in configured_site_names(config)}
+        default = SiteAccess(default_ms / 1000)
         own_auth = bool(config.setting("service.auth.token") or config.setting("service.auth.basic.username"))
         forwards = own_auth or bool(config.setting("service.remote.credentials.without.auth"))
-        if not forwards and any(key.startswith("service.remote.") and key.rsplit(".", 1)[-1] in (
-                "token", "username", "password") for key in config.keys()):
+        if not forwards and any(access.headers() for access in sites.values()):
             LOG.warning("service.remote.<site> credentials are configured but will not be sent: this "
                         "gateway's own auth is off (set service.auth.token or service.auth.basic.*, or "
                         "service.remote.credentials.without.auth = true behind an authenticating proxy)")
-        return cls(site_name(config), allowed, lambda site: site_access(config, site, default_ms),
-                   forwards_credentials=forwards)
+        calls = positive_setting(config, "service.remote.max.concurrent.calls")
+        breakers = CircuitBreakers(failures=positive_setting(config, "service.remote.breaker.failures"),
+                                   open_s=positive_setting(config, "service.remote.breaker.open.ms") / 1000,
+                                   max_waiting=WAITING_PER_THREAD * calls)
+        return cls(site_name(config), allowed, lambda site: sites.get(site, default),
+                   forwards_credentials=forwards, breakers=breakers, calls_per_site=calls,
+                   max_body_bytes=positive_setting(config, "service.remote.max.body.bytes"))
 
     def access(self, site: str) -> SiteAccess:
         return self._access(site)
 
     def headers(self, site: str) -> dict[str, str]:
-        """What a call to ``site`` carries for authentication: nothing unless credentials may go."""
-        return self.access(site).headers() if self.forwards_credentials else {}
+        """What a call to ``site`` carries for authentication: nothing unless credentials may go, and
+        only to the site's configured URL."""
+        access = self.access(site)
+        return access.headers() if self.forwards_credentials and access.url is not None else {}
+
+    def target(self, site: str, candidates: Sequence[RemoteService]) -> tuple[Endpoint, bool] | str:
+        """(endpoint, configured) to call for ``site``, or the reason it is not called."""
+        configured = self.access(site).url
+        if configured is not None:
+            advertised = candidates[0].base_url if candidates else None
+            if advertised and advertised != configured.base_url and len(self._misplaced) < 256 \
+                    and (site, advertised) not in self._misplaced:
+                self._misplaced.add((site, advertised))
+                LOG.warning("site %s advertised at %s, not its configured URL %s: calling the configured URL",
+                            site, shown(advertised), configured.base_url)
+            return configured, True
+        service = choose_service(candidates, self.allowed)
+        if service is None:
+            return (f"error: {shown(candidates[0].base_url, 100)} is not in service.remote.allowed.hosts; "
+                    "not contacted")
+        return Endpoint(service.protocol, service.host, service.port, service.root_path), False
+
+    def executor(self, site: str) -> ThreadPoolExecutor:
+        with self._executors_lock:
+            executor = self._executors.get(site)
+            if executor is None:
+                executor = ThreadPoolExecutor(self.calls_per_site, thread_name_prefix="srm-gateway")
+                self._executors[site] = executor
+            return executor
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.http.clear()
-
-
-def site_access(config: SrmConfig, site: str, default_timeout_ms: int) -> SiteAccess:
-    prefix = f"service.remote.{site}"
-    username, password, token = (config.get(f"{prefix}.{name}") for name in ("username", "password", "token"))
-    if token and username:
-        raise config.config_error(f"{prefix}.token", f"set either a token or a username for site {site!r}")
-    if password and not username:
-        raise config.config_error(f"{prefix}.password", f"needs {prefix}.username as well")
-    timeout_ms = _timeout_ms(config, f"{prefix}.timeout.ms", default_timeout_ms)
-    return SiteAccess(timeout_ms / 1000, username or None, password or None, token or None)
-
-
-def _timeout_ms(config: SrmConfig, key: str, default: int) -> int:
-    value = config.get_int(key, default=default)
-    if value is None or value <= 0:
-        raise config.config_error(key, "must be a positive number of milliseconds")
-    return value
+        with self._executors_lock:
+            for executor in self._executors.values():
+                executor.shutdown(wait=False, cancel_futures=True)
+        self.client.clear()
 
 
 @dataclass(frozen=True)
@@ -251,8 +209,8 @@ def select_sites(selector: str, local_site: str, has_local: bool, live: Sequence
 
 
 def choose_service(services: Sequence[RemoteService], allowed: AllowList) -> RemoteService | None:
-    """The freshest advertised service of a site whose host is allowed, if any."""
-    return next((s for s in services if allowed.allows(s.host)), None)
+    """The freshest advertised service of a site whose scheme, host and port are allowed, if any."""
+    return next((s for s in services if allowed.allows(s.host, s.port, s.protocol)), None)
 
 
 def check_api_path(path: str) -> str:
@@ -311,21 +269,33 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
     """
     check_api_path(path)
     pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
-    suffix = f"?{urlencode(pairs)}" if pairs else ""
+    path_query = path + (f"?{urlencode(pairs)}" if pairs else "")
+    data = None if body is None else orjson.dumps(body)
     selection = select_sites(selector, gateway.local_site, local is not None, services, expired)
     started = time.monotonic()
     answers = [SiteAnswer(site, EXPIRED_STATUS) for site in selection.gone]
     calls: list[tuple[str, str, Future[SiteAnswer], float]] = []
     for site, candidates in selection.remote.items():
-        service = choose_service(candidates, gateway.allowed)
-        if service is None:
-            answers.append(SiteAnswer(site, f"error: host {candidates[0].host!r} is not in "
-                                            f"service.remote.allowed.hosts; not contacted"))
+        target = gateway.target(site, candidates)
+        if isinstance(target, str):
+            answers.append(SiteAnswer(site, target))
             continue
-        access, url = gateway.access(site), service.base_url + path + suffix
-        calls.append((site, url, gateway.pool.submit(_call, gateway.http, site, url, access.timeout_s,
-                                                     gateway.headers(site), body),
-                      started + access.timeout_s))
+        endpoint, configured = target
+        access, url = gateway.access(site), endpoint.base_url + path_query
+        admission = gateway.breakers.admit(site)
+        if admission.refused is not None:
+            answers.append(SiteAnswer(site, f"error: {admission.refused}", url, elapsed_ms=0.0))
+            continue
+        deadline = started + access.timeout_s
+        try:
+            future = gateway.executor(site).submit(_call, gateway, site, endpoint, configured, path_query,
+                                                   gateway.headers(site), data, deadline, access.timeout_s,
+                                                   admission)
+        except RuntimeError:  # the pool is shut down: this process is stopping
+            gateway.breakers.done(site, admission, failed=False)
+            answers.append(SiteAnswer(site, "error: gateway stopping", url))
+            continue
+        calls.append((site, url, future, deadline))
     if selection.local:  # in the calling thread (the REST layer's request context), while remotes run
         answers.append(_local_answer(gateway.local_site, local))
     answers += [_collect(site, url, future, deadline, started) for site, url, future, deadline in calls]
@@ -346,43 +316,40 @@ def _local_answer(site: str, local: LocalAnswer | None) -> SiteAnswer:
 
 def _collect(site: str, url: str, future: Future[SiteAnswer], deadline: float, started: float) -> SiteAnswer:
     try:
-        return future.result(timeout=max(0.0, deadline - time.monotonic()))
-    except FutureTimeout:
-        future.cancel()  # a call still running ends at its own socket timeout
+        return future.result(timeout=max(0.0, deadline - time.monotonic()) + COLLECT_GRACE_S)
+    except FutureTimeout:  # still queued behind other calls, or resolving a name; it ends on its own
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(started))
     except Exception as exc:  # noqa: BLE001 - one site's failure is its status, never the answer's
         LOG.warning("site %s at %s: %s", site, url, shown(f"{type(exc).__name__}: {exc}"))
         return SiteAnswer(site, f"error: {type(exc).__name__}", url, elapsed_ms=_ms_since(started))
 
 
-def _call(http: urllib3.PoolManager, site: str, url: str, timeout_s: float, auth: Mapping[str, str],
-          body: Any = None) -> SiteAnswer:
-    began = time.monotonic()
+def _call(gateway: Gateway, site: str, endpoint: Endpoint, configured: bool, path_query: str,
+          auth: Mapping[str, str], data: bytes | None, deadline: float, timeout_s: float,
+          admission: Admission) -> SiteAnswer:
+    began, url, failed = time.monotonic(), endpoint.base_url + path_query, False
     headers = {"Accept": "application/json", **auth}
-    method, data = "GET", None
-    if body is not None:
-        method, data = "POST", orjson.dumps(body)
+    if data is not None:
         headers["Content-Type"] = "application/json"
     try:
-        response = http.request(method, url, body=data, headers=headers,
-                                timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
-                                redirect=False)
-    except NewConnectionError as exc:  # first: urllib3 makes it a subclass of its TimeoutError
-        LOG.info("site %s at %s: %s", site, url, exc)
-        return SiteAnswer(site, "error: cannot connect", url, elapsed_ms=_ms_since(began))
-    except TimeoutError:
-        return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(began))
-    except HTTPError as exc:
-        return SiteAnswer(site, f"error: {exc.__class__.__name__}", url, elapsed_ms=_ms_since(began))
+        if began >= deadline:  # queued past its deadline: not worth a name lookup or a connection
+            return SiteAnswer(site, TIMEOUT, url, elapsed_ms=0.0)
+        address = gateway.resolver.checked_address(endpoint, configured)
+        reply = gateway.client.call(endpoint, address, path_query, headers, data, deadline, timeout_s)
+        body, is_json = parse_answer(reply.data)  # after the breaker's verdict: the site did answer
+        return answer_of(site, url, reply.status, body, is_json, _ms_since(began))
+    except CallFailed as exc:
+        failed = exc.breaks
+        return SiteAnswer(site, exc.status, url, elapsed_ms=_ms_since(began))
+    except RefusedAddress as exc:
+        LOG.warning("site %s: %s", site, shown(str(exc), 300))
+        return SiteAnswer(site, f"error: {shown(str(exc), 300)}", url, elapsed_ms=_ms_since(began))
     except Exception as exc:  # noqa: BLE001 - whatever a site does is that site's error
+        failed = True
+        LOG.warning("site %s at %s: %s", site, url, shown(f"{type(exc).__name__}: {exc}"))
         return SiteAnswer(site, f"error: {exc.__class__.__name__}", url, elapsed_ms=_ms_since(began))
-    try:
-        # orjson: nesting beyond 1024 is an error (json raised RecursionError), NaN is refused, and
-        # integers beyond 64 bits come back as floats, so the merged answer always serialises.
-        body, is_json = orjson.loads(response.data), True
-    except orjson.JSONDecodeError:
-        body, is_json = None, False
-    return answer_of(site, url, response.status, body, is_json, _ms_since(began))
+    finally:
+        gateway.breakers.done(site, admission, failed)
 
 
 def _ms_since(began: float) -> float:

@@ -81,14 +81,20 @@ def stop_all(processes: dict[str, ManagedProcess]) -> None:
         print(f"--- {process.name} log ---\n{process.log_tail()}")
 
 
+@pytest.fixture(scope="module")
+def site_ports() -> dict[str, int]:
+    """Fixed per module: the gateway's configuration names north's URL."""
+    return {site: free_port() for site in SITES}
+
+
 @pytest.fixture
-def sites(three_clusters: dict[str, str], redis_url: str,
-          tmp_path: Path) -> Iterator[dict[str, ManagedProcess]]:
+def sites(three_clusters: dict[str, str], redis_url: str, tmp_path: Path,
+          site_ports: dict[str, int]) -> Iterator[dict[str, ManagedProcess]]:
     """Fresh per test: a test may kill one."""
     processes: dict[str, ManagedProcess] = {}
     try:
         for site in SITES:
-            port = free_port()
+            port = site_ports[site]
             path = tmp_path / f"{site}.properties"
             properties = site_properties(path, three_clusters, redis_url, site, port)
             processes[site] = srm_service(tmp_path, f"service-{site}", properties)
@@ -98,12 +104,15 @@ def sites(three_clusters: dict[str, str], redis_url: str,
         stop_all(processes)
 
 
-def gateway_properties(path: Path, clusters: dict[str, str], redis_url: str, port: int) -> Path:
-    """Site hq: targets west itself (so it reads its own advertisement back), and watches east and north."""
+def gateway_properties(path: Path, clusters: dict[str, str], redis_url: str, port: int,
+                       north_port: int) -> Path:
+    """Site hq: targets west itself (so it reads its own advertisement back), and watches east and north.
+    North wants a token, so hq has north's URL: credentials go only to a configured URL."""
     return srm_properties.write(path, clusters, [], site_redis(redis_url, "hq"), {
         "service.site": "hq", "service.target.clusters": "west", "service.remote.clusters": "east, north",
         "service.remote.allowed.hosts": "127.0.0.1", "service.remote.timeout.ms": 5000,
-        "service.remote.north.token": NORTH_TOKEN, "service.advertisement.interval.seconds": INTERVAL_S,
+        "service.remote.north.token": NORTH_TOKEN, "service.remote.north.url": f"http://127.0.0.1:{north_port}",
+        "service.advertisement.interval.seconds": INTERVAL_S,
         # hq itself is open (loopback only, the test calls it without credentials): credentials go out
         # only because this says so (docs/security.md).
         "service.remote.credentials.without.auth": "true",
@@ -111,9 +120,10 @@ def gateway_properties(path: Path, clusters: dict[str, str], redis_url: str, por
 
 
 @pytest.fixture(scope="module")
-def gateway_config(three_clusters: dict[str, str], redis_url: str, tmp_path_factory: pytest.TempPathFactory):
+def gateway_config(three_clusters: dict[str, str], redis_url: str, tmp_path_factory: pytest.TempPathFactory,
+                   site_ports: dict[str, int]):
     path = tmp_path_factory.mktemp("gateway") / "gateway.properties"
-    return load_config(gateway_properties(path, three_clusters, redis_url, free_port()))
+    return load_config(gateway_properties(path, three_clusters, redis_url, free_port(), site_ports["north"]))
 
 
 def produce_to_heartbeats(bootstrap: str, records: list[tuple[bytes, bytes, list | None]]) -> None:
@@ -219,12 +229,14 @@ def wait_for_gateway_sites(base: str, wanted: set[str], timeout_s: float = 90) -
 
 
 def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names_a_dead_one(
-        sites: dict[str, ManagedProcess], three_clusters: dict[str, str], redis_url: str, tmp_path: Path):
+        sites: dict[str, ManagedProcess], three_clusters: dict[str, str], redis_url: str, tmp_path: Path,
+        site_ports: dict[str, int]):
     records = {"east": 10, "west": 20, "north": 30}
     for site, count in records.items():
         write_site_metrics(redis_url, site, count)
     port = free_port()
-    properties = gateway_properties(tmp_path / "gateway.properties", three_clusters, redis_url, port)
+    properties = gateway_properties(tmp_path / "gateway.properties", three_clusters, redis_url, port,
+                                    site_ports["north"])
     gateway = srm_service(tmp_path, "gateway", properties)
     base = f"http://127.0.0.1:{port}"
     try:

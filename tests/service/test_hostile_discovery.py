@@ -7,8 +7,11 @@ died again after every restart: every site expired for good.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -20,6 +23,7 @@ from contract.records.mm2 import Heartbeat
 from service.app import create_app
 from service.sites.advertiser import start_advertiser
 from service.sites.discovered_directory import install_discovery
+from service.sites.gateway import fan_out
 from stack import srm_properties
 
 pytestmark = pytest.mark.integration
@@ -73,6 +77,73 @@ def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_cluster
         assert discovery.registry.is_alive()
         assert discovery.registry.skipped_records >= 3
         assert not [s for s in discovery.registry.services() if s.site == f"far-{run}"]
+    finally:
+        discovery.stop()
+        handle.stop()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.server.requests.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"[]")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def listeners() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+    servers = []
+    for _ in range(2):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+        server.requests = []  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield servers[0], servers[1]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_forged_advertisement_of_a_configured_site_never_gets_its_credentials(
+        kafka_clusters: dict[str, str], listeners):
+    """Before: the freshest advertisement on an allowed host won, and east's token went there."""
+    genuine, evil = listeners
+    run = uuid.uuid4().hex[:8]
+    site = f"east-{run}"
+    genuine_port, evil_port = genuine.server_address[1], evil.server_address[1]
+    advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "west", "service.site": site, "service.port": genuine_port,
+        "service.advertisement.interval.seconds": 1, "service.advertised.host": "127.0.0.1"}))
+    watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq",
+        "service.auth.token": "gw", "service.remote.allowed.hosts": "127.0.0.1",
+        f"service.remote.{site}.url": f"http://127.0.0.1:{genuine_port}",
+        f"service.remote.{site}.token": "s3cret"}))
+    # Fresher than any genuine advertisement, yet within the clock skew: only the configured URL stops it.
+    forged = Advertisement("http", "127.0.0.1", evil_port, "", "west", site, "x",
+                           int(time.time() * 1000) + 50_000, 10.0)
+    _produce(kafka_clusters["west"], [encode(forged)[:2]])
+    app = create_app({"REDIS_URL": UNUSED_REDIS, "SERVICE_SITE": "hq"})
+    discovery = install_discovery(app, watcher)
+    assert discovery is not None
+    handle = start_advertiser(advertised)
+    try:
+        deadline, urls = time.monotonic() + 60, set()
+        while time.monotonic() < deadline and len(urls) < 2:
+            urls = {s.base_url for s in discovery.registry.services() if s.site == site}
+            time.sleep(0.2)
+        assert urls == {f"http://127.0.0.1:{genuine_port}", f"http://127.0.0.1:{evil_port}"}
+        for _ in range(3):
+            (answer,) = fan_out(discovery.gateway, discovery.registry.services(), "/v2/replications",
+                                selector=site).sites
+            assert (answer.status, answer.url) == ("ok", f"http://127.0.0.1:{genuine_port}/v2/replications")
+        assert evil.requests == []  # type: ignore[attr-defined]
+        assert genuine.requests == ["Bearer s3cret"] * 3  # type: ignore[attr-defined]
     finally:
         discovery.stop()
         handle.stop()

@@ -29,6 +29,7 @@ from service.sites.gateway import (
     site_access,
 )
 from service.sites.registry import EXPIRED_STATUS, RemoteService
+from service.sites.site_trust import parse_site_url
 
 T0 = 1_700_000_000_000
 
@@ -74,12 +75,15 @@ def test_a_bad_allowlist_in_the_config_names_the_key():
 def test_site_credentials_and_timeouts_come_from_the_config():
     config = parse_config("clusters = a\na.bootstrap.servers = a:1\nservice.remote.timeout.ms = 800\n"
                           "service.remote.east.username = u\nservice.remote.east.password = p\n"
-                          "service.remote.north.token = t0k\nservice.remote.north.timeout.ms = 200\n")
+                          "service.remote.east.url = https://srm-east.example.com:6670/srm/\n"
+                          "service.remote.north.token = t0k\nservice.remote.north.timeout.ms = 200\n"
+                          "service.remote.north.url = http://10.1.2.3\n")
     east = site_access(config, "east", 800)
     assert east.headers() == {"Authorization": "Basic dTpw"} and east.timeout_s == 0.8
+    assert east.url is not None and east.url.base_url == "https://srm-east.example.com:6670/srm"
     north = site_access(config, "north", 800)
     assert north.headers() == {"Authorization": "Bearer t0k"}
-    assert north.timeout_s == 0.2
+    assert north.timeout_s == 0.2 and north.url is not None and north.url.base_url == "http://10.1.2.3"
     assert "t0k" not in repr(north) and "'p'" not in repr(east)
 
 
@@ -87,6 +91,9 @@ def test_site_credentials_and_timeouts_come_from_the_config():
     ("service.remote.x.username = u\nservice.remote.x.token = t\n", "service.remote.x.token"),
     ("service.remote.x.password = p\n", "service.remote.x.password"),
     ("service.remote.x.timeout.ms = 0\n", "service.remote.x.timeout.ms"),
+    ("service.remote.x.token = t\n", "service.remote.x.token"),  # credentials need the site's URL
+    ("service.remote.x.url = ftp://x:21\n", "service.remote.x.url"),
+    ("service.remote.x.url = http://u:p@x:1\n", "service.remote.x.url"),
 ])
 def test_contradictory_site_settings_name_the_key(lines, key):
     config = parse_config("clusters = a\na.bootstrap.servers = a:1\n" + lines)
@@ -197,8 +204,13 @@ def test_fan_out_answers_with_every_site_even_when_one_is_slow_and_one_is_dead(h
     services = [remote("east", port=east.server_address[1]), remote("north", port=slow.server_address[1]),
                 remote("south", port=closed_port())]
     timeouts = {"east": 10.0, "north": 0.3, "south": 10.0}
-    gateway = Gateway("west", parse_allowed_hosts(["127.0.0.1"]),
-                      lambda site: SiteAccess(timeouts[site], token="s3cret" if site == "east" else None),
+    east_url = parse_site_url(f"http://127.0.0.1:{east.server_address[1]}")
+
+    def access(site: str) -> SiteAccess:
+        return SiteAccess(timeouts[site], token="s3cret", url=east_url) if site == "east" \
+            else SiteAccess(timeouts[site])
+
+    gateway = Gateway("west", parse_allowed_hosts(["127.0.0.1"]), access,
                       forwards_credentials=True)  # as with its own auth on
     try:
         answer = fan_out(gateway, services, "/v2/topic-metrics/east/west/t/record_count", {"from": "1"},

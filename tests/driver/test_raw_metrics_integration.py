@@ -1,0 +1,121 @@
+"""The raw metrics the real driver publishes, checked against a situation whose answers are known.
+
+A backlog of records written ten minutes "ago" (CreateTime) drains: records_lag falls to 0 and never
+rises, each report's lag is the source end minus the next offset to copy, record_age_ms is at least
+ten minutes, and the record counts add up. A group commits at a known time: its checkpoint latency is
+within one checkpoint interval of it, and the group's downstream offset is the checkpoint written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from contract.records import raw_metrics
+from contract.records.mm2 import Checkpoint
+from contract.records.raw_metrics import GroupMetrics, PartitionMetrics
+from tests.interop.support import (
+    alter_group_offsets,
+    create_topic,
+    produce_values,
+    read_all,
+    running_driver,
+    tag,
+    total_records,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+BACKLOG = 20_000  # per partition
+AGE_MS = 600_000
+
+
+def metrics_of(west: str, start: int = 0) -> list[raw_metrics.RawMetrics]:
+    return [raw_metrics.decode(m.value()) for m in read_all(west, "srm-metrics.east.internal", 0)
+            if m.offset() >= start]
+
+
+def test_records_lag_and_age_while_backlog_drains(kafka_clusters: dict[str, str], tmp_path: Path) -> None:
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    topic = f"backlog-{tag()}"
+    create_topic(east, topic, PARTITIONS)
+    written_at = int(time.time() * 1000)
+    # Small batches: a fetch returns at least one whole batch, so they set how slowly the backlog drains.
+    producer = Producer({"bootstrap.servers": east, "linger.ms": 5, "batch.size": 2048})
+    for partition in range(PARTITIONS):
+        for i in range(BACKLOG):
+            producer.produce(topic, value=b"x" * 100, partition=partition, timestamp=written_at - AGE_MS)
+            if i % 10_000 == 0:
+                producer.poll(0)
+    assert producer.flush(60) == 0
+    first_report = len(read_all(west, "srm-metrics.east.internal", 0)) if total_records(
+        west, "srm-metrics.east.internal", 1) else 0
+
+    # Small fetches and reports every 200 ms, so the drain spans several reports.
+    settings = {"topics": topic, "emit.checkpoints.enabled": "false", "metrics.period": 0.2,
+                "consumer.max.partition.fetch.bytes": 2048}
+    with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
+        wait_until(lambda: total_records(west, f"east.{topic}", PARTITIONS) == PARTITIONS * BACKLOG, 180,
+                   "the backlog on west")
+
+        def drained() -> list[PartitionMetrics] | None:
+            reports = [m for m in metrics_of(west, first_report)
+                       if isinstance(m, PartitionMetrics) and m.upstream_topic == topic]
+            done = {m.partition for m in reports if m.records_lag == 0}
+            return reports if done == set(range(PARTITIONS)) else None
+
+        reports = wait_until(drained, 30, "every partition to report records_lag 0")
+        driver.assert_running()
+    elapsed_ms = int(time.time() * 1000) - written_at
+
+    for partition in range(PARTITIONS):
+        mine = [m for m in reports if m.partition == partition]
+        lags = [m.records_lag for m in mine if m.records_lag is not None]
+        assert any(0 < lag <= BACKLOG for lag in lags), f"partition {partition}: lags {lags}"
+        assert lags == sorted(lags, reverse=True), f"partition {partition}: lag rose: {lags}"
+        for m in mine:
+            if m.records_lag is not None and m.upstream_offset is not None:
+                assert m.source_end_offset == BACKLOG
+                assert m.records_lag == m.source_end_offset - (m.upstream_offset + 1)
+        assert sum(m.record_count for m in mine) == BACKLOG
+        ages = [m.record_age_ms for m in mine if m.record_age_ms is not None and m.record_age_ms.count]
+        assert ages, f"partition {partition}: no record_age_ms"
+        assert min(a.min for a in ages) >= AGE_MS
+        assert max(a.max for a in ages) <= AGE_MS + elapsed_ms
+
+
+def test_checkpoint_latency(kafka_clusters: dict[str, str], tmp_path: Path) -> None:
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    suffix = tag()
+    topic, group = f"latency-{suffix}", f"g-{suffix}"
+    create_topic(east, topic, 1)
+    produce_values(east, topic, 1, 500)
+    settings = {"topics": topic, "groups": group, "emit.checkpoints.interval.seconds": 1, "metrics.period": 1}
+    with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
+        wait_until(lambda: total_records(west, f"east.{topic}", 1) == 500, 60, "the records on west")
+        start = total_records(west, "srm-metrics.east.internal", 1)
+        committed_at = time.monotonic()
+        alter_group_offsets(east, group, topic, {0: 321})
+
+        def reported() -> GroupMetrics | None:
+            for m in metrics_of(west, start):
+                if (isinstance(m, GroupMetrics) and m.group == group and m.checkpoint_latency_ms is not None
+                        and m.checkpoint_latency_ms.count >= 1):
+                    return m
+            return None
+
+        report = wait_until(reported, 20, f"a checkpoint latency of {group}")
+        waited_ms = (time.monotonic() - committed_at) * 1000
+        driver.assert_running()
+    latency = report.checkpoint_latency_ms
+    assert latency is not None and 0 <= latency.last <= min(waited_ms, 1_000 + 5_000)
+    records = read_all(west, "east.checkpoints.internal", 0)
+    checkpoints = [Checkpoint.decode(m.key(), m.value()) for m in records]
+    ours = [c for c in checkpoints if c.consumer_group_id == group]
+    assert ours and report.group_downstream_offset == ours[-1].downstream_offset
+    assert report.group_upstream_offset == 321
