@@ -22,6 +22,7 @@ from typing import Final
 from confluent_kafka import Message
 
 from contract.config import SrmConfig
+from contract.settings import SETTINGS
 
 # Room above the replicated records' limits for progress, metrics and offset-sync records.
 HEADROOM_RECORDS: Final = 10_000
@@ -48,6 +49,12 @@ class QueueLimits:
                 raise config.config_error(f"replication.{key}", f"must be at least {minimum}, "
                                                                 f"got {values[key]}")
         return cls(values["queue.max.records"], values["queue.max.bytes"], values["fetch.queue.max.bytes"])
+
+    @classmethod
+    def defaults(cls) -> QueueLimits:
+        """The settings table's defaults (for writers built without a configuration, in tests)."""
+        return cls(*(int(SETTINGS[f"replication.{key}"].default)  # type: ignore[arg-type]
+                     for key in ("queue.max.records", "queue.max.bytes", "fetch.queue.max.bytes")))
 
     def producer_limits(self) -> dict[str, object]:
         """librdkafka's hard queue limits of the replication producer: ours plus headroom."""

@@ -87,7 +87,7 @@ class _WriterBase:
                  limits: QueueLimits | None) -> None:
         self.source, self.progress_topic, self.emitter = source, progress_topic, emitter
         self.flows: dict[tuple[str, int], PartitionFlow] = {}
-        self.queue = SendQueue(limits or QueueLimits(100_000, 33_554_432, 16_777_216))
+        self.queue = SendQueue(limits or QueueLimits.defaults())
         self._failure: str | None = None
 
     def write(self, messages: list[Message]) -> None:
