@@ -9,6 +9,7 @@ Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.
 `aggregator.trigger.interval.ms`, `aggregator.watermark.delay.seconds`,
 `aggregator.max.offsets.per.trigger` (default 200000, 0 = unbounded),
 `aggregator.metrics.topics.pattern` (Java regex of the raw metrics topics to read; default all),
+`aggregator.stall.trigger.intervals` (a batch running this many triggers with input waiting is restarted),
 `redis.url`.
 """
 
@@ -101,7 +102,7 @@ def check_prerequisites() -> None:
     spark_connector_jars()
 
 
-def run(specs: list[RollupQuerySpec], master: str | None) -> None:
+def run(specs: list[RollupQuerySpec], master: str | None, config: SrmConfig | None = None) -> None:
     from aggregator.session import build_session
 
     with tempfile.TemporaryDirectory(prefix="srm-aggregator-") as scratch:
@@ -110,15 +111,31 @@ def run(specs: list[RollupQuerySpec], master: str | None) -> None:
         # Spark reads the allocation file once, when the session starts.
         spark = build_session(master, extra={ALLOCATION_FILE_CONF: str(pools),
                                              "spark.sql.streaming.stopTimeout": str(QUERY_STOP_TIMEOUT_MS)})
-    supervise(spark, specs)
+    supervise(spark, specs, config)
 
 
-def supervise(spark, specs: list[RollupQuerySpec]) -> None:
-    from aggregator.supervisor import QuerySupervisor
+def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: threading.Event) -> None:
+    """Probes the target clusters, so the API shows one that is down while it is (cluster_watch)."""
+    from aggregator.cluster_watch import ClusterWatch
+    from contract import kafka_clients
+
+    client = redis_connection.connect(specs[0].redis_url)
+    admins = {spec.target: kafka_clients.admin(config, spec.target) for spec in specs}
+    ClusterWatch(client, admins, stopping).start()
+
+
+def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
+    from aggregator.supervisor import STALL_INTERVALS, QuerySupervisor
     from aggregator.window_writer import join_window_writers
 
-    supervisor = QuerySupervisor(spark, specs).start_all()
+    stall_intervals = config.setting("aggregator.stall.trigger.intervals") if config is not None else None
+    if config is not None and (stall_intervals is None or stall_intervals < 1):
+        raise config.config_error("aggregator.stall.trigger.intervals",
+                                  f"must be a positive integer, got {stall_intervals}")
+    supervisor = QuerySupervisor(spark, specs, stall_intervals=stall_intervals or STALL_INTERVALS).start_all()
     stopping = threading.Event()
+    if config is not None:
+        watch_clusters(config, specs, stopping)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     while not stopping.is_set():
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "spark-submit master, or local[2])")
     args = parser.parse_args(argv)
 
-    def prepare(config: SrmConfig) -> tuple[list[RollupQuerySpec], str | None]:
+    def prepare(config: SrmConfig) -> tuple[list[RollupQuerySpec], str | None, SrmConfig]:
         specs = query_specs(config)
         if not specs:
             raise StartupError(f"{config.path}: no target clusters (set service.target.clusters)")
@@ -184,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             raise Unreachable(problem)
         warn_unreachable_clusters(config, [spec.target for spec in specs],
                                   "its rollups start once it answers")
-        return specs, spark_master(config, args.master)
+        return specs, spark_master(config, args.master), config
 
     started = start("srm-aggregator", args, prepare, clients=("java",))
     if isinstance(started, int):

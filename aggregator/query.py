@@ -124,3 +124,8 @@ def _sinks_of(spark: SparkSession) -> dict[str, RedisRollupSink]:
         closer = _CLOSERS[id(spark)] = _SinkCloser()
         spark.streams.addListener(closer)
     return closer.sinks
+
+
+def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
+    """The sink of a running query (the supervisor cuts a stalled one's Redis connections)."""
+    return _sinks_of(spark).get(str(query.id))

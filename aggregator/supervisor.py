@@ -5,27 +5,48 @@ from its own checkpoint after a back-off, while the queries of the other targets
 cluster that refuses the aggregator (bad credentials, an untrusted certificate, no permission) is named
 in one ERROR (``west: SASL authentication failed (SCRAM-SHA-512): invalid credentials``) and retried
 with a doubling back-off, one line per attempt; other failures are retried every ``backoff_s``.
+
+A query can also hang rather than fail (a Redis call without an answer, a stuck source). One whose
+current batch has made no progress for ``stall_intervals`` trigger intervals while input is waiting is
+restarted: its sink's Redis connections are cut and the query stopped, so the batch fails and is replayed
+from the checkpoint by the new query (the sink skips what Redis has). Restarts of queries and of merge
+children (window_writer) are counted in Redis (redis_layout.aggregator_restarts_key) for the service's
+/metrics; counts Redis did not take yet (it may be what failed) are kept and written later.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator.query import RollupQuerySpec, start_rollup_query
+from aggregator import window_writer
+from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
+from aggregator.redis_sink import RedisRollupSink
+from contract import redis_connection
+from contract import redis_layout as layout
 from contract.client_faults import classify_java
 from contract.retry_backoff import MAX_WAIT_S, RetryBackoff
 
 LOG = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = 5.0
+# Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
+# batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
+STALL_INTERVALS = 30
+# Redis calls of the restart counter: short, so counts wait in memory while Redis hangs.
+COUNTER_TIMEOUT_S = 2.0
 
 StartQuery = Callable[[SparkSession, RollupQuerySpec], StreamingQuery]
+FindSink = Callable[[SparkSession, StreamingQuery], RedisRollupSink | None]
 
 
 @dataclass
@@ -34,13 +55,21 @@ class QuerySupervisor:
     specs: list[RollupQuerySpec]
     backoff_s: float = RESTART_BACKOFF_S
     start: StartQuery = start_rollup_query
+    find_sink: FindSink = sink_of
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # query -> why its cluster refuses us
+    stall_intervals: int = STALL_INTERVALS
+    stalls: dict[str, int] = field(default_factory=dict)  # query -> restarts because it stalled
+    counter: RestartCounter | None = None  # None: one writing to each spec's Redis
+    _progress: dict[str, tuple[object, float]] = field(default_factory=dict)  # query -> (batch, since)
+    _stalled: set[str] = field(default_factory=set)  # stalled queries being stopped
     _restart_at: dict[str, float] = field(default_factory=dict)
     _backoffs: dict[tuple[str, bool], RetryBackoff] = field(default_factory=dict)  # (query, refused)
 
     def start_all(self) -> QuerySupervisor:
+        if self.counter is None:
+            self.counter = RestartCounter({spec.target: spec.redis_url for spec in self.specs}).start()
         for spec in self.specs:
             self.queries[spec.query_name] = self.start(self.spark, spec)
         return self
@@ -49,10 +78,14 @@ class QuerySupervisor:
         """Restart the queries that stopped and whose back-off is over; returns their names."""
         restarted = []
         now = time.monotonic()
+        self._count_child_restarts()
         for spec in self.specs:
             name = spec.query_name
             query = self.queries[name]
             if query.isActive:
+                if name not in self._stalled and self._stalled_for(spec, query, now):
+                    self._unstick(spec, query)
+                    continue
                 if query.lastProgress:  # a batch ran: the cluster takes us again
                     for refused in (True, False):
                         backoff = self._backoffs.pop((name, refused), None)
@@ -60,14 +93,57 @@ class QuerySupervisor:
                             backoff.succeeded()
                     self.rejected.pop(name, None)
                 continue
+            if name in self._stalled:  # stopped by us: restarted at once
+                self._stalled.discard(name)
+                self._restart_at[name] = now
             if name not in self._restart_at:
                 self._restart_at[name] = now + self._failed(spec, query)
             if now >= self._restart_at[name]:
                 del self._restart_at[name]
+                self._progress.pop(name, None)
                 self.queries[name] = self.start(self.spark, spec)
                 self.restarts[name] = self.restarts.get(name, 0) + 1
+                self._count(spec.target, "query")
                 restarted.append(name)
         return restarted
+
+    def _stalled_for(self, spec: RollupQuerySpec, query: StreamingQuery, now: float) -> bool:
+        """Whether the query's current batch, with input waiting, has run for `stall_intervals` triggers."""
+        progress = query.lastProgress
+        batch = None if not progress else progress.get("batchId")
+        seen = self._progress.get(spec.query_name)
+        if seen is None or seen[0] != batch:
+            self._progress[spec.query_name] = (batch, now)
+            return False
+        if now - seen[1] < self.stall_intervals * trigger_seconds(spec.trigger_interval):
+            return False
+        status = query.status or {}
+        return bool(status.get("isTriggerActive") and status.get("isDataAvailable"))
+
+    def _unstick(self, spec: RollupQuerySpec, query: StreamingQuery) -> None:
+        """Fails the stalled batch: its sink's Redis connections are cut (a blocked reply read ends at
+        once) and the query is stopped on a side thread (a stop waits for the batch, up to Spark's stop
+        timeout). The query is restarted by `check` once it has ended."""
+        name = spec.query_name
+        since = self._progress.pop(name, (None, time.monotonic()))[1]
+        LOG.error("query %s made no progress for %.0f s (%d trigger intervals) with input waiting; "
+                  "restarting it from its checkpoint", name, time.monotonic() - since, self.stall_intervals)
+        self._stalled.add(name)
+        self.stalls[name] = self.stalls.get(name, 0) + 1
+        sink = self.find_sink(self.spark, query)
+        if sink is not None:
+            sink.client.connection_pool.disconnect()
+        threading.Thread(target=_stop_quietly, args=(name, query), name=f"stop-{name}", daemon=True).start()
+
+    def _count_child_restarts(self) -> None:
+        targets = {spec.query_name: spec.target for spec in self.specs}
+        for name, times in window_writer.take_child_restarts().items():
+            if name in targets:
+                self._count(targets[name], "merge_child", times)
+
+    def _count(self, target: str, kind: str, times: int = 1) -> None:
+        if self.counter is not None:
+            self.counter.add(target, kind, times)
 
     def _failed(self, spec: RollupQuerySpec, query: StreamingQuery) -> float:
         """Logs why the query stopped (one line) and returns the wait before its restart."""
@@ -86,9 +162,84 @@ class QuerySupervisor:
         return backoff.failed(fault.message)
 
     def stop_all(self) -> None:
+        if self.counter is not None:
+            self.counter.stop()
         for name, query in self.queries.items():
             try:
                 if query.isActive:
                     query.stop()
             except Exception as exc:  # noqa: PERF203 (one query's failed stop must not keep the others)
                 LOG.warning("query %s ended with an error while stopping: %s", name, type(exc).__name__)
+
+
+def _stop_quietly(name: str, query: StreamingQuery) -> None:
+    try:
+        query.stop()
+    except Exception as exc:
+        LOG.warning("stalled query %s did not stop cleanly: %s", name, str(exc).splitlines()[0] if str(exc)
+                    else type(exc).__name__)
+
+
+_INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?)\s*$")
+_UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "second": 1.0,
+           "seconds": 1.0, "minute": 60.0, "minutes": 60.0}
+
+
+def trigger_seconds(interval: str) -> float:
+    """`2000 milliseconds` (as query_specs writes a trigger interval) -> 2.0."""
+    match = _INTERVAL.fullmatch(interval)
+    if match is None:
+        raise ValueError(f"not a trigger interval: {interval!r}")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+class RestartCounter:
+    """Adds restart counts to each target's Redis hash from a thread of its own: the supervisor's loop
+    never waits on Redis, and counts Redis does not take now (it may be what hangs) are written later."""
+
+    def __init__(self, redis_urls: dict[str, str], interval_s: float = 1.0) -> None:
+        self.redis_urls, self.interval_s = redis_urls, interval_s
+        self._pending: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._clients: dict[str, redis.Redis] = {}
+        self._thread = threading.Thread(target=self._run, name="restart-counter", daemon=True)
+
+    def start(self) -> RestartCounter:
+        self._thread.start()
+        return self
+
+    def add(self, target: str, kind: str, times: int = 1) -> None:
+        with self._lock:
+            self._pending[(target, kind)] += times
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(COUNTER_TIMEOUT_S + 1)
+
+    def flush(self) -> bool:
+        """Writes the pending counts; those Redis did not take stay pending. Whether all were written."""
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+        failed: Counter[tuple[str, str]] = Counter()
+        for (target, kind), times in pending.items():
+            try:
+                self._client(target).hincrby(layout.aggregator_restarts_key(target), kind, times)
+            except redis.RedisError as exc:  # noqa: PERF203 (one target's Redis may be down, not the other's)
+                LOG.debug("restart count of %s not written yet: %s", target, exc)
+                failed[(target, kind)] += times
+        with self._lock:
+            self._pending.update(failed)
+        return not failed
+
+    def _client(self, target: str) -> redis.Redis:
+        url = self.redis_urls[target]
+        if url not in self._clients:
+            self._clients[url] = redis_connection.connect(url, COUNTER_TIMEOUT_S, COUNTER_TIMEOUT_S)
+        return self._clients[url]
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self.flush()
+        self.flush()

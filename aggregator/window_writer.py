@@ -18,7 +18,9 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
@@ -39,6 +41,23 @@ WATCH_RETRIES = 5
 MERGE_INTERVAL_S = 2.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 CHILD_PREFIX = "srm-windows-"
+# A child answers each batch within a merge (a few seconds) or, when Redis hangs, once its socket timeout
+# (redis.socket.timeout.ms, 10 s per call, a few calls per merge) fails the merge. One silent for longer
+# is stuck (stopped, deadlocked): it is killed and a new child merges what it left staged.
+ANSWER_TIMEOUT_S = 90.0
+
+# Merge children restarted because they stopped answering, per query name; the supervisor takes them
+# (take_child_restarts) and counts them in Redis for /metrics.
+_CHILD_RESTARTS: Counter[str] = Counter()
+_CHILD_RESTARTS_LOCK = threading.Lock()
+
+
+def take_child_restarts() -> dict[str, int]:
+    """The merge-child restarts since the last call, per query name."""
+    with _CHILD_RESTARTS_LOCK:
+        taken = dict(_CHILD_RESTARTS)
+        _CHILD_RESTARTS.clear()
+    return taken
 
 
 def encode_partials(windows: pa.Table) -> bytes:
@@ -165,29 +184,46 @@ class WindowWriter:
 
 
 class BackgroundWindowWriter:
-    """Merges staged batches in a child process, in the order submitted, a few batches behind at most."""
+    """Merges staged batches in a child process, in the order submitted, a few batches behind at most.
+
+    A child that leaves a batch unanswered for `answer_timeout_s` is killed and replaced: the new child
+    merges every batch staged up to the last one submitted (recover), and the applied batch id, WATCHed by
+    each merge, keeps a merge the old child had already sent to Redis from being applied twice."""
 
     MAX_BEHIND = 16  # staged batches waiting: enough for a merge interval of the smallest batches
 
-    def __init__(self, redis_url: str, scope: str, committed: int | None) -> None:
+    def __init__(self, redis_url: str, scope: str, committed: int | None,
+                 answer_timeout_s: float | None = None) -> None:
         self.scope = scope
+        self.redis_url = redis_url
+        self.answer_timeout_s = ANSWER_TIMEOUT_S if answer_timeout_s is None else answer_timeout_s
+        self.restarts = 0
+        self._last_submitted = committed
+        self._failure: str | None = None
+        self._start_child(committed)
+
+    def _start_child(self, committed: int | None) -> None:
         # spawn: the parent holds a JVM gateway and threads, which a forked child must not inherit.
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         level = logging.getLogger(__name__).getEffectiveLevel()
-        self._process = context.Process(target=_serve, args=(redis_url, scope, committed, child, level),
-                                        name=f"{CHILD_PREFIX}{scope}", daemon=True)
+        self._process = context.Process(target=_serve, args=(self.redis_url, self.scope, committed, child,
+                                                             level),
+                                        name=f"{CHILD_PREFIX}{self.scope}", daemon=True)
         self._process.start()
         child.close()
         self._pending = 1  # the recovery of what a crash left staged
-        self._failure: str | None = None
+        self._waiting_since = time.monotonic()  # the last answer, or the first request after none pending
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
         self.raise_failure()
         while self._pending >= self.MAX_BEHIND:
             self._receive()
+        if not self._pending:
+            self._waiting_since = time.monotonic()
         self._conn.send(batch_id)
         self._pending += 1
+        self._last_submitted = batch_id
 
     def wait_idle(self) -> None:
         while self._pending:
@@ -197,6 +233,8 @@ class BackgroundWindowWriter:
     def raise_failure(self) -> None:
         while self._pending and self._conn.poll():
             self._receive()
+        if self._pending and time.monotonic() - self._waiting_since > self.answer_timeout_s:
+            self._replace_child()
         if self._failure is not None:
             raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
                                "are merged when the query restarts")
@@ -207,15 +245,33 @@ class BackgroundWindowWriter:
         self._conn.close()
 
     def _receive(self) -> None:
+        wait_s = self._waiting_since + self.answer_timeout_s - time.monotonic()
+        if not self._conn.poll(max(0.0, wait_s)):
+            self._replace_child()
+            return
         try:
             failure = self._conn.recv()
             self._pending -= 1
+            self._waiting_since = time.monotonic()
         except EOFError:
             self._process.join(10)
             failure = f"the window writer process exited with {self._process.exitcode}"
             self._pending = 0
         if failure is not None:
             self._failure = self._failure or failure
+
+    def _replace_child(self) -> None:
+        LOG.error("%s: the window writer process (pid %s) did not answer for %.0f s with %d batch(es) "
+                  "pending; killing it and starting another, which merges what it left staged", self.scope,
+                  self._process.pid, time.monotonic() - self._waiting_since, self._pending)
+        self._conn.close()
+        self._process.kill()  # SIGKILL: a stopped process takes no other signal
+        self._process.join(10)
+        self.restarts += 1
+        with _CHILD_RESTARTS_LOCK:
+            _CHILD_RESTARTS[self.scope.split(":", 1)[0]] += 1
+        # Every batch submitted was committed (staged) before it was submitted.
+        self._start_child(self._last_submitted)
 
 
 def join_window_writers(timeout_s: float) -> list[str]:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
-from aggregator import redis_layout as layout  # noqa: E402
+from contract import redis_layout as layout  # noqa: E402
 from stack import srm_properties  # noqa: E402
 from stack.kafka_cluster import free_port, wait_for_port  # noqa: E402
 from stack.processes import ManagedProcess  # noqa: E402

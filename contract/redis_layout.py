@@ -260,6 +260,24 @@ def group_latest_field(topic: str, partition: int) -> str:
     return f"{topic}|{partition}"
 
 
+def cluster_reachability_key(target: str) -> str:
+    """String: what the aggregator last found probing target cluster `target` (JSON `ts` = the probe,
+    epoch ms; `reachable` (bool); `since` = when the cluster last changed between reachable and not;
+    `error` (str or null)). It expires after CLUSTER_PROBE_TTL_MS: no aggregator, no verdict."""
+    return f"{PREFIX}:latest:{{{_part(target)}}}:cluster"
+
+
+CLUSTER_PROBE_TTL_MS = 60_000
+
+
+def aggregator_restarts_key(target: str) -> str:
+    """Hash of running totals of what the aggregator restarted for target cluster `target`: field
+    `query` (its rollup query, after it failed or stalled) and `merge_child` (its window-merge child
+    process, after it stopped answering). HINCRBY by the aggregator's supervisor; the service exposes them
+    as Prometheus counters. No TTL: a counter that vanished would read as a reset."""
+    return f"{PREFIX}:aggregator:{{{_part(target)}}}:restarts"
+
+
 def invalid_records_key(target: str, source: str) -> str:
     """Running total of raw records that did not parse, read from `srm-metrics.<source>.internal` in
     `target` (an integer string; same hash tag as the source's replication-level series)."""

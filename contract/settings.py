@@ -111,6 +111,13 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _driver("control.topic.replication.factor", "integer", 3,
             "Replication factor of srm-control.internal (-1: broker's)."),
     _driver("metrics.period", "number", DEFAULT_METRICS_PERIOD_S, "Seconds between raw-metrics reports."),
+    _driver("replication.queue.max.records", "integer", 100_000,
+            "Copied records waiting for the target's acknowledgement; past it source partitions pause."),
+    _driver("replication.queue.max.bytes", "integer", 33_554_432,
+            "Bytes of copied records waiting for the target (as Java's buffer.memory); past it source "
+            "partitions pause."),
+    _driver("replication.fetch.queue.max.bytes", "integer", 16_777_216,
+            "Bytes the source consumer fetches ahead of the copy (librdkafka's queued.max.messages.kbytes)."),
     # --- aggregator --------------------------------------------------------------------------------
     _process("redis.url", "string", DEFAULT_REDIS_URL, "all", "Redis holding the rollups."),
     _process("redis.connect.timeout.ms", "integer", 5000, "all",
@@ -128,6 +135,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "Records per micro-batch at most (0 = unbounded)."),
     _process("aggregator.metrics.topics.pattern", "string", None, "aggregator",
              "Java regex of the raw-metrics topics to read (default: all)."),
+    _process("aggregator.stall.trigger.intervals", "integer", 30, "aggregator",
+             "Trigger intervals a batch may run with input waiting before its query is restarted "
+             "as stalled."),
     # --- service -----------------------------------------------------------------------------------
     _process("service.host", "string", "127.0.0.1", "service", "Address the REST API binds to."),
     _process("service.port", "integer", DEFAULT_SERVICE_PORT, "service", "REST API port."),

@@ -11,6 +11,13 @@ joins the consumer group `srm-driver.<source>-<target>` on the SOURCE cluster (t
 live there) with cooperative-sticky assignment, so the source partitions are shared among the live
 processes and a dead one's partitions move to the others, who resume from the progress topic. The
 group only coordinates: progress is never committed to it.
+
+Outages (`driver.copy_flow`): while the target takes nothing in, copied records wait in a bounded
+queue and then in the backlog of their paused source partitions (`driver.send_queue`); while the
+source does not answer, nothing arrives (`driver.source_watch`). Either way the loop keeps running, so
+the worker stays in its group, reports FAILED with the reason while the outage lasts, and copies on as
+soon as it ends. So does a target refusing to create a remote topic (`driver.topic_sync`): that topic
+is left out, the others are copied.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from confluent_kafka import OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from contract import kafka_clients
 from contract.config import Replication, SrmConfig
@@ -34,9 +41,12 @@ from contract.retry_backoff import RetryBackoff
 from contract.status import DriverStatus
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
+from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.replication_stats import ReplicationStats
+from driver.send_queue import QueueLimits
+from driver.source_watch import SourceWatch
 from driver.target_writer import (
     SHUTDOWN_FLUSH_S,
     TRANSACTION_TIMEOUT_S,
@@ -44,8 +54,7 @@ from driver.target_writer import (
     PartitionFlow,
     TransactionalWriter,
 )
-from driver.topic_filter import should_replicate_topic
-from driver.topic_sync import TopicSync
+from driver.topic_sync import TopicRefusals, TopicSync
 
 LOG = logging.getLogger(__name__)
 
@@ -55,6 +64,9 @@ RESTART_BACKOFF_S: Final = 10.0
 PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
 # librdkafka's consumer notices new partitions of subscribed topics on its metadata refresh.
 MAX_METADATA_REFRESH_MS: Final = 300_000
+OUTAGE_CHECK_S: Final = 1.0
+# A topic refresh that failed (a cluster not answering) is tried again this soon.
+REFRESH_RETRY_S: Final = 10.0
 
 
 def group_id(source: str, target: str) -> str:
@@ -73,6 +85,10 @@ class ReplicationWorker(threading.Thread):
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.stats = ReplicationStats(source, target)
+        self.limits = QueueLimits.from_config(config, source, target)
+        self.source_watch = SourceWatch(source)
+        self.flow = CopyFlow(replication.name, target, self.source_watch)
+        self._refreshing = BackgroundRefresh(f"replication {replication.name}")
         self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
         remote_name = functools.partial(self.policy.format_remote_topic, source)
@@ -82,6 +98,7 @@ class ReplicationWorker(threading.Thread):
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
+        self.refusals = TopicRefusals(replication.name)
 
     @property
     def topics(self) -> dict[str, int]:
@@ -122,7 +139,8 @@ class ReplicationWorker(threading.Thread):
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
         self.target_admin = kafka_clients.admin(self.config, target)
-        self.producer = kafka_clients.producer(self.config, target, source=source, target=target)
+        self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
+                                               overrides=self.limits.producer_limits())
         self.topic_sync = TopicSync(self.config, source, target, self.source_admin, self.target_admin,
                                     self.policy)
         kafka_clients.ensure_topics(self.target_admin, target, [
@@ -143,14 +161,21 @@ class ReplicationWorker(threading.Thread):
 
     def _loop(self) -> None:
         next_refresh, next_report, next_acls = 0.0, time.monotonic() + self.metrics_period_s, 0.0
+        next_outage_check, self._refreshing = 0.0, BackgroundRefresh(self._refreshing.name)
         while not self.stopping.is_set():
             kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
             kafka_clients.check(self.producer)
-            now = time.monotonic()
-            if now >= next_refresh or self._control_changed():
-                self._refresh_topics()
+            now, silent = time.monotonic(), self.flow.clusters_silent(self.writer.queue)
+            due = now >= next_refresh or self._control_changed()
+            if due and not silent and not self._refreshing.running:
                 next_refresh = now + self.refresh_s
-            if self.acl_sync is not None and now >= next_acls:
+                self._start_refresh()
+            if not self._refreshing.apply_finished(self._apply_topics):
+                next_refresh = now + REFRESH_RETRY_S
+            if self.refusals.reason is not None:  # granting the ACL is all it takes: look again soon
+                next_refresh = min(next_refresh, now + REFRESH_RETRY_S)
+            next_report = now if self.refusals.take_change() else next_report  # a new status goes out now
+            if self.acl_sync is not None and now >= next_acls and not silent:
                 self._sync_acls()
                 next_acls = now + self.acl_interval_s
             if self._topics:
@@ -158,15 +183,30 @@ class ReplicationWorker(threading.Thread):
             else:  # nothing to replicate yet: wait for the next refresh without spinning
                 self.stopping.wait(min(1.0, max(0.0, next_refresh - now)))
             self.writer.tick(time.monotonic())
+            self.flow.pause_backlogged(self.consumer, self.writer.paused())
+            if now >= next_outage_check:
+                next_outage_check = now + OUTAGE_CHECK_S
+                if self.flow.check_outage(self.consumer, self.writer.queue, now):
+                    next_report = now  # the status changes now, not at the next period
             if now >= next_report:
                 self._publish_metrics()
                 next_report = now + self.metrics_period_s
+
+    def _start_refresh(self) -> None:
+        """The first refresh runs here (start-up fails with it), later ones beside the loop."""
+        if self.refreshes:
+            self._refreshing.start(self._eligible_topics)
+        else:
+            self._apply_topics(self._eligible_topics())
 
     def _poll(self) -> list[Message]:
         # librdkafka's batch consume waits for a full batch or the timeout: take what is already
         # fetched at once, and when nothing is, wait for the first record only (latency).
         messages = self.consumer.consume(POLL_BATCH, timeout=0)
-        return messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        messages = messages or self.consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        if messages:
+            self.source_watch.records_arrived()
+        return messages
 
     def _shutdown(self, emitter: OffsetSyncEmitter | None) -> None:
         """Bounded: the process stops within its deadline (driver.__main__) even with the target down."""
@@ -184,20 +224,21 @@ class ReplicationWorker(threading.Thread):
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
         if not self.exactly_once:
-            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter)
+            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits)
             # One bound callback for every record: no closure per record on the hot path.
             self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
-                                                   overrides={"on_delivery": writer.delivered})
+                                                   overrides={"on_delivery": writer.delivered,
+                                                              **self.limits.producer_limits()})
             writer.producer = self.producer
             return writer
         return TransactionalWriter(self._transactional_producer, source, progress_topic(source),
-                                   f"{group_id(source, target)}", emitter)
+                                   f"{group_id(source, target)}", emitter, self.limits)
 
     def _transactional_producer(self, transactional_id: str, delivered: Callable[..., None]) -> Producer:
         source, target = self.replication.source, self.replication.target
         return kafka_clients.producer(self.config, target, source=source, target=target, overrides={
             "transactional.id": transactional_id, "on_delivery": delivered,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000)})
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000), **self.limits.producer_limits()})
 
     def _progress_consumer(self) -> Consumer:
         source, target = self.replication.source, self.replication.target
@@ -208,11 +249,21 @@ class ReplicationWorker(threading.Thread):
     def _source_consumer(self) -> Consumer:
         source, target = self.replication.source, self.replication.target
         refresh_ms = int(min(MAX_METADATA_REFRESH_MS, max(1000.0, (self.refresh_s or 600.0) * 1000)))
-        return kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
-                                      target=target, overrides={
-                                          "partition.assignment.strategy": "cooperative-sticky",
-                                          "topic.metadata.refresh.interval.ms": refresh_ms,
-                                          "fetch.wait.max.ms": 100})
+        built: list[Consumer] = []
+
+        def on_error(error: KafkaError) -> None:  # the outage watch, then the client's own fault watch
+            self.source_watch.on_error(error)
+            watch = kafka_clients.watch_of(built[0]) if built else None
+            if watch is not None:
+                watch.error_cb(error)
+
+        built.append(kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
+                                            target=target, overrides={
+                                                "partition.assignment.strategy": "cooperative-sticky",
+                                                "topic.metadata.refresh.interval.ms": refresh_ms,
+                                                "fetch.wait.max.ms": 100, "error_cb": on_error,
+                                                **self.limits.consumer_limits()}))
+        return built[0]
 
     def _control_changed(self) -> bool:
         if self.control is None:
@@ -222,24 +273,21 @@ class ReplicationWorker(threading.Thread):
         self._control_version = version
         return changed
 
-    def _refresh_topics(self) -> None:
-        source, target = self.replication.source, self.replication.target
-        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
-                       else (frozenset(), frozenset()))
-        eligible = self.topic_sync.refresh(allow, deny)
+    def _control_lists(self) -> tuple[frozenset[str], frozenset[str]]:  # srm-control's allow, deny
+        source, target, control = self.replication.source, self.replication.target, self.control
+        return control.topic_lists(source, target) if control is not None else (frozenset(), frozenset())
+
+    def _eligible_topics(self) -> dict[str, int]:
+        return self.topic_sync.refresh(*self._control_lists())
+
+    def _apply_topics(self, eligible: dict[str, int]) -> None:
         if eligible != self._topics:
             self._subscribe(eligible)
         self.refreshes += 1
+        self.refusals.note(self.topic_sync.refusal, REFRESH_RETRY_S)
 
     def _sync_acls(self) -> None:
-        source, target = self.replication.source, self.replication.target
-        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
-                       else (frozenset(), frozenset()))
-        topic_filter, heartbeats = self.topic_sync.topic_filter, self.topic_sync.heartbeats
-
-        def eligible(topic: str) -> bool:
-            return should_replicate_topic(topic, topic_filter, self.policy, target, heartbeats, allow, deny)
-
+        eligible = functools.partial(self.topic_sync.is_eligible, lists=self._control_lists())
         self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
@@ -260,7 +308,8 @@ class ReplicationWorker(threading.Thread):
         keys = [(tp.topic, tp.partition) for tp in partitions]
         counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
                   .items() if t in {k[0] for k in keys}}
-        self.topic_sync.ensure_remote(counts)  # new source partitions may reach us before our refresh
+        # New partitions may come before our refresh; refused, the worker restarts without their topic.
+        self.topic_sync.ensure_remote(counts)
         if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
             self.emitter.forget(keys)
         if isinstance(self.writer, TransactionalWriter):
@@ -294,6 +343,7 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
+        self.flow.unassigned(keys)
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
@@ -308,6 +358,10 @@ class ReplicationWorker(threading.Thread):
         running = bool(self.writer.flows) or bool(tasks)
         self.stats.status = DriverStatus.RUNNING if running else DriverStatus.UNASSIGNED
         self.stats.error = None
+        if self.flow.outage is not None:  # Connect's FAILED with its trace: the reason, while it lasts
+            self.stats.status, self.stats.error = DriverStatus.FAILED, self.flow.outage
+        elif self.refusals.reason is not None:
+            self.stats.status, self.stats.error = DriverStatus.FAILED, self.refusals.reason[:300]
         self._produce_metrics(self.stats.drain())
         self.backoff.succeeded()
 
@@ -318,6 +372,8 @@ class ReplicationWorker(threading.Thread):
                                                          cached=True)
             if end is not None and end >= 0:
                 flow.stats.source_end_offset = end
+        if self.source_watch.suspect:  # the request would wait out its whole timeout: keep the last counts
+            return self.stats.tasks
         try:
             membership = kafka_clients.group_membership(
                 self.source_admin, self.replication.source,

@@ -14,6 +14,11 @@ remote topic, and record progress in the MM2 Connect format (`contract.records.p
   `read_committed` reader of the remote topic sees each source record exactly once.
 
 Offset syncs follow MM2: fed acknowledged records (committed ones in exactly-once mode), best-effort.
+
+Neither writer waits for room in the producer's queue: a record that does not fit
+(`driver.send_queue`) waits in its partition's backlog, the worker pauses that partition, and `tick`
+sends the backlog as acknowledgements free room. A target outage thus stops the copy without stopping
+the worker's loop (it keeps polling, so it stays in its group, and keeps reporting).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from contract.records.progress import SourcePartition, encode_key, encode_value
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.replication_stats import PartitionStats
+from driver.send_queue import QueueLimits, SendQueue, record_size
 
 LOG = logging.getLogger(__name__)
 
@@ -77,10 +83,58 @@ def _record_timestamp(message: Message) -> int:
 
 
 class _WriterBase:
-    def __init__(self, source: str, progress_topic: str, emitter: OffsetSyncEmitter | None) -> None:
+    def __init__(self, source: str, progress_topic: str, emitter: OffsetSyncEmitter | None,
+                 limits: QueueLimits | None) -> None:
         self.source, self.progress_topic, self.emitter = source, progress_topic, emitter
         self.flows: dict[tuple[str, int], PartitionFlow] = {}
+        self.queue = SendQueue(limits or QueueLimits.defaults())
         self._failure: str | None = None
+
+    def write(self, messages: list[Message]) -> None:
+        """Hands polled records to the producer, in order per partition; what does not fit is held."""
+        flows, queue = self.flows, self.queue
+        now_ms = time.time() * 1000
+        for message in messages:
+            if message.error() is not None:
+                _consume_error(message)
+                continue
+            key = (message.topic(), message.partition())
+            flow = flows.get(key)
+            if flow is None:  # revoked while the batch was in flight
+                continue
+            ts = _record_timestamp(message)
+            flow.stats.polled(now_ms - ts if ts else 0.0)  # MM2 measures record age at poll time
+            if queue.held(key) or not self._send(flow, message):
+                queue.hold(key, message)
+
+    def paused(self) -> set[tuple[str, int]]:
+        """Partitions whose records wait for room: the worker pauses them at the source."""
+        return set(self.queue.backlog)
+
+    def _send_backlog(self) -> None:
+        for key, waiting in list(self.queue.backlog.items()):
+            flow = self.flows.get(key)
+            while flow is not None and waiting and self._send(flow, waiting[0]):
+                waiting.popleft()
+            if flow is None or not waiting:
+                del self.queue.backlog[key]
+
+    def _send(self, flow: PartitionFlow, message: Message) -> bool:
+        """Hands one record to the producer; False when there is no room for it now."""
+        size = record_size(message)
+        if not self.queue.has_room(size):
+            return False
+        try:
+            self._produce(flow, message)
+        except BufferError:  # librdkafka's own limit (a client property set lower than ours)
+            return False
+        self.queue.sent(size)
+        flow.in_flight.append(message.offset())
+        flow.produced = message.offset()
+        return True
+
+    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+        raise NotImplementedError
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -96,8 +150,8 @@ class _WriterBase:
 
 class AtLeastOnceWriter(_WriterBase):
     def __init__(self, producer: Producer, source: str, progress_topic: str,
-                 emitter: OffsetSyncEmitter | None) -> None:
-        super().__init__(source, progress_topic, emitter)
+                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
+        super().__init__(source, progress_topic, emitter, limits)
         self.producer = producer
         self._by_remote: dict[tuple[str, int], PartitionFlow] = {}
         self._next_flush = time.monotonic() + PROGRESS_FLUSH_INTERVAL_S
@@ -105,6 +159,8 @@ class AtLeastOnceWriter(_WriterBase):
     def delivered(self, error: KafkaError | None, message: Message) -> None:
         """The producer's one delivery callback (bound once: no per-record closure)."""
         flow = self._by_remote.get((message.topic(), message.partition()))
+        if flow is not None:
+            self.queue.settled(record_size(message))
         if error is not None:
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
@@ -123,28 +179,13 @@ class AtLeastOnceWriter(_WriterBase):
             self.flows[flow.key] = flow
             self._by_remote[(flow.remote, flow.partition)] = flow
 
-    def write(self, messages: list[Message]) -> None:
-        produce, flows = self.producer.produce, self.flows
-        now_ms = time.time() * 1000
-        for message in messages:
-            if message.error() is not None:
-                _consume_error(message)
-                continue
-            flow = flows.get((message.topic(), message.partition()))
-            if flow is None:  # revoked while the batch was in flight
-                continue
-            ts = _record_timestamp(message)
-            try:
-                produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
-                        headers=message.headers())
-            except (BufferError, KafkaException):
-                _produce_patiently(self.producer, flow, message, ts)
-            flow.in_flight.append(message.offset())
-            flow.stats.polled(now_ms - ts if ts else 0.0)
+    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+        _produce(self.producer, flow, message)
 
     def tick(self, now: float) -> None:
         self.producer.poll(0)
         self._check()
+        self._send_backlog()
         if self.emitter is not None:
             self.emitter.send_due()
         if now >= self._next_flush:
@@ -167,6 +208,7 @@ class AtLeastOnceWriter(_WriterBase):
         for flow in flows:
             del self.flows[flow.key]
             self._by_remote.pop((flow.remote, flow.partition), None)
+        self.queue.drop(flow.key for flow in flows)
 
     def _persist(self, flows: Iterable[PartitionFlow]) -> None:
         for flow in flows:
@@ -181,17 +223,15 @@ class AtLeastOnceWriter(_WriterBase):
         self._check()
 
 
-def _produce_patiently(producer: Producer, flow: PartitionFlow, message: Message, ts: int) -> None:
-    """The slow path of a produce: wait out a full local queue, or a remote partition just created
-    that the producer's metadata does not show yet."""
+def _produce(producer: Producer, flow: PartitionFlow, message: Message) -> None:
+    """Copies one record; BufferError when librdkafka's queue is full. A remote partition just created
+    that the producer's metadata does not show yet is waited for (bounded)."""
     deadline = time.monotonic() + PARTITION_WAIT_S
     while True:
         try:
-            producer.produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
-                             headers=message.headers())
+            producer.produce(flow.remote, message.value(), message.key(), flow.partition,
+                             timestamp=_record_timestamp(message), headers=message.headers())
             return
-        except BufferError:
-            producer.poll(0.5)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
                 raise
@@ -211,8 +251,8 @@ def _consume_error(message: Message) -> None:
 class TransactionalWriter(_WriterBase):
     def __init__(self, producer_factory: Callable[[str, Callable[..., None]], Producer], source: str,
                  progress_topic: str, transactional_prefix: str,
-                 emitter: OffsetSyncEmitter | None) -> None:
-        super().__init__(source, progress_topic, emitter)
+                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
+        super().__init__(source, progress_topic, emitter, limits)
         self.producer_factory, self.prefix = producer_factory, transactional_prefix
         self.producers: dict[tuple[str, int], Producer] = {}
         # The flow a producer's delivery callback updates, set when the partition is added.
@@ -242,10 +282,13 @@ class TransactionalWriter(_WriterBase):
             self._holders[flow.key][:] = [flow]
 
     def _delivered(self, holder: list[PartitionFlow], error: KafkaError | None, message: Message) -> None:
+        replicated = bool(holder) and message.topic() == holder[0].remote
+        if replicated:
+            self.queue.settled(record_size(message))
         if error is not None:
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
-        if not holder or message.topic() != holder[0].remote:  # the progress record
+        if not replicated:  # the progress record
             return
         flow = holder[0]
         upstream = flow.in_flight.popleft()
@@ -253,34 +296,18 @@ class TransactionalWriter(_WriterBase):
                               time.time() * 1000 - message.timestamp()[1])
         flow.pending_syncs.append((upstream, message.offset()))
 
-    def write(self, messages: list[Message]) -> None:
-        now_ms = time.time() * 1000
-        for message in messages:
-            if message.error() is not None:
-                _consume_error(message)
-                continue
-            key = (message.topic(), message.partition())
-            flow = self.flows.get(key)
-            if flow is None:
-                continue
-            producer = self.producers[key]
-            if key not in self._open:
-                producer.begin_transaction()
-                self._open.add(key)
-            ts = _record_timestamp(message)
-            try:
-                producer.produce(flow.remote, message.value(), message.key(), flow.partition, timestamp=ts,
-                                 headers=message.headers())
-            except (BufferError, KafkaException):
-                _produce_patiently(producer, flow, message, ts)
-            flow.in_flight.append(message.offset())
-            flow.produced = message.offset()
-            flow.stats.polled(now_ms - ts if ts else 0.0)
+    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+        producer = self.producers[flow.key]
+        if flow.key not in self._open:
+            producer.begin_transaction()
+            self._open.add(flow.key)
+        _produce(producer, flow, message)
 
     def tick(self, now: float) -> None:
         for producer in self.producers.values():
             producer.poll(0)
         self._check()
+        self._send_backlog()
         if now >= self._next_commit:
             self._commit(list(self._open))
             if self.emitter is not None:
@@ -309,6 +336,7 @@ class TransactionalWriter(_WriterBase):
             self.producers.pop(key).flush(max(0.0, deadline - time.monotonic()))
             self.flows.pop(key, None)
             self._holders.pop(key, None)
+        self.queue.drop(keys)
 
     def _commit(self, keys: list[tuple[str, int]], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s

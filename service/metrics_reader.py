@@ -297,10 +297,21 @@ class MetricsReader:
     # --- latest values and offset history (status, lag evaluation, Prometheus) -----------------------
 
     def replication_latest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict | None]:
+        """The driver's last report per pair; with the aggregator's probe of the target cluster under
+        `target_cluster` when it has one (cluster_reachability_key)."""
         pipe = self.client.pipeline(transaction=False)
         for source, target in pairs:
             pipe.hget(layout.replication_status_key(target, source), "replication")
-        return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
+        targets = sorted({target for _, target in pairs})
+        for target in targets:
+            pipe.get(layout.cluster_reachability_key(target))
+        replies = pipe.execute()
+        probes = dict(zip(targets, (_decode_latest(raw) for raw in replies[len(pairs):]), strict=True))
+        latest: dict[tuple[str, str], dict | None] = {}
+        for pair, raw in zip(pairs, replies[: len(pairs)], strict=True):
+            report, probe = _decode_latest(raw), probes.get(pair[1])
+            latest[pair] = {**report, "target_cluster": probe} if report and probe else report
+        return latest
 
     def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
         """(invalid, late) raw-metrics records of each (source, target) so far."""

@@ -108,6 +108,7 @@ class ServedMetrics(Collector):
         yield from self._partitions(replications)
         yield from self._groups(replications, now)
         yield from self._topics(replications)
+        yield from self._aggregator_restarts()
 
     def _record_totals(self, replications: list) -> Iterator[Metric]:
         labels = ["source", "target"]
@@ -157,6 +158,25 @@ class ServedMetrics(Collector):
                 lag.add_metric(key, _number(value.get("records_lag")))
                 seconds.add_metric(key, _number(value.get("lag_seconds")))
         return iter((lag, seconds))
+
+    def _aggregator_restarts(self) -> Iterator[Metric]:
+        """The aggregator's restarts per target cluster, counted by its supervisor in Redis."""
+        queries = CounterMetricFamily(
+            "srm_aggregator_query_restarts", "rollup query restarts (after it failed or stalled)",
+            labels=["target"],
+        )
+        children = CounterMetricFamily(
+            "srm_aggregator_merge_child_restarts", "window-merge child processes restarted (stopped "
+            "answering)", labels=["target"],
+        )
+        targets = self.reader.targets()
+        pipe = self.reader.client.pipeline(transaction=False)
+        for target in targets:
+            pipe.hmget(layout.aggregator_restarts_key(target), "query", "merge_child")
+        for target, (query, child) in zip(targets, pipe.execute(), strict=True):
+            queries.add_metric([target], int(query or 0))
+            children.add_metric([target], int(child or 0))
+        return iter((queries, children))
 
     def _topics(self, replications: list) -> Iterator[Metric]:
         family = GaugeMetricFamily(

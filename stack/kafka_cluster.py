@@ -96,17 +96,19 @@ class KafkaCluster:
         classpath = f"{kafka_jars()}/*"
         self.workdir.mkdir(parents=True, exist_ok=True)
         props = self._write_server_properties()
-        self._format_storage(java, classpath, props)
+        if not (self.workdir / "data" / "meta.properties").exists():  # a restart keeps its data
+            self._format_storage(java, classpath, props)
         command = [java, *HEAP_OPTS, f"-Dlog4j2.configurationFile={LOG4J2}",
                    f"-Dkafka.logs.dir={self.workdir}", "-cp", classpath, "kafka.Kafka", str(props)]
         LOG.info("starting Apache Kafka broker %s on %s (jars %s)", self.alias, self.bootstrap_servers,
                  kafka_jars())
+        log_start = self.log_file.stat().st_size if self.log_file.exists() else 0  # a restart appends
         with open(self.log_file, "ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         try:
             wait_for_port(self.port, START_TIMEOUT_S, self.process)
-            self._wait_until_serving(began + START_TIMEOUT_S)
+            self._wait_until_serving(began + START_TIMEOUT_S, log_start)
         except Exception as exc:
             self.stop()
             raise RuntimeError(f"Kafka cluster {self.alias} failed to start: {exc}; "
@@ -171,11 +173,11 @@ class KafkaCluster:
         if done.returncode != 0:
             raise RuntimeError(f"formatting storage of {self.alias} failed: {done.stdout}{done.stderr}")
 
-    def _wait_until_serving(self, deadline: float) -> None:
+    def _wait_until_serving(self, deadline: float, log_start: int = 0) -> None:
         # The port opens before the broker has registered with its controller; clients connecting in
         # between get "no brokers" metadata, so wait for the broker's own "started" line.
         while time.monotonic() < deadline:
-            if b"Kafka Server started" in self.log_file.read_bytes():
+            if b"Kafka Server started" in self.log_file.read_bytes()[log_start:]:
                 return
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with code {self.process.returncode}")

@@ -54,6 +54,10 @@ def latest_report(latest: Mapping | None) -> ReplicationLatest | None:
         return None
     counts = latest.get("recent_record_counts") or ()
     heartbeat = latest.get("last_heartbeat_ts")
+    probe = latest.get("target_cluster")  # the aggregator's probe of the target (cluster_watch)
+    down_since, down_error = None, None
+    if isinstance(probe, dict) and probe.get("reachable") is False and isinstance(probe.get("since"), int):
+        down_since, down_error = probe["since"], str(probe.get("error") or "") or None
     return ReplicationLatest(
         enabled=bool(latest.get("enabled", True)),
         status=str(latest.get("status") or ""),
@@ -61,6 +65,8 @@ def latest_report(latest: Mapping | None) -> ReplicationLatest | None:
         last_heartbeat_ts_ms=int(heartbeat) if isinstance(heartbeat, int | float) else None,
         recent_record_counts=tuple(int(c) for c in counts if isinstance(c, int | float)),
         error=latest.get("error") or None,
+        target_unreachable_since_ms=down_since,
+        target_error=down_error,
     )
 
 

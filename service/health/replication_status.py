@@ -4,6 +4,8 @@ Rules, checked in this order (the first that holds decides):
 
 1. nothing reported                                   -> UNKNOWN
 2. replication disabled in the configuration          -> INACTIVE
+   the aggregator finds the target cluster unreachable -> FAILED, with its error: while the target is
+   down the driver's reports cannot reach us, so its own word on the outage comes only afterwards
 3. the driver reports FAILED (its error text carried) -> FAILED, even when the report is old:
    the last word of a driver that then went quiet is its failure
 4. report older than STALE_AFTER_PERIODS periods      -> UNKNOWN (stale)
@@ -54,6 +56,8 @@ class ReplicationLatest:
     last_heartbeat_ts_ms: int | None = None
     recent_record_counts: tuple[int, ...] = ()
     error: str | None = None
+    target_unreachable_since_ms: int | None = None  # the aggregator's probe finds the target down
+    target_error: str | None = None
 
 
 def replication_state(
@@ -66,6 +70,11 @@ def replication_state(
         return ReplicationState.UNKNOWN, "no metrics from the driver for this replication"
     if not latest.enabled:
         return ReplicationState.INACTIVE, "replication is disabled in the configuration"
+    if latest.target_unreachable_since_ms is not None:
+        down_for = _seconds(max(0, now_ms - latest.target_unreachable_since_ms))
+        detail = f": {latest.target_error}" if latest.target_error else ""
+        return (ReplicationState.FAILED,
+                f"target cluster unreachable for {down_for} (the aggregator's probe){detail}")
     stale_after_ms = STALE_AFTER_PERIODS * metrics_period_ms
     report_age_ms = now_ms - latest.report_ts_ms
     status = _driver_status(latest)

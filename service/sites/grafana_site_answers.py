@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from service.grafana.queries import QueryError
 from service.grafana.variable_values import RefusedValue, selector_of
 from service.sites.gateway import LOCAL, OK, Gateway, UnknownSite, fan_out
 from service.sites.registry import RemoteService
@@ -21,6 +22,7 @@ from service.sites.registry import RemoteService
 LOG = logging.getLogger(__name__)
 
 SITE_KEY = "site"
+NOTICE_SEVERITIES = ("info", "warning", "error")
 QUERY_PATH = "/grafana/query"
 
 LocalFrames = Callable[[Mapping], list[dict]]
@@ -70,43 +72,79 @@ def by_site(targets: Sequence[Mapping]) -> dict[str, list[dict]]:
 
 
 def tagged(site: str, frames: Any) -> list[dict]:
-    """A site's frames, each saying which site it comes from. A remote answer is untrusted: anything
-    not shaped like a table (``columns`` of ``{text, type}``, ``rows`` of lists) or a series
-    (``target`` text, ``datapoints`` of ``[value, time]``) is dropped and logged."""
+    """A site's frames, each saying which site it comes from. A remote answer is untrusted: each frame
+    is rebuilt from the fields a table (``columns`` of ``{text, type}``, ``rows`` of string, number or
+    null cells) or a series (``target`` text, ``datapoints`` of ``[value, time]``) may have, with
+    ``refId``, string ``tags`` and ``meta.notices`` kept when well formed; anything else is dropped and
+    logged, so what goes on is always what the datasource documents."""
     if not isinstance(frames, list):
         return []
     found = []
-    dropped = 0
     for frame in frames:
-        if not isinstance(frame, dict):
-            dropped += 1
-        elif frame.get("type") == "table" and _is_table(frame):
-            found.append({**frame, "columns": [{"text": "Site", "type": "string"}, *frame["columns"]],
-                          "rows": [[site, *row] for row in frame["rows"]]})
-        elif frame.get("type") != "table" and _is_series(frame):
-            tags = frame.get("tags") if isinstance(frame.get("tags"), dict) else {}
-            name = f"{site}: {frame.get('target', '')}"
-            found.append({**frame, "target": name, "tags": {**tags, "site": site}})
-        else:
-            dropped += 1
-    if dropped:
-        LOG.warning("grafana query: dropped %d malformed frame(s) from site %s", dropped, site)
+        rebuilt = (_table(site, frame) if frame.get("type") == "table" else _series(site, frame)) \
+            if isinstance(frame, dict) else None
+        if rebuilt is not None:
+            found.append(rebuilt | _extras(frame))
+    if len(found) < len(frames):
+        LOG.warning("grafana query: dropped %d malformed frame(s) from site %s", len(frames) - len(found),
+                    site)
     return found
 
 
-def _is_table(frame: dict) -> bool:
+def _table(site: str, frame: dict) -> dict | None:
     columns, rows = frame.get("columns"), frame.get("rows")
-    return (isinstance(columns, list) and all(isinstance(c, dict) and isinstance(c.get("text"), str)
-                                              for c in columns)
-            and isinstance(rows, list) and all(isinstance(row, list) for row in rows))
+    if not isinstance(columns, list) or not isinstance(rows, list):
+        return None
+    if not all(isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("type", ""), str)
+               for c in columns):
+        return None
+    if not all(isinstance(row, list) and all(_is_cell(cell) for cell in row) for row in rows):
+        return None
+    return {"type": "table",
+            "columns": [{"text": "Site", "type": "string"},
+                        *({k: c[k] for k in ("text", "type") if k in c} for c in columns)],
+            "rows": [[site, *row] for row in rows]}
 
 
-def _is_series(frame: dict) -> bool:
-    points = frame.get("datapoints", [])
-    return (isinstance(frame.get("target", ""), str) and isinstance(points, list)
-            and all(isinstance(p, list) and len(p) == 2
-                    and all(v is None or isinstance(v, int | float) and not isinstance(v, bool) for v in p)
-                    for p in points))
+def _series(site: str, frame: dict) -> dict | None:
+    target, points = frame.get("target"), frame.get("datapoints")
+    if not isinstance(target, str) or not isinstance(points, list):
+        return None
+    if not all(isinstance(p, list) and len(p) == 2 and all(v is None or _is_number(v) for v in p)
+               for p in points):
+        return None
+    tags = frame.get("tags") if isinstance(frame.get("tags"), dict) else {}
+    return {"target": f"{site}: {target}", "datapoints": points,
+            "tags": {**{k: v for k, v in tags.items() if isinstance(v, str)}, "site": site}}
+
+
+def _extras(frame: dict) -> dict:
+    extras: dict[str, Any] = {}
+    if isinstance(frame.get("refId"), str):
+        extras["refId"] = frame["refId"]
+    meta = frame.get("meta")
+    notices = meta.get("notices") if isinstance(meta, dict) else None
+    if isinstance(notices, list):
+        kept = [{"severity": n["severity"], "text": n["text"]} for n in notices if isinstance(n, dict)
+                and n.get("severity") in NOTICE_SEVERITIES and isinstance(n.get("text"), str)]
+        extras["meta"] = {"notices": kept}
+    return extras
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_cell(value: object) -> bool:
+    return value is None or isinstance(value, str) or _is_number(value)
+
+
+def _local_status(local: LocalFrames, body: Mapping) -> tuple[int, Any]:
+    """This site's part of a multi-site query: a question it cannot answer is its 400, as over HTTP."""
+    try:
+        return 200, local(body)
+    except QueryError as exc:
+        return 400, {"code": 400, "message": str(exc)}
 
 
 def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired: Sequence[RemoteService],
@@ -119,8 +157,8 @@ def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired
         if selector in (LOCAL, gateway.local_site):
             frames += local(body)
             continue
-        answer = fan_out(gateway, live, QUERY_PATH, (), selector, lambda b=body: (200, local(b)), expired,
-                         body=body)
+        answer = fan_out(gateway, live, QUERY_PATH, (), selector, lambda b=body: _local_status(local, b),
+                         expired, body=body)
         for site in answer.sites:
             if site.status == OK:
                 try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import heapq
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -34,6 +35,10 @@ from urllib3.exceptions import HTTPError, NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from service.sites.site_trust import Endpoint
+
+# urllib3 logs a traceback at WARNING for every answer whose headers it cannot parse (a site cut off at
+# its deadline mid-headers, or any hostile site): that is the site's status here, not a log line per call.
+logging.getLogger("urllib3.connection").setLevel(logging.ERROR)
 
 TIMEOUT: Final = "timeout"
 READ_CHUNK: Final = 65_536

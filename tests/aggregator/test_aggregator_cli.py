@@ -90,7 +90,7 @@ import aggregator.__main__ as cli
 import aggregator.supervisor as supervisor
 
 class Stuck:
-    def __init__(self, *_):
+    def __init__(self, *_, **__):
         pass
     def start_all(self):
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()

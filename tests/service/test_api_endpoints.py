@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import redis
 
+from contract import redis_layout as layout
 from service.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -163,6 +165,14 @@ def test_prometheus_exposition_has_states_lags_and_own_health(client, scenario):
         f'topic="{scenario.east}.orders"}} 12.5'
     ) in text
     assert "srm_service_redis_up 1.0" in text and "srm_service_requests_total" in text
+
+
+def test_prometheus_exposition_has_the_aggregators_restart_counts(client, scenario, redis_url):
+    # The aggregator's supervisor counts restarts in Redis; every target has both series, 0 until one.
+    redis.Redis.from_url(redis_url).hincrby(layout.aggregator_restarts_key(scenario.west), "query", 3)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert f'srm_aggregator_query_restarts_total{{target="{scenario.west}"}} 3.0' in text
+    assert f'srm_aggregator_merge_child_restarts_total{{target="{scenario.west}"}} 0.0' in text
 
 
 def test_redis_down_is_503_with_a_message_and_not_ready(free_redis_url):

@@ -11,84 +11,38 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
-from werkzeug.serving import make_server
 
 from contract.config import parse_config
 from service.app import create_app
 from service.sites.discovered_directory import GATEWAY_KEY, REGISTRY_KEY
 from service.sites.gateway import Gateway, SiteAccess, fan_out, parse_allowed_hosts
-from service.sites.registry import RemoteService
+from tests.service.hostile_servers import (
+    GARBAGE,
+    SLOW_KINDS,
+    GarbageHandler,
+    Listed,
+    SlowHandler,
+    far_site_serving,
+    remote,
+    serving,
+)
 
 pytestmark = pytest.mark.integration
-
-GARBAGE = {
-    "nested": b"[" * 100_000,
-    "deep": b"[" * 300 + b"]" * 300,  # parses, but orjson writes at most 254 levels
-    "bigint": b'[{"n": 1' + b"0" * 30 + b"}]",
-    "badframe": b'[{"type": "table", "columns": [], "rows": [1]}, {"target": 5, "datapoints": "x"}]',
-}
-
-
-class _GarbageHandler(BaseHTTPRequestHandler):
-    def _answer(self) -> None:
-        server = self.server
-        server.requests.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        body = server.body  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def garbage_sites() -> Iterator[dict[str, ThreadingHTTPServer]]:
-    servers = {}
-    for site, body in GARBAGE.items():
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _GarbageHandler)
-        server.body, server.requests = body, []  # type: ignore[attr-defined]
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers[site] = server
-    yield servers
-    for server in servers.values():
-        server.shutdown()
-        server.server_close()
-
-
-def remote(site: str, port: int) -> RemoteService:
-    return RemoteService(f"{site}@{port}", site, f"http://127.0.0.1:{port}", "127.0.0.1", port, "http", "",
-                         (site,), "test", int(time.time() * 1000), 10.0)
-
-
-class Listed:
-    def __init__(self, live: list[RemoteService]) -> None:
-        self.live = live
-
-    def services(self) -> list[RemoteService]:
-        return list(self.live)
-
-    def expired_services(self) -> list[RemoteService]:
-        return []
+    with serving(GarbageHandler, GARBAGE) as servers:
+        yield servers
 
 
 @pytest.fixture
 def far_site(redis_url: str) -> Iterator[int]:
-    server = make_server("127.0.0.1", 0, create_app({"REDIS_URL": redis_url, "SERVICE_SITE": "far"}),
-                         threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
+    with far_site_serving(redis_url) as port:
+        yield port
 
 
 def test_garbage_answers_become_those_sites_errors_and_the_rest_still_answers(
@@ -140,71 +94,10 @@ def test_an_open_gateway_sends_no_stored_credentials(garbage_sites, extra, sent)
     assert site.requests == [("/v2/services", sent)]  # type: ignore[attr-defined]
 
 
-class _SlowHandler(BaseHTTPRequestHandler):
-    """What a hostile site does after reading the request: ``server.kind`` says which trick."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        server = self.server
-        try:
-            if server.kind == "body-drip":  # type: ignore[attr-defined]
-                self._head(100_000)
-                for _ in range(100_000):
-                    self.wfile.write(b"[")
-                    self.wfile.flush()
-                    time.sleep(0.2)
-            elif server.kind == "header-drip":  # type: ignore[attr-defined]
-                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
-                for byte in b"X-Slow: " + b"a" * 10_000:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.2)
-            elif server.kind == "huge-declared":  # type: ignore[attr-defined]
-                self._head(100 * 2**20)
-                self.wfile.write(b"[" + b"0," * 100_000)
-            elif server.kind == "endless":  # type: ignore[attr-defined]
-                self._head(None)
-                while True:
-                    self.wfile.write(b"[0," * 20_000)
-            elif server.kind == "gzip":  # type: ignore[attr-defined]
-                self._head(20, {"Content-Encoding": "gzip"})
-                self.wfile.write(b"\x1f\x8b" + b"\x00" * 18)
-        except OSError:
-            server.closed_at.append(time.monotonic())  # type: ignore[attr-defined]
-
-    def _head(self, length: int | None, extra: dict[str, str] | None = None) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        if length is None:
-            self.send_header("Connection", "close")
-        else:
-            self.send_header("Content-Length", str(length))
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.flush()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-SLOW_KINDS = ("body-drip", "header-drip", "huge-declared", "endless", "gzip")
-
-
 @pytest.fixture
 def hostile_sites() -> Iterator[dict[str, ThreadingHTTPServer]]:
-    servers = {}
-    for kind in SLOW_KINDS:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
-        server.kind, server.closed_at = kind, []  # type: ignore[attr-defined]
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers[kind] = server
-    yield servers
-    for server in servers.values():
-        server.shutdown()
-        server.server_close()
+    with serving(SlowHandler, dict.fromkeys(SLOW_KINDS)) as servers:
+        yield servers
 
 
 def test_tarpits_end_at_their_deadline_and_cannot_starve_the_healthy_sites(far_site, hostile_sites):

@@ -147,6 +147,18 @@ CASES = [
         "records replicated",
         id="driver clock ahead counts as fresh",
     ),
+    pytest.param(
+        latest(target_unreachable_since_ms=NOW_MS - 25_000, target_error="Broker transport failure"),
+        ReplicationState.FAILED,
+        "target cluster unreachable for 25 s (the aggregator's probe): Broker transport failure",
+        id="target down while its last report is still fresh",
+    ),
+    pytest.param(
+        latest(enabled=False, target_unreachable_since_ms=NOW_MS - 25_000),
+        ReplicationState.INACTIVE,
+        "disabled",
+        id="a disabled replication stays INACTIVE with its target down",
+    ),
 ]
 
 

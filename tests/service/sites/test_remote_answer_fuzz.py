@@ -71,8 +71,13 @@ def test_tagged_keeps_only_well_formed_frames_and_they_serialise(frames: list):
         if frame.get("type") == "table":
             assert frame["columns"][0] == {"text": "Site", "type": "string"}
             assert all(isinstance(row, list) and row[0] == "east" for row in frame["rows"])
+            assert all(cell is None or isinstance(cell, str | int | float) and not isinstance(cell, bool)
+                       for row in frame["rows"] for cell in row)
+            assert set(frame) <= {"type", "columns", "rows", "refId", "meta"}
         else:
             assert frame["tags"]["site"] == "east" and frame["target"].startswith("east: ")
+            assert all(isinstance(value, str) for value in frame["tags"].values())
+            assert set(frame) <= {"target", "datapoints", "tags", "refId", "meta"}
 
 
 @FUZZ

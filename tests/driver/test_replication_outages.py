@@ -1,0 +1,237 @@
+"""A real `srm-driver` under load while its target cluster is down for 60 s, and while its source broker
+restarts: nothing lost, memory bounded, the worker stays in its group with its partitions paused, the
+outage is reported while it lasts, and copying resumes within 10 s of the cluster's return.
+
+Both clusters are this module's own (the session's cannot be stopped), restarted on the same ports with
+their data.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from aggregator.cluster_watch import ClusterWatch
+from contract import redis_layout as layout
+from contract.records import raw_metrics
+from contract.replication_policy import metrics_topic
+from contract.status import ReplicationState
+from driver.replication import group_id
+from service.health.replication_health import latest_report
+from service.health.replication_status import replication_state
+from service.metrics_reader import MetricsReader
+from stack import srm_properties
+from stack.kafka_cluster import KafkaClusters
+from stack.processes import ManagedProcess
+from tests.driver.replication_cluster_ops import create_topic, eventually, read_topic
+from tests.driver.test_replication_recovery import members_holding_partitions
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+RATE_PER_S = 10_000
+VALUE_BYTES = 200
+OUTAGE_S = 60
+RESUME_WITHIN_S = 10.0
+# The driver's peak RSS: Python + librdkafka (~80 MB) + the 16 MiB send queue + the 8 MiB prefetch, with
+# room for a loaded machine. librdkafka's defaults (1 GiB of queue, 64 MiB of prefetch) would let a 60 s
+# outage at 2 MB/s fill well past it.
+MAX_RSS_MB = 200
+SETTINGS = {"metrics.period": 2, "refresh.topics.interval.seconds": 5, "emit.heartbeats.enabled": "false",
+            "emit.checkpoints.enabled": "false", "replication.queue.max.bytes": 16 * 1024 * 1024,
+            "replication.fetch.queue.max.bytes": 8 * 1024 * 1024}
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[KafkaClusters]:
+    own = KafkaClusters(["east", "west"]).start()
+    try:
+        yield own
+    finally:
+        own.cleanup()
+
+
+class Load(threading.Thread):
+    """Writes RATE_PER_S records of VALUE_BYTES, each value unique, until stopped; keeps writing through
+    a source outage (librdkafka buffers and retries)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True, name=f"load-{topic}")
+        self.topic, self.stopping, self.sent = topic, threading.Event(), 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all",
+                                  "queue.buffering.max.messages": 2_000_000,
+                                  "queue.buffering.max.kbytes": 1_048_576, "message.timeout.ms": 300_000})
+        self.failed = 0
+
+    def run(self) -> None:
+        began, tick = time.monotonic(), 0.02
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - began) * RATE_PER_S)
+            while self.sent < due:
+                value = f"{self.sent:012d}".encode().ljust(VALUE_BYTES, b".")
+                self.producer.produce(self.topic, value, partition=self.sent % PARTITIONS,
+                                      on_delivery=self._delivered)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(tick)
+
+    def _delivered(self, error: object, _message: object) -> None:
+        if error is not None:
+            self.failed += 1
+
+    def finish(self) -> int:
+        self.stopping.set()
+        self.join(30)
+        assert self.producer.flush(120) == 0, "the load producer could not deliver everything"
+        assert self.failed == 0, f"{self.failed} load records failed"
+        return self.sent
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """Records in the topic (-1 while it does not exist or the broker does not answer)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in range(PARTITIONS))
+    except KafkaException:
+        return -1
+    finally:
+        consumer.close()
+
+
+def distinct_values(bootstrap: str, topic: str, expected: int) -> set[bytes]:
+    return {r.value for r in read_topic(bootstrap, topic, expected, timeout_s=300) if r.value is not None}
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def replication_reports(bootstrap: str) -> list[raw_metrics.ReplicationMetrics]:
+    decoded = (raw_metrics.decode(r.value) for r in read_topic(bootstrap, metrics_topic("east"), None)
+               if r.value is not None)
+    return [m for m in decoded if isinstance(m, raw_metrics.ReplicationMetrics)]
+
+
+def start_driver(clusters: KafkaClusters, tmp_path: Path, topic: str) -> ManagedProcess:
+    bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
+    srm_properties.write(tmp_path / "srm.properties", bootstraps, [("east", "west")], "redis://127.0.0.1:1/0",
+                         {**SETTINGS, "topics": topic})
+    return ManagedProcess.python_module("driver-outage", "driver",
+                                        ["--config", str(tmp_path / "srm.properties")], tmp_path).start()
+
+
+def wait_for_growth(bootstrap: str, topic: str, since: float, what: str) -> float:
+    """Seconds from `since` until the remote topic grows (checked every 0.2 s)."""
+    before = end_offsets(bootstrap, topic)
+    eventually(lambda: end_offsets(bootstrap, topic) > before, what, timeout_s=60)
+    return time.monotonic() - since
+
+
+def api_state(client: redis.Redis) -> tuple[ReplicationState, str]:
+    """The replication's state as the service derives it from Redis."""
+    latest = MetricsReader(client).replication_latest([("east", "west")])[("east", "west")]
+    return replication_state(latest_report(latest), int(time.time() * 1000), 2000)
+
+
+def test_target_down_60s_under_load(clusters: KafkaClusters, redis_url: str, tmp_path: Path) -> None:
+    east, west = clusters.bootstrap("east"), clusters.bootstrap("west")
+    topic = f"outage-{uuid.uuid4().hex[:8]}"
+    remote = f"east.{topic}"
+    create_topic(east, topic, PARTITIONS)
+    driver = start_driver(clusters, tmp_path, topic)
+    load = Load(east, topic)
+    # The aggregator's probe of the target (its Spark query is not needed for it) and its record of the
+    # replication's last report, as it keeps them in Redis.
+    client = redis.Redis.from_url(redis_url)
+    client.hset(layout.replication_status_key("west", "east"), "replication", layout.encode_latest(
+        {"ts": int(time.time() * 1000), "period_ms": 2000, "status": "RUNNING", "enabled": True,
+         "recent_record_counts": [100]}))
+    probing = threading.Event()
+    ClusterWatch(client, {"west": AdminClient({"bootstrap.servers": west})}, probing, interval_s=1).start()
+    try:
+        load.start()
+        eventually(lambda: end_offsets(west, remote) >= 5 * RATE_PER_S, "the copy under way", timeout_s=120)
+        clusters["west"].stop()
+        down_at = time.monotonic()
+        outage_began_ms = int(time.time() * 1000)
+        holding, states = [], []
+        while time.monotonic() - down_at < OUTAGE_S:
+            holding.append(members_holding_partitions(east, group_id("east", "west")))
+            states.append(api_state(client))
+            assert driver.running, driver.log_tail()
+            time.sleep(5)
+        clusters["west"].start()
+        resumed_s = wait_for_growth(west, remote, time.monotonic(), "the copy resuming")
+        sent = load.finish()
+        copied = distinct_values(west, remote, sent)
+        log = driver.log_file.read_text(errors="replace")
+        rss_mb = peak_rss_mb(driver.process.pid)  # type: ignore[union-attr]
+        reports = replication_reports(west)
+    finally:
+        probing.set()
+        load.stopping.set()
+        driver.stop()
+    print(f"target outage: {sent} records, resumed {resumed_s:.1f} s after the broker was back, "
+          f"driver peak RSS {rss_mb:.0f} MB")
+    expected = {f"{i:012d}".encode().ljust(VALUE_BYTES, b".") for i in range(sent)}
+    missing = expected - copied
+    assert not missing, f"{len(missing)} of {sent} records lost, e.g. {sorted(missing)[:3]}"
+    assert set(holding) == {1}, f"the worker left its group during the outage: {holding}"
+    shown = [detail for state, detail in states[2:] if state is ReplicationState.FAILED]
+    assert len(shown) == len(states) - 2, f"the API's state 10 s into the outage and on: {states}"
+    assert "target cluster unreachable" in shown[-1]
+    assert "source partition(s) paused" in log and "acknowledged nothing for" in log, log[-3000:]
+    failed = [r for r in reports if r.status == "FAILED" and r.ts >= outage_began_ms]
+    assert failed and "target cluster 'west' acknowledged nothing" in (failed[0].error or "")
+    assert reports[-1].status == "RUNNING", "the status after the outage"
+    assert resumed_s <= RESUME_WITHIN_S
+    assert rss_mb <= MAX_RSS_MB
+
+
+def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Path) -> None:
+    east, west = clusters.bootstrap("east"), clusters.bootstrap("west")
+    topic = f"restart-{uuid.uuid4().hex[:8]}"
+    remote = f"east.{topic}"
+    create_topic(east, topic, PARTITIONS)
+    driver = start_driver(clusters, tmp_path, topic)
+    load = Load(east, topic)
+    try:
+        load.start()
+        eventually(lambda: end_offsets(west, remote) >= 5 * RATE_PER_S, "the copy under way", timeout_s=120)
+        clusters["east"].stop()
+        down_ms = int(time.time() * 1000)
+
+        def outage_reported() -> list[raw_metrics.ReplicationMetrics]:
+            return [r for r in replication_reports(west) if r.ts >= down_ms and r.status == "FAILED"
+                    and "source cluster 'east' unreachable" in (r.error or "")]
+
+        reported = eventually(outage_reported, "the outage in the replication's status", timeout_s=45)
+        clusters["east"].start()
+        resumed_s = wait_for_growth(west, remote, time.monotonic(), "the copy resuming")
+        sent = load.finish()
+        copied = distinct_values(west, remote, sent)
+        back = eventually(lambda: replication_reports(west)[-1].status == "RUNNING", "RUNNING again")
+        rss_mb = peak_rss_mb(driver.process.pid)  # type: ignore[union-attr]
+    finally:
+        load.stopping.set()
+        driver.stop()
+    print(f"source restart: {sent} records, resumed {resumed_s:.1f} s after the broker was back, "
+          f"driver peak RSS {rss_mb:.0f} MB, outage reported: {reported[0].error}")
+    expected = {f"{i:012d}".encode().ljust(VALUE_BYTES, b".") for i in range(sent)}
+    missing = expected - copied
+    assert not missing, f"{len(missing)} of {sent} records lost, e.g. {sorted(missing)[:3]}"
+    assert back
+    assert resumed_s <= RESUME_WITHIN_S
+    assert rss_mb <= MAX_RSS_MB

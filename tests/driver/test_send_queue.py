@@ -1,0 +1,159 @@
+"""The replication's bounded send queue, its per-partition backlog and the outage reasons (pure logic:
+a stand-in producer that takes a fixed number of records; the real target is in
+test_replication_outages.py)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from driver.replication_stats import PartitionStats
+from driver.send_queue import OUTAGE_AFTER_S, QueueLimits, SendQueue
+from driver.source_watch import SourceWatch
+from driver.target_writer import AtLeastOnceWriter, PartitionFlow
+
+
+@dataclass
+class Record:
+    """What the writer reads of a polled message (confluent_kafka.Message cannot be built in Python)."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    value_: bytes = b"v" * 10
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def value(self) -> bytes:
+        return self.value_
+
+    def key(self) -> None:
+        return None
+
+    def headers(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, 1_700_000_000_000
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class Producer:
+    """Takes records until `room` is used up, then raises BufferError like librdkafka's full queue."""
+
+    room: int = 1000
+    produced: list[tuple[str, int, bytes]] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes, key: object = None, partition: int = -1, **_: object) -> None:
+        if len(self.produced) >= self.room:
+            raise BufferError("Local: Queue full")
+        self.produced.append((topic, partition, value))
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+
+def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) -> AtLeastOnceWriter:
+    writer = AtLeastOnceWriter(producer, "east", "mm2-offsets.east.internal", None, limits)  # type: ignore[arg-type]
+    writer.add(PartitionFlow("t", p, "east.t", PartitionStats("east.t", "t", p)) for p in range(partitions))
+    return writer
+
+
+def acknowledge(writer: AtLeastOnceWriter, topic: str, partition: int, downstream: int) -> None:
+    writer.delivered(None, Record(topic, partition, downstream))  # type: ignore[arg-type]
+
+
+def test_records_past_the_limit_wait_in_order_and_their_partition_is_paused() -> None:
+    producer = Producer()
+    writer = writer_with(QueueLimits(max_records=3, max_bytes=1 << 20, fetch_max_bytes=1 << 20), producer)
+    writer.write([Record("t", 0, o) for o in range(5)] + [Record("t", 1, 0)])  # type: ignore[misc]
+    assert [v for _, _, v in producer.produced] == [b"v" * 10] * 3
+    assert writer.paused() == {("t", 0), ("t", 1)}
+    assert writer.queue.held_records() == 3
+    for downstream in range(2):
+        acknowledge(writer, "east.t", 0, downstream)
+    writer.tick(0.0)
+    assert writer.paused() == {("t", 1)}, "partition 0's backlog was sent, partition 1 still waits"
+    assert [f.produced for f in writer.flows.values()] == [4, -1]
+    acknowledge(writer, "east.t", 0, 2)
+    writer.tick(0.0)
+    assert writer.paused() == set()
+    assert writer.flows[("t", 0)].in_flight == deque([3, 4])
+    assert writer.flows[("t", 1)].in_flight == deque([0])
+    assert writer.flows[("t", 0)].acked == 2
+
+
+def test_a_byte_limit_holds_records_but_an_empty_queue_takes_one_larger_than_it() -> None:
+    queue = SendQueue(QueueLimits(max_records=100, max_bytes=2048, fetch_max_bytes=1 << 20))
+    assert queue.has_room(10_000)
+    queue.sent(10_000)
+    assert not queue.has_room(1)
+    queue.settled(10_000)
+    queue.sent(1000)
+    assert queue.has_room(1000) and not queue.has_room(1049)
+
+
+def test_a_full_librdkafka_queue_holds_the_record_instead_of_blocking() -> None:
+    producer = Producer(room=2)
+    writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer, partitions=1)
+    writer.write([Record("t", 0, o) for o in range(4)])  # type: ignore[misc]
+    assert len(producer.produced) == 2 and writer.paused() == {("t", 0)}
+    writer.queue.drop([("t", 0)])  # the partition revoked: its backlog is the next owner's to replay
+    assert writer.paused() == set()
+
+
+def test_a_silent_target_is_an_outage_after_a_while_and_an_acknowledgement_ends_it() -> None:
+    queue = SendQueue(QueueLimits(100, 1 << 20, 1 << 20))
+    queue.sent(10)
+    began = queue._waiting_since or 0.0
+    assert queue.outage("west", now=began + OUTAGE_AFTER_S - 1) is None
+    queue.hold(("t", 0), Record("t", 0, 1))  # type: ignore[arg-type]
+    reason = queue.outage("west", now=began + OUTAGE_AFTER_S + 5)
+    assert reason is not None and "'west'" in reason and "1 source partition(s) paused" in reason
+    queue.settled(10)
+    assert queue.outage("west") is None
+
+
+def test_queue_limits_come_from_the_settings_with_librdkafka_headroom(tmp_path) -> None:  # noqa: ANN001
+    from contract.config import ConfigError, load_config
+
+    path = tmp_path / "srm.properties"
+    path.write_text("clusters = east, west\neast.bootstrap.servers = a:9092\n"
+                    "west.bootstrap.servers = b:9092\neast->west.enabled = true\n"
+                    "east->west.replication.queue.max.bytes = 4194304\n")
+    limits = QueueLimits.from_config(load_config(path), "east", "west")
+    assert (limits.max_records, limits.max_bytes) == (100_000, 4_194_304)
+    assert limits.producer_limits()["queue.buffering.max.kbytes"] > 4096
+    path.write_text(path.read_text() + "replication.queue.max.records = 0\n")
+    with pytest.raises(ConfigError, match="replication.queue.max.records"):
+        QueueLimits.from_config(load_config(path), "east", "west")
+
+
+def test_the_source_watch_reports_only_what_a_metadata_request_confirms() -> None:
+    watch = SourceWatch("east")
+    assert watch.outage(lambda _t: None) is None
+    watch.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+
+    def refused(_timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+
+    reason = watch.outage(refused, now=1e9)
+    assert reason is not None and "source cluster 'east' unreachable" in reason and "refused" in reason
+    watch.records_arrived()
+    assert watch.outage(refused, now=1e9 + 10) is None
+    watch.on_error(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+    assert watch.outage(lambda _t: None, now=1e9 + 20) is None, "a metadata answer ends the suspicion"
+    assert not watch.suspect

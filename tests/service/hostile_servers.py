@@ -1,0 +1,147 @@
+"""Hostile HTTP sites for the gateway tests: garbage answers, tarpits, oversized and compressed bodies.
+
+Each server records what it received (``requests``: path and Authorization) or when its connection was
+cut (``closed_at``), so a test can tell what left the gateway and when the gateway let go.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from werkzeug.serving import make_server
+
+from service.app import create_app
+from service.sites.registry import RemoteService
+
+GARBAGE = {
+    "nested": b"[" * 100_000,
+    "deep": b"[" * 300 + b"]" * 300,  # parses, but orjson writes at most 254 levels
+    "bigint": b'[{"n": 1' + b"0" * 30 + b"}]",
+    "badframe": b'[{"type": "table", "columns": [], "rows": [1]}, {"target": 5, "datapoints": "x"}]',
+}
+
+
+class GarbageHandler(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        server = self.server
+        server.requests.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        body = server.body  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class SlowHandler(BaseHTTPRequestHandler):
+    """What a hostile site does after reading the request: ``server.kind`` says which trick."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        server = self.server
+        try:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if server.kind == "body-drip":  # type: ignore[attr-defined]
+                self._head(100_000)
+                for _ in range(100_000):
+                    self.wfile.write(b"[")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            elif server.kind == "header-drip":  # type: ignore[attr-defined]
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for byte in b"X-Slow: " + b"a" * 10_000:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            elif server.kind == "huge-declared":  # type: ignore[attr-defined]
+                self._head(100 * 2**20)
+                self.wfile.write(b"[" + b"0," * 100_000)
+            elif server.kind == "endless":  # type: ignore[attr-defined]
+                self._head(None)
+                while True:
+                    self.wfile.write(b"[0," * 20_000)
+            elif server.kind == "gzip":  # type: ignore[attr-defined]
+                self._head(20, {"Content-Encoding": "gzip"})
+                self.wfile.write(b"\x1f\x8b" + b"\x00" * 18)
+        except OSError:
+            server.closed_at.append(time.monotonic())  # type: ignore[attr-defined]
+
+    do_POST = do_GET  # noqa: N815 (http.server's name)
+
+    def _head(self, length: int | None, extra: dict[str, str] | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if length is None:
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Content-Length", str(length))
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.flush()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+SLOW_KINDS = ("body-drip", "header-drip", "huge-declared", "endless", "gzip")
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler],
+            kinds: dict[str, object]) -> Iterator[dict[str, ThreadingHTTPServer]]:
+    """One server per kind, each with ``kind``/``body``, ``requests`` and ``closed_at``."""
+    servers = {}
+    for kind, body in kinds.items():
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.kind, server.body = kind, body  # type: ignore[attr-defined]
+        server.requests, server.closed_at = [], []  # type: ignore[attr-defined]
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers[kind] = server
+    try:
+        yield servers
+    finally:
+        for server in servers.values():
+            server.shutdown()
+            server.server_close()
+
+
+@contextmanager
+def far_site_serving(redis_url: str) -> Iterator[int]:
+    """A real, healthy site: the app over the test Redis, on a loopback port."""
+    server = make_server("127.0.0.1", 0, create_app({"REDIS_URL": redis_url, "SERVICE_SITE": "far"}),
+                         threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+
+
+def remote(site: str, port: int) -> RemoteService:
+    return RemoteService(f"{site}@{port}", site, f"http://127.0.0.1:{port}", "127.0.0.1", port, "http", "",
+                         (site,), "test", int(time.time() * 1000), 10.0)
+
+
+class Listed:
+    def __init__(self, live: list[RemoteService]) -> None:
+        self.live = live
+
+    def services(self) -> list[RemoteService]:
+        return list(self.live)
+
+    def expired_services(self) -> list[RemoteService]:
+        return []
