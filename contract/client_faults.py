@@ -60,6 +60,23 @@ class ClusterRejected(ClusterUnavailable):
         self.fault = fault
 
 
+class RequestRefused(ClusterUnavailable):
+    """A cluster that accepts this client refused some of its requests for lack of permission (its
+    ACLs). Unlike ClusterRejected the client keeps working, so the cluster still takes our reports.
+    ``resources`` names what was refused (topics); the message is safe to log and to report."""
+
+    def __init__(self, alias: str, message: str, resources: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.alias, self.resources = alias, tuple(resources)
+
+    @classmethod
+    def joined(cls, refusals: list[RequestRefused]) -> RequestRefused:
+        if len(refusals) == 1:
+            return refusals[0]
+        return cls(refusals[0].alias, "; ".join(str(r) for r in refusals),
+                   [name for r in refusals for name in r.resources])
+
+
 @dataclass(frozen=True)
 class ConnectivityFault:
     alias: str

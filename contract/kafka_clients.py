@@ -32,11 +32,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable
+from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable, RequestRefused
 from contract.config import SrmConfig
 from contract.librdkafka_logs import client_log_settings
 
-__all__ = ["ClusterRejected", "ClusterUnavailable"]
+__all__ = ["ClusterRejected", "ClusterUnavailable", "RequestRefused"]
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ METADATA_STEP_S = 1.0
 # A cluster back from an outage is found within 2 s (librdkafka's reconnect back-off grows to 10 s).
 CLIENT_TIMEOUTS: dict[str, object] = {"socket.connection.setup.timeout.ms": 10_000,
                                        "socket.timeout.ms": 30_000, "reconnect.backoff.max.ms": 2000}
+# A request refused for lack of permission: the cluster's ACLs, not an outage, so retrying soon will not
+# help until someone grants it; the caller reports it and carries on with what it may do.
+AUTHORIZATION_FAILURES = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                    KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+MAX_NAMED = 3  # topics named in one refusal; the rest are counted
 
 
 class WatchedAdmin(AdminClient):
@@ -192,13 +197,21 @@ def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> No
         return
     new = [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
                     config=s.configs) for s in specs]
+    refused: list[str] = []
+    code = ""
     for name, future in client.create_topics(new, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
             await_result(client, future)
             LOG.info("created topic %s on %s", name, alias)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if exc.args[0].code() in AUTHORIZATION_FAILURES:
+                refused.append(name)
+                code = exc.args[0].name()
+            elif exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ClusterUnavailable(f"cannot create topic {name!r} on {alias!r}: {exc}") from exc
+    if refused:
+        raise authorization_refusal(alias, "create topic", refused, code,
+                                    "CREATE on the topic (or the cluster)")
 
 
 def grow_partitions(client: AdminClient, alias: str, counts: dict[str, int]) -> None:
@@ -206,13 +219,30 @@ def grow_partitions(client: AdminClient, alias: str, counts: dict[str, int]) -> 
     if not counts:
         return
     requests = [NewPartitions(name, count) for name, count in counts.items()]
+    refused: list[str] = []
+    code = ""
     for name, future in client.create_partitions(requests, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
             await_result(client, future)
             LOG.info("grew topic %s on %s to %d partitions", name, alias, counts[name])
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:  # raced: already grown
+            if exc.args[0].code() in AUTHORIZATION_FAILURES:
+                refused.append(name)
+                code = exc.args[0].name()
+            elif exc.args[0].code() != KafkaError.INVALID_PARTITIONS:  # raced: already grown
                 raise ClusterUnavailable(f"cannot add partitions to {name!r} on {alias!r}: {exc}") from exc
+    if refused:
+        raise authorization_refusal(alias, "add partitions to", refused, code, "ALTER on the topic")
+
+
+def authorization_refusal(alias: str, action: str, names: list[str], code: str,
+                          needed: str) -> RequestRefused:
+    """Names the cluster, the topics and the missing permission; librdkafka's own words add nothing
+    ("Authorization failed.") and the principal's credentials never appear."""
+    shown = ", ".join(repr(name) for name in sorted(names)[:MAX_NAMED])
+    more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return RequestRefused(alias, f"{alias}: not authorized to {action} {shown}{more} ({code}): "
+                                 f"the client's principal needs {needed}", names)
 
 
 def topic_configs(client: AdminClient, alias: str, topics: list[str]) -> dict[str, list[TopicConfigEntry]]:

@@ -16,7 +16,8 @@ Outages (`driver.copy_flow`): while the target takes nothing in, copied records 
 queue and then in the backlog of their paused source partitions (`driver.send_queue`); while the
 source does not answer, nothing arrives (`driver.source_watch`). Either way the loop keeps running, so
 the worker stays in its group, reports FAILED with the reason while the outage lasts, and copies on as
-soon as it ends.
+soon as it ends. So does a target refusing to create a remote topic (`driver.topic_sync`): that topic
+is left out, the others are copied.
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ from driver.target_writer import (
     PartitionFlow,
     TransactionalWriter,
 )
-from driver.topic_filter import should_replicate_topic
-from driver.topic_sync import TopicSync
+from driver.topic_sync import TopicRefusals, TopicSync
 
 LOG = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class ReplicationWorker(threading.Thread):
         self._topics: dict[str, int] = {}
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
+        self.refusals = TopicRefusals(replication.name)
 
     @property
     def topics(self) -> dict[str, int]:
@@ -171,6 +172,9 @@ class ReplicationWorker(threading.Thread):
                 self._start_refresh()
             if not self._refreshing.apply_finished(self._apply_topics):
                 next_refresh = now + REFRESH_RETRY_S
+            if self.refusals.reason is not None:  # granting the ACL is all it takes: look again soon
+                next_refresh = min(next_refresh, now + REFRESH_RETRY_S)
+            next_report = now if self.refusals.take_change() else next_report  # a new status goes out now
             if self.acl_sync is not None and now >= next_acls and not silent:
                 self._sync_acls()
                 next_acls = now + self.acl_interval_s
@@ -269,26 +273,21 @@ class ReplicationWorker(threading.Thread):
         self._control_version = version
         return changed
 
+    def _control_lists(self) -> tuple[frozenset[str], frozenset[str]]:  # srm-control's allow, deny
+        source, target, control = self.replication.source, self.replication.target, self.control
+        return control.topic_lists(source, target) if control is not None else (frozenset(), frozenset())
+
     def _eligible_topics(self) -> dict[str, int]:
-        source, target = self.replication.source, self.replication.target
-        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
-                       else (frozenset(), frozenset()))
-        return self.topic_sync.refresh(allow, deny)
+        return self.topic_sync.refresh(*self._control_lists())
 
     def _apply_topics(self, eligible: dict[str, int]) -> None:
         if eligible != self._topics:
             self._subscribe(eligible)
         self.refreshes += 1
+        self.refusals.note(self.topic_sync.refusal, REFRESH_RETRY_S)
 
     def _sync_acls(self) -> None:
-        source, target = self.replication.source, self.replication.target
-        allow, deny = (self.control.topic_lists(source, target) if self.control is not None
-                       else (frozenset(), frozenset()))
-        topic_filter, heartbeats = self.topic_sync.topic_filter, self.topic_sync.heartbeats
-
-        def eligible(topic: str) -> bool:
-            return should_replicate_topic(topic, topic_filter, self.policy, target, heartbeats, allow, deny)
-
+        eligible = functools.partial(self.topic_sync.is_eligible, lists=self._control_lists())
         self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
@@ -309,7 +308,8 @@ class ReplicationWorker(threading.Thread):
         keys = [(tp.topic, tp.partition) for tp in partitions]
         counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
                   .items() if t in {k[0] for k in keys}}
-        self.topic_sync.ensure_remote(counts)  # new source partitions may reach us before our refresh
+        # New partitions may come before our refresh; refused, the worker restarts without their topic.
+        self.topic_sync.ensure_remote(counts)
         if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
             self.emitter.forget(keys)
         if isinstance(self.writer, TransactionalWriter):
@@ -360,6 +360,8 @@ class ReplicationWorker(threading.Thread):
         self.stats.error = None
         if self.flow.outage is not None:  # Connect's FAILED with its trace: the reason, while it lasts
             self.stats.status, self.stats.error = DriverStatus.FAILED, self.flow.outage
+        elif self.refusals.reason is not None:
+            self.stats.status, self.stats.error = DriverStatus.FAILED, self.refusals.reason[:300]
         self._produce_metrics(self.stats.drain())
         self.backoff.succeeded()
 

@@ -5,6 +5,11 @@ the source's replicable configs, raised to the source count when the source grow
 its configs re-synced on every refresh with DefaultConfigPropertyFilter's exclusions: read-only,
 sensitive and static-broker entries never travel; entries at their default value are deleted on the
 target (its own default applies) unless `use.defaults.from = source`.
+
+A target that refuses to create (or grow) a remote topic for lack of permission does not stop the
+others: the refused topics are left out of what is copied (their records would have nowhere to go)
+and `refusal` says why, for the replication to report FAILED until the next refresh succeeds. MM2
+only logs such a refusal, and its task then fails on records it cannot send, with a timeout as reason.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from contract import kafka_clients
 from contract.config import SrmConfig
-from contract.kafka_clients import TopicConfigEntry, TopicSpec
+from contract.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.replication_policy import ReplicationPolicy
 from contract.settings import SETTINGS
 from driver.topic_filter import TopicFilter, should_replicate_topic, topic_filter_for
@@ -77,6 +82,8 @@ class TopicSync:
         # MM2 defaults to 2 replicas; -1 lets the target broker decide when the file does not say.
         self.replication_factor = config.setting("replication.factor", source, target) or -1
         self._applied: dict[str, ConfigChanges] = {}
+        # Why the last refresh left topics out (the target refused their remote topics), or None.
+        self.refusal: RequestRefused | None = None
 
     def eligible(self, counts: dict[str, int], allow: Set[str] = frozenset(),
                  deny: Set[str] = frozenset()) -> dict[str, int]:
@@ -84,26 +91,48 @@ class TopicSync:
                 if should_replicate_topic(t, self.topic_filter, self.policy, self.target, self.heartbeats,
                                           allow, deny)}
 
+    def is_eligible(self, topic: str, lists: tuple[Set[str], Set[str]] = (frozenset(), frozenset())) -> bool:
+        """Whether ``topic`` is replicated, given the srm-control (allow, deny) ``lists``."""
+        return should_replicate_topic(topic, self.topic_filter, self.policy, self.target, self.heartbeats,
+                                      *lists)
+
     def refresh(self, allow: Set[str] = frozenset(), deny: Set[str] = frozenset()) -> dict[str, int]:
-        """Eligible source topic -> partition count, once every remote topic exists with that count."""
+        """Eligible source topic -> partition count, of the topics whose remote topic exists with that
+        count; the ones the target refused are left out, and ``refusal`` says why."""
         eligible = self.eligible(kafka_clients.partition_counts(self.source_admin, self.source), allow, deny)
-        self.ensure_remote(eligible)
+        try:
+            self.ensure_remote(eligible)
+            self.refusal = None
+        except RequestRefused as refused:
+            self.refusal = refused
+            eligible = {t: n for t, n in eligible.items() if self.remote(t) not in refused.resources}
         if self.sync_configs:
             self._sync_configs(sorted(eligible))
         return eligible
 
     def ensure_remote(self, counts: dict[str, int]) -> None:
         """Create missing remote topics and grow the ones with fewer partitions than their source."""
+        """Create missing remote topics and grow the ones with fewer partitions than their source.
+        Raises RequestRefused naming every topic the target refused, after doing the rest."""
         remote_counts = kafka_clients.partition_counts(self.target_admin, self.target)
         missing = {t: n for t, n in counts.items() if self.remote(t) not in remote_counts}
+        refusals: list[RequestRefused] = []
         if missing:
             source_configs = kafka_clients.topic_configs(self.source_admin, self.source, sorted(missing))
-            kafka_clients.ensure_topics(self.target_admin, self.target, [
-                TopicSpec(self.remote(t), n, creation_configs(source_configs.get(t, []), self.excluded),
-                          self.replication_factor) for t, n in missing.items()])
+            try:
+                kafka_clients.ensure_topics(self.target_admin, self.target, [
+                    TopicSpec(self.remote(t), n, creation_configs(source_configs.get(t, []), self.excluded),
+                              self.replication_factor) for t, n in missing.items()])
+            except RequestRefused as refused:
+                refusals.append(refused)
         grow = {self.remote(t): n for t, n in counts.items()
                 if self.remote(t) in remote_counts and remote_counts[self.remote(t)] < n}
-        kafka_clients.grow_partitions(self.target_admin, self.target, grow)
+        try:
+            kafka_clients.grow_partitions(self.target_admin, self.target, grow)
+        except RequestRefused as refused:
+            refusals.append(refused)
+        if refusals:
+            raise RequestRefused.joined(refusals)
 
     def remote(self, topic: str) -> str:
         return self.policy.format_remote_topic(self.source, topic)
@@ -117,3 +146,29 @@ class TopicSync:
             kafka_clients.alter_topic_configs(self.target_admin, self.target, self.remote(topic),
                                               changes.set_values, set(changes.delete))
             self._applied[topic] = changes
+
+
+class TopicRefusals:
+    """What the target refuses a replication, as it reports it: the reason (None while nothing is
+    refused), one WARNING when a refusal starts or changes, one INFO when it ends."""
+
+    def __init__(self, replication: str) -> None:
+        self.replication = replication
+        self.reason: str | None = None
+        self._changed = False
+
+    def note(self, refused: RequestRefused | None, retry_s: float) -> None:
+        reason = None if refused is None else str(refused)
+        if reason == self.reason:
+            return
+        if reason is not None:
+            LOG.warning("%s: %s; the other topics are copied, the refused ones tried again every %.0f s",
+                        self.replication, reason, retry_s)
+        else:
+            LOG.info("%s: the target now has every remote topic it needs", self.replication)
+        self.reason, self._changed = reason, True
+
+    def take_change(self) -> bool:
+        """True once after each change of reason, so the status is published at once."""
+        changed, self._changed = self._changed, False
+        return changed

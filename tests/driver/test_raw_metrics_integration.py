@@ -4,19 +4,33 @@ A backlog of records written ten minutes "ago" (CreateTime) drains: records_lag 
 rises, each report's lag is the source end minus the next offset to copy, record_age_ms is at least
 ten minutes, and the record counts add up. A group commits at a known time: its checkpoint latency is
 within one checkpoint interval of it, and the group's downstream offset is the checkpoint written.
+A target whose ACLs refuse the driver's SCRAM user CREATE on a remote topic makes the replication
+report FAILED naming that topic while its other topics are copied, and RUNNING once CREATE is granted.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from contract.records import raw_metrics
 from contract.records.mm2 import Checkpoint
-from contract.records.raw_metrics import GroupMetrics, PartitionMetrics
+from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
+from stack.kafka_cluster import KafkaCluster
+from stack.pki import StackPki
+from stack.secured_listeners import BrokerSecurity, client_properties
 from tests.interop.support import (
     alter_group_offsets,
     create_topic,
@@ -119,3 +133,109 @@ def test_checkpoint_latency(kafka_clusters: dict[str, str], tmp_path: Path) -> N
     ours = [c for c in checkpoints if c.consumer_group_id == group]
     assert ours and report.group_downstream_offset == ours[-1].downstream_offset
     assert report.group_upstream_offset == 321
+
+
+# --- The target refuses to create a remote topic ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guarded_west(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A west that enforces ACLs (KRaft's StandardAuthorizer) and takes the driver's SCRAM login on
+    its SASL listener; PLAINTEXT (the test's own clients) is the super user."""
+    pki = StackPki(tmp_path_factory.mktemp("guarded-pki")).create()
+    cluster = KafkaCluster("west", tmp_path_factory.mktemp("guarded-west"), authorizer=True,
+                           security=BrokerSecurity(pki)).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def allow(principal: str, pattern: ResourcePatternType, name: str, *operations: AclOperation,
+          resource: ResourceType = ResourceType.TOPIC) -> list[AclBinding]:
+    return [AclBinding(resource, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
+            for op in operations]
+
+
+def grant(bootstrap: str, bindings: list[AclBinding]) -> None:
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    for future in client.create_acls(bindings, request_timeout=30).values():
+        future.result()
+
+
+def replication_reports(west: str, start: int) -> list[ReplicationMetrics]:
+    if total_records(west, "srm-metrics.east.internal", 1) <= start:  # none yet, or no topic yet
+        return []
+    return [m for m in metrics_of(west, start) if isinstance(m, ReplicationMetrics)]
+
+
+def test_failed_status_when_target_refuses_remote_topic(kafka_clusters: dict[str, str],
+                                                         guarded_west: KafkaCluster, tmp_path: Path) -> None:
+    """The driver logs in to west as a user that may run the replication's internal topics and write
+    to `east.*`, but not create topics there. Topic `a` has its remote topic created by an operator
+    beforehand, `b` has none: the replication reports FAILED naming `east.b` and the authorization
+    failure while it copies `a`; once CREATE is granted it reports RUNNING and copies `b` too. A topic
+    `c` appearing while the driver runs is refused the same way, and recovers the same way."""
+    east, west = kafka_clusters["east"], guarded_west.bootstrap_servers
+    security = guarded_west.security
+    assert security is not None
+    principal = f"User:{security.user}"
+    suffix = tag()
+    a, b, c = (f"refused-{suffix}-{name}" for name in "abc")
+    for topic in (a, b):
+        create_topic(east, topic, 1)
+        produce_values(east, topic, 1, 50)
+    create_topic(west, f"east.{a}", 1)  # as an operator would, with the super user
+    literal, prefixed = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    grant(west, [
+        *allow(principal, prefixed, "srm-", AclOperation.ALL),  # raw metrics, srm-control
+        *allow(principal, literal, "mm2-offsets.east.internal", AclOperation.ALL),  # progress
+        *allow(principal, literal, "heartbeats", AclOperation.ALL),
+        *allow(principal, prefixed, "srm-", AclOperation.ALL, resource=ResourceType.GROUP),
+        # Everything a replication does with its remote topics but create them.
+        *allow(principal, prefixed, "east.", AclOperation.WRITE, AclOperation.DESCRIBE,
+               AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALTER)])
+    start = total_records(west, "srm-metrics.east.internal", 1)
+    bootstraps = {"east": east, "west": guarded_west.secured_bootstrap("sasl_plaintext")}
+    login = client_properties("sasl_plaintext", security)
+    settings = {"topics": f"refused-{suffix}-.*", "emit.checkpoints.enabled": "false",
+                **{f"west.{key}": value for key, value in login.items()}}
+
+    def report(status: str, refused: str | None = None) -> Callable[[], ReplicationMetrics | None]:
+        def found() -> ReplicationMetrics | None:
+            for m in reversed(replication_reports(west, start)):
+                if m.status == status and (refused is None or (m.error and f"'east.{refused}'" in m.error)):
+                    return m
+            return None
+        return found
+
+    with running_driver(tmp_path, bootstraps, [("east", "west")], settings) as driver:
+        failed = wait_until(report("FAILED", b), 30, f"a FAILED report naming east.{b}")
+        assert failed.error is not None and "authoriz" in failed.error.lower(), failed.error
+        assert f"east.{a}" not in failed.error, failed.error
+        assert security.password not in failed.error
+        # Refused is not stopped: the topic the target has is copied meanwhile.
+        wait_until(lambda: total_records(west, f"east.{a}", 1) == 50, 30, f"east.{a} on west")
+        assert f"east.{b}" not in AdminClient({"bootstrap.servers": west}).list_topics(timeout=10).topics
+
+        start = total_records(west, "srm-metrics.east.internal", 1)
+        grant(west, allow(principal, literal, f"east.{b}", AclOperation.CREATE))
+        wait_until(lambda: total_records(west, f"east.{b}", 1) == 50, 40, f"east.{b} on west after the grant")
+        running = wait_until(report("RUNNING"), 20, "a RUNNING report after the grant")
+        assert running.error is None and running.topics_replicated == 2
+
+        start = total_records(west, "srm-metrics.east.internal", 1)
+        create_topic(east, c, 1)
+        produce_values(east, c, 1, 20)
+        failed = wait_until(report("FAILED", c), 40, f"a FAILED report naming east.{c}")
+        assert "authoriz" in (failed.error or "").lower() and security.password not in (failed.error or "")
+        produce_values(east, a, 1, 10)  # the others keep flowing
+        wait_until(lambda: total_records(west, f"east.{a}", 1) == 60, 30, f"new records of {a} on west")
+
+        start = total_records(west, "srm-metrics.east.internal", 1)
+        grant(west, allow(principal, prefixed, "east.", AclOperation.CREATE))
+        wait_until(lambda: total_records(west, f"east.{c}", 1) == 20, 40, f"east.{c} on west after the grant")
+        running = wait_until(report("RUNNING"), 20, "a RUNNING report after the second grant")
+        assert running.error is None and running.topics_replicated == 3
+        driver.assert_running()
+    assert security.password not in driver.log
