@@ -124,12 +124,15 @@ def mid_batch(checkpoint: Path, at_least: int) -> int | None:
 
 
 def comparable_snapshot(client: redis.Redis) -> dict:
-    """Every key but the sink's own state and the lag-in-seconds history. That history gets one sample
-    per subject per micro-batch (the batch's newest report, from which the sink derives the figure), so
-    where batches begin and end decides which windows hold a sample: a killed and restarted run cuts its
-    batches elsewhere than one uninterrupted run. Its latest values are compared as everything else."""
+    """Every key but the sink's own state, the aggregator's probe of its target (a reading of the
+    clock, not of the data) and the lag-in-seconds history. That history gets one sample per subject per
+    micro-batch (the batch's newest report, from which the sink derives the figure), so where batches
+    begin and end decides which windows hold a sample: a killed and restarted run cuts its batches
+    elsewhere than one uninterrupted run. Its latest values are compared as everything else."""
+    probes = {layout.cluster_reachability_key("west"), layout.aggregator_restarts_key("west")}
+
     def excluded(key: str) -> bool:
-        return key.startswith(f"{layout.PREFIX}:batch:") or any(
+        return key.startswith(f"{layout.PREFIX}:batch:") or key in probes or any(
             f":{metric}:" in key for metric in ("lag_seconds", "group_lag_seconds"))
     return snapshot(client, exclude=excluded)
 
