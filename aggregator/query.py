@@ -83,6 +83,11 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     return query
 
 
+def rollup_sink(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
+    """The sink of a running rollup query (its last batch's partials: RedisRollupSink.last_collected)."""
+    return _sinks_of(spark).get(str(query.id))
+
+
 def kafka_columns(kafka: DataFrame) -> DataFrame:
     """The Kafka rows as raw_records.flat_table takes them: a plan re-planned in no time each batch."""
     return kafka.select("topic", "partition", "offset", F.unix_millis("timestamp").alias("kafka_ts"), "value")

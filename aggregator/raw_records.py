@@ -1,9 +1,9 @@
 """Raw-metrics Kafka records (Arrow, as a micro-batch hands them over) -> flat typed rows, one a record.
 
-The streaming query carries the Kafka columns only (query.kafka_columns); the JSON is parsed here, in the
-sink, by Arrow's JSON reader. Parsed by Spark (from_json and a projection of ~50 columns) every batch paid
-~0.3-0.6 s of Catalyst analysis and planning whatever its size, and ~1 s per 100k records; Arrow parses
-100k in ~0.1-0.3 s.
+The streaming query carries the Kafka columns only (query.kafka_columns); the JSON is parsed here, in
+each Spark task's Python worker (partition_partials), by Arrow's JSON reader. Parsed by Spark (from_json
+and a projection of ~50 columns) every batch paid ~0.3-0.6 s of Catalyst analysis and planning whatever
+its size, and ~1 s per 100k records; Arrow parses 100k in ~0.1-0.3 s.
 
 Records that do not parse, or parse but are not valid raw metrics, become rows of kind `invalid` with
 their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal. Anyone

@@ -1,15 +1,16 @@
 """foreachBatch sink: one Spark micro-batch -> partial windows -> Redis, committed once.
 
-The batch's Kafka records are collected as Arrow, parsed (raw_records) and aggregated on their own
-(window_partials). Merging partials into stored windows is not idempotent, so a batch's partial windows
-(staged, see window_writer), index updates, invalid-record counts and the sink state (batch id and newest
-event ts) go in a single MULTI: Redis holds either all of them or none, and a batch Spark replays after a
-crash is skipped when its id is not above the stored one. Spark replays a batch with the offsets it
-logged, so a run killed mid-batch and restarted leaves Redis as an uninterrupted run does. The staged
-windows are merged into the windows of every size by the window writer (for the streaming query a child
-process, while Spark reads the next batch), in batch order, exactly once (a crash leaves them staged; they
-are merged on restart). Latest values are idempotent and go first, in their own transaction
-(_write_latest).
+The batch's Kafka records are parsed (raw_records) and aggregated (window_partials) by Spark's tasks, one
+per Kafka partition, in the executors' Python workers (partition_partials); the driver receives their
+partials and merges what several tasks share. Merging partials into stored windows is not idempotent, so
+a batch's partial windows (staged, see window_writer), index updates, invalid-record counts and the sink
+state (batch id and newest event ts) go in a single MULTI: Redis holds either all of them or none, and a
+batch Spark replays after a crash is skipped when its id is not above the stored one. Spark replays a
+batch with the offsets it logged, so a run killed mid-batch and restarted leaves Redis as an
+uninterrupted run does. The staged windows are merged into the windows of every size by the window writer
+(for the streaming query a child process, while Spark reads the next batch), in batch order, exactly once
+(a crash leaves them staged; they are merged on restart). Latest values are idempotent and go first, in
+their own transaction (_write_latest).
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -39,7 +40,8 @@ from pyspark.sql import DataFrame
 from aggregator import latest_values, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
-from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, late_counts, on_time
+from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
+from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory
 from aggregator.window_partials import BatchPartials
@@ -115,6 +117,7 @@ class RedisRollupSink:
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
+        self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -155,22 +158,23 @@ class RedisRollupSink:
         if self._already_committed(state, batch_id):
             return
         began = time.monotonic()
-        # Arrow hands the Kafka rows over in columnar batches: several times faster than pickled Rows.
-        kafka = batch.toArrow()
-        collected = time.monotonic()
-        now_ms = _now_ms()  # one clock reading judges the whole batch
-        flat = flat_table(kafka, self.target, now_ms)
-        watermark = state.watermark_ms(self.watermark_delay_ms, now_ms)
-        late = late_counts(flat, watermark)
-        flat = on_time(flat, watermark)
-        parsed = time.monotonic()
-        batch_partials = window_partials.partials(flat)
-        batch_partials.late = late
-        LOG.debug("%s: batch %d: %d records collected in %.0f ms, parsed in %.0f ms, %d partial windows in "
-                  "%.0f ms", self.query_name, batch_id, flat.num_rows, (collected - began) * 1000,
-                  (parsed - collected) * 1000, len(batch_partials.windows),
-                  (time.monotonic() - parsed) * 1000)
+        # Parsed and aggregated where Spark reads each Kafka partition (partition_partials): only the
+        # partials cross to the driver, in Arrow. One clock reading judges the whole batch.
+        now_ms = _now_ms()
+        mapper = PartitionPartials(self.target, state.watermark_ms(self.watermark_delay_ms, now_ms), now_ms)
+        parts = batch.mapInArrow(mapper, SPARK_SCHEMA).toArrow()
+        computed = time.monotonic()
+        collected = collect(parts)
+        self.last_collected = collected
+        batch_partials = collected.partials
+        LOG.debug("%s: batch %d: %d records -> %d partial windows and %d latest candidates (%d bytes) in %d "
+                  "tasks in %.0f ms, merged in %.0f ms", self.query_name, batch_id, collected.records,
+                  batch_partials.windows.num_rows, collected.latest_candidates, collected.bytes,
+                  collected.tasks, (computed - began) * 1000, (time.monotonic() - computed) * 1000)
         self.write(batch_partials, batch_id, state)
+        # Arrow's allocator keeps freed pages for reuse: a driver that once held a large batch would
+        # keep its size. The partials of the next batch are allocated afresh in a few ms.
+        pa.default_memory_pool().release_unused()
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))

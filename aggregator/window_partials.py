@@ -78,6 +78,29 @@ def partials(flat: pa.Table) -> BatchPartials:
     return BatchPartials(window_partials(flat), latest_records(flat), invalid_excerpts(flat))
 
 
+def merge_partials(parts: list[pa.Table]) -> pa.Table:
+    """Partial windows of several parts of one batch (its Kafka partitions, each aggregated on its own by
+    window_partials) -> what window_partials gives for the whole batch. A (level, subject, window) in
+    one part only is kept as it is; one in several (a topic's partitions read by several tasks, the
+    replication level) is rolled up with the rule of merge_windows, which does not depend on the
+    order of the parts."""
+    if not parts:
+        return partials_schema().empty_table()
+    whole = pa.concat_tables([_with_schema(part) for part in parts])
+    if len(parts) < 2 or whole.num_rows == 0:
+        return whole
+    keys = [*KEY_COLUMNS, "window_start"]
+    _, numbered = _numbered_subjects(whole.select(keys), keys)
+    sizes = numbered.group_by("subject", use_threads=False).aggregate([("subject", "count")])
+    shared_keys = sizes.filter(pc.greater(sizes["subject_count"], 1))["subject"]
+    shared = pc.is_in(numbered["subject"], value_set=shared_keys.combine_chunks())
+    if not pc.any(shared).as_py():
+        return whole
+    rows = whole.filter(shared)
+    metrics = [m for m in ALL_METRICS if rows[f"{m}__n"].null_count < rows.num_rows]
+    return pa.concat_tables([whole.filter(pc.invert(shared)), _with_schema(_roll_up(rows, metrics))])
+
+
 def _present_metrics(flat: pa.Table) -> list[str]:
     """The metrics some record of the batch carries: aggregating the others would only make nulls."""
     columns = {name: f"{name}__count" if spec.kind is MetricKind.LATENCY else name
@@ -233,9 +256,19 @@ def _renamed(table: pa.Table, aggregates: list[tuple[str, str]]) -> pa.Table:
 
 def latest_records(flat: pa.Table) -> list[dict[str, Any]]:
     """The newest record of each subject (greatest ts, then Kafka offset), None fields left out."""
+    return records_of(latest_table(flat))
+
+
+def records_of(latest: pa.Table) -> list[dict[str, Any]]:
+    """Rows of latest_table as the sink takes them: dicts without their None fields."""
+    return [{k: v for k, v in record.items() if v is not None} for record in latest.to_pylist()]
+
+
+def latest_table(flat: pa.Table) -> pa.Table:
+    """latest_records as one Arrow row per subject (subject columns and LATEST_FIELDS)."""
     valid = flat.filter(pc.not_equal(flat["kind"], INVALID_KIND))
     if valid.num_rows == 0:
-        return []
+        return valid.select([*SUBJECT_COLUMNS, *LATEST_FIELDS])
     subjects, numbered = _numbered_subjects(valid.select([*SUBJECT_COLUMNS, "offset", *LATEST_FIELDS]),
                                             SUBJECT_COLUMNS)
     ordered = numbered.sort_by([(c, "ascending") for c in ("subject", "ts", "offset")])
@@ -244,9 +277,7 @@ def latest_records(flat: pa.Table) -> list[dict[str, Any]]:
         [(f, "last", keep_nulls) for f in LATEST_FIELDS])
     newest = newest.rename_columns([c.removesuffix("_last") for c in newest.column_names])
     named = subjects.take(newest["subject"])
-    records = pa.table({**{c: named[c] for c in SUBJECT_COLUMNS},
-                        **{c: newest[c] for c in LATEST_FIELDS}})
-    return [{k: v for k, v in record.items() if v is not None} for record in records.to_pylist()]
+    return pa.table({**{c: named[c] for c in SUBJECT_COLUMNS}, **{c: newest[c] for c in LATEST_FIELDS}})
 
 
 def invalid_excerpts(flat: pa.Table) -> dict[tuple[str, str, int, int], str]:

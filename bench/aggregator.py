@@ -1,4 +1,4 @@
-"""Aggregator throughput and freshness on a real Kafka broker, Redis and local[2] Spark.
+"""Aggregator throughput, freshness and driver load on a real Kafka broker, Redis and local[2] Spark.
 
 1. Throughput: S series x P periods of synthetic raw metrics are produced first, then one query
    drains them in batches of --max-offsets. A batch is done when its windows are merged in Redis (one
@@ -7,13 +7,22 @@
    the last warm-up batch's to the last batch's). The query's first batches (JVM warm-up, every series
    numbered and read) and the pipeline's fill and drain are left out; the figure with the drain (from
    the first steady batch's start) is printed too.
-2. Freshness: records are produced live at RATE records/s (ts = now); a probe partition's latest
+2. Driver load, measured in the same run: `driver_bytes_per_record` is the Arrow bytes the driver
+   process collects from Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this
+   process (the Spark driver's Python side, where foreachBatch runs) plus its window-writer child, over
+   the steady batches, less the bench's own polling thread. The JVM is left out: in local[2] it hosts
+   the executors too. `driver_cpu_growth` = CPU per batch of the throughput run / CPU per batch of a
+   run with the same series, the same batch count and the same event-time span per batch, but a
+   quarter of the records per series (a report every 4 periods instead of every period).
+   The driver's peak RSS (VmHWM) is printed after the throughput run.
+3. Freshness: records are produced live at RATE records/s (ts = now); a probe partition's latest
    value is polled in Redis, freshness = when its new `ts` became readable - that ts.
 
-Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms>`, targets 50 000 records/s
-and p99 2 000 ms at 20 000 records/s; the ratios to them are printed on the line before.
+Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms> driver_bytes_per_record=<b>
+driver_cpu_growth=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000 records/s and growth 1.25,
+the ratios to them on the line before. The machine is shared: run it alone (flock /work/bench.lock).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
-[--max-offsets 200000]
+[--max-offsets 200000] [--skip-growth]
 """
 
 from __future__ import annotations
@@ -21,11 +30,13 @@ from __future__ import annotations
 import argparse
 import bisect
 import logging
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
@@ -46,7 +58,9 @@ from stack.kafka_cluster import KafkaClusters  # noqa: E402
 from stack.redis_server import RedisServer  # noqa: E402
 
 LOG = logging.getLogger("bench.aggregator")
-TARGET_RPS, TARGET_P99_MS = 50_000, 2_000
+TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH = 100_000, 1_000, 1.25
+GROWTH = 4  # records per series of the throughput run / of the growth baseline
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WARM_UP_BATCHES = 2
 TEMPLATE = ('{"v":1,"kind":"partition","ts":%d,"period_ms":1000,"source":"%s","target":"bench",'
             '"topic":"%s.t%d","upstream_topic":"t%d","partition":%d,"record_count":%d,"byte_count":%d,'
@@ -83,56 +97,148 @@ def produce(producer: Producer, topic: str, payloads: list[tuple[bytes, bytes]])
     producer.poll(0)
 
 
-class MergeClock:
-    """When the query's applied batch id (aggregator.window_writer) reached each value, polled."""
+class DriverLoad:
+    """What the driver process takes: Arrow bytes collected from Spark, and CPU (this process and its
+    children but the JVM, less the bench's polling thread)."""
 
-    def __init__(self, client: redis.Redis, query: StreamingQuery) -> None:
+    collected_total = 0  # bytes of every table DataFrame.toArrow returned in this process
+
+    def __init__(self) -> None:
+        self._collected_before = DriverLoad.collected_total
+        self.excluded_tids: set[int] = set()
+
+    @property
+    def collected_bytes(self) -> int:
+        return DriverLoad.collected_total - self._collected_before
+
+    @staticmethod
+    def count_collected() -> None:
+        """Counts what DataFrame.toArrow hands the driver (the sink's only way to take data from Spark,
+        before and after the map side moved to the executors)."""
+        original = ClassicDataFrame.toArrow
+
+        def counted(frame: ClassicDataFrame):  # noqa: ANN202
+            table = original(frame)
+            DriverLoad.collected_total += table.nbytes
+            return table
+
+        ClassicDataFrame.toArrow = counted  # type: ignore[method-assign]
+
+    def cpu_seconds(self) -> float:
+        ticks = _ticks(Path("/proc/self/stat"))
+        ticks -= sum(_ticks(Path(f"/proc/self/task/{tid}/stat")) for tid in self.excluded_tids)
+        for child in _children(os.getpid()):
+            ticks += _ticks(Path(f"/proc/{child}/stat"))
+        return ticks / CLOCK_TICKS
+
+    @staticmethod
+    def rss_mb(field: str = "VmHWM") -> float:
+        """The driver process's peak (VmHWM) or current (VmRSS) resident memory."""
+        status = Path("/proc/self/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith(f"{field}:"))
+        return int(line.split()[1]) / 1024
+
+
+def _stat_fields(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except OSError:  # the process or thread ended
+        return []
+    return text[text.rindex(")") + 2:].split()
+
+
+def _ticks(path: Path) -> int:
+    fields = _stat_fields(path)
+    return int(fields[11]) + int(fields[12]) if fields else 0  # utime + stime
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes but the JVM (the Spark driver's window writer; in local mode the JVM is a child
+    too, and it runs the executors)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(entry / "stat")
+            if fields and int(fields[1]) == pid and b"java" not in _program(entry):
+                out.append(int(entry.name))
+    return out
+
+
+def _program(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+class MergeClock:
+    """When the query's applied batch id (aggregator.window_writer) reached each value, polled, and the
+    driver's CPU then."""
+
+    def __init__(self, client: redis.Redis, query: StreamingQuery, load: DriverLoad) -> None:
         self.key = layout.applied_batch_key(query_scope(query.name, str(query.id)))
         self.client = client
-        self.seen: list[tuple[float, int]] = []
+        self.load = load
+        self.seen: list[tuple[float, int, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
-        while not self._stop.is_set():
-            raw = self.client.get(self.key)
-            if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
-                self.seen.append((time.time(), int(raw)))
-            time.sleep(0.005)
+        tid = threading.get_native_id()
+        self.load.excluded_tids.add(tid)
+        try:
+            while not self._stop.is_set():
+                raw = self.client.get(self.key)
+                if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
+                    self.seen.append((time.time(), int(raw), self.load.cpu_seconds()))
+                time.sleep(0.005)
+        finally:
+            self.load.excluded_tids.discard(tid)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
-    def first(self, at_least: int) -> tuple[float, int]:
-        """(time, applied id) of the first merge that took the applied id to `at_least` or beyond."""
-        return next((t, i) for t, i in self.seen if i >= at_least)
+    def first(self, at_least: int) -> tuple[float, int, float]:
+        """(time, applied id, driver CPU s) of the first merge that took the applied id to `at_least` or
+        beyond."""
+        return next(seen for seen in self.seen if seen[1] >= at_least)
 
 
-def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, periods: int,
-               max_offsets: int) -> float:
-    source = "tput"
+@dataclass
+class Drained:
+    rps: float
+    cpu_per_batch_s: float
+    bytes_per_record: float
+    rows: int
+
+
+def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, series: int, periods: int,
+               max_offsets: int, every: int = 1) -> Drained:
+    """Drains S series x P periods (a report every `every` periods) in batches of `max_offsets`."""
+    load = DriverLoad()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "compression.type": "lz4"})
     base = int(time.time() * 1000) - periods * 1000
     keys = [record_key(source, s) for s in range(series)]
-    for p in range(periods):
+    for p in range(0, periods, every):
         payloads = [(keys[s], record(source, s, base + p * 1000, p)) for s in range(series)]
         produce(producer, metrics_topic(source), payloads)
     producer.flush(120)
     query = start_rollup_query(spark, RollupQuerySpec(
-        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "tput"),
+        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / source),
         trigger_interval="100 milliseconds", watermark_delay_ms=3_600_000,
         max_offsets_per_trigger=max_offsets,
         topics_pattern=metrics_topic(source).replace(".", r"\.")))
     client = redis.Redis.from_url(redis_url)
-    merges = MergeClock(client, query)
+    merges = MergeClock(client, query, load)
     try:
         query.processAllAvailable()
         while not windows_merged(client, query.name, str(query.id)):
             time.sleep(0.01)
         done = time.time()
+        time.sleep(0.1)  # the clock sees the last merge
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     finally:
         merges.stop()
@@ -148,19 +254,22 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, series: int, p
                                                          if k in ("addBatch", "getBatch", "latestOffset",
                                                                   "queryPlanning", "walCommit")})
     steady_rows = sum(p["numInputRows"] for p in steady)
-    print(f"throughput: {rows} rows in {len(batches)} batches; steady {steady_rows} rows in {seconds:.1f} s "
+    print(f"{source}: {rows} rows in {len(batches)} batches; steady {steady_rows} rows in {seconds:.1f} s "
           f"(batch {WARM_UP_BATCHES}'s start to the last batch's windows merged, with the drain): "
           f"{steady_rows / seconds:.0f} rows/s")
-    if len(batches) <= WARM_UP_BATCHES:
-        return steady_rows / seconds  # too few batches for a steady state: the figure with the drain
-    began, first = merges.first(WARM_UP_BATCHES - 1)
-    ended, last = merges.first(int(batches[-1]["batchId"]))
+    bytes_per_record = load.collected_bytes / max(rows, 1)
+    if len(batches) <= WARM_UP_BATCHES:  # too few batches for a steady state: the figure with the drain
+        return Drained(steady_rows / seconds, float("nan"), bytes_per_record, rows)
+    began, first, cpu_began = merges.first(WARM_UP_BATCHES - 1)
+    ended, last, cpu_ended = merges.first(int(batches[-1]["batchId"]))
     merged_rows = sum(p["numInputRows"] for p in batches if first < int(p["batchId"]) <= last)
-    timeline = ", ".join(f"{batch_id} at {t - began:+.1f} s" for t, batch_id in merges.seen)
-    print(f"throughput: windows merged up to batch {timeline}; batches {first + 1}..{last}: "
+    timeline = ", ".join(f"{batch_id} at {t - began:+.1f} s" for t, batch_id, _ in merges.seen)
+    cpu_per_batch = (cpu_ended - cpu_began) / (last - first)
+    print(f"{source}: windows merged up to batch {timeline}; batches {first + 1}..{last}: "
           f"{merged_rows} rows merged in {ended - began:.1f} s: {merged_rows / (ended - began):.0f} rows/s "
-          "sustained")
-    return merged_rows / (ended - began)
+          f"sustained; driver CPU {cpu_per_batch * 1000:.0f} ms per batch, "
+          f"{load.collected_bytes / 1e6:.1f} MB collected ({bytes_per_record:.1f} B per record)")
+    return Drained(merged_rows / (ended - began), cpu_per_batch, bytes_per_record, rows)
 
 
 def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,
@@ -239,6 +348,7 @@ def main() -> None:
     # is drained fastest in large batches. The default is the aggregator's own
     # (aggregator.max.offsets.per.trigger).
     parser.add_argument("--max-offsets", type=int, default=200_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--skip-growth", action="store_true", help="no growth baseline run")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LOG.setLevel(logging.INFO)
@@ -246,15 +356,26 @@ def main() -> None:
         logging.getLogger(stage).setLevel(logging.DEBUG)
     work = Path(tempfile.mkdtemp(prefix="srm-bench-aggregator-"))
     clusters, server = KafkaClusters(["bench"], work / "kafka"), RedisServer(work / "redis")
+    growth = float("nan")
     try:
         clusters.start()
         server.start()
         bootstrap = clusters.bootstrap("bench")
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        for source in ("tput", "fresh"):
+        for source in ("tput", "tput1x", "fresh"):
             admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
         spark = build_session("local[2]", "srm-bench-aggregator")
-        rps = throughput(spark, bootstrap, server.url, work, args.series, args.periods, args.max_offsets)
+        DriverLoad.count_collected()
+        drained = throughput(spark, bootstrap, server.url, work, "tput", args.series, args.periods,
+                             args.max_offsets)
+        print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "
+              f"batches of {args.max_offsets} records")
+        if not args.skip_growth:
+            baseline = throughput(spark, bootstrap, server.url, work, "tput1x", args.series, args.periods,
+                                  args.max_offsets // GROWTH, every=GROWTH)
+            growth = drained.cpu_per_batch_s / baseline.cpu_per_batch_s
+            print(f"driver CPU per batch: {drained.cpu_per_batch_s * 1000:.0f} ms at {GROWTH}x records per "
+                  f"series, {baseline.cpu_per_batch_s * 1000:.0f} ms at 1x")
         samples = freshness(spark, bootstrap, server.url, work, args.series, args.rate, args.seconds)
         spark.stop()
     finally:
@@ -264,9 +385,11 @@ def main() -> None:
         raise SystemExit("no freshness samples: the probe's latest value never appeared in Redis")
     cuts = statistics.quantiles(samples, n=100)
     p50, p99 = statistics.median(samples), cuts[98]
-    print(f"ratio to targets: rps {rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "
-          f"p99 {p99 / TARGET_P99_MS:.2f}x of {TARGET_P99_MS} ms ({len(samples)} samples)")
-    print(f"aggregator_rps={rps:.0f} freshness_p50_ms={p50:.0f} freshness_p99_ms={p99:.0f}")
+    print(f"ratio to targets: rps {drained.rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "
+          f"p99 {p99 / TARGET_P99_MS:.2f}x of {TARGET_P99_MS} ms ({len(samples)} samples), "
+          f"cpu growth {growth / TARGET_CPU_GROWTH:.2f}x of {TARGET_CPU_GROWTH}")
+    print(f"aggregator_rps={drained.rps:.0f} freshness_p50_ms={p50:.0f} freshness_p99_ms={p99:.0f} "
+          f"driver_bytes_per_record={drained.bytes_per_record:.1f} driver_cpu_growth={growth:.2f}")
 
 
 if __name__ == "__main__":

@@ -53,14 +53,17 @@ def spark_connector_jars() -> Path:
     """Folder holding spark-sql-kafka-0-10 for the installed pyspark, minus what pyspark ships."""
     spark_version = metadata.version("pyspark")
     pom = POMS / "spark" / "pom.xml"
-    target = cache_dir() / "jars" / f"spark-kafka-{spark_version}"
     extra = {
         "spark.version": spark_version,
         # pyspark/jars already has these; two copies on one classpath break logging and compression.
-        "excludeGroupIds": "org.slf4j,org.lz4,org.xerial.snappy,com.github.luben,org.apache.hadoop,"
-        "org.scala-lang,org.scala-lang.modules",
+        # lz4-java moved to the at.yawk.lz4 group with Spark 4.2.
+        "excludeGroupIds": "org.slf4j,org.lz4,at.yawk.lz4,org.xerial.snappy,com.github.luben,"
+        "org.apache.hadoop,org.scala-lang,org.scala-lang.modules",
         "excludeArtifactIds": "spark-tags_2.13",
     }
+    # The exclusions decide the content too: a changed list must not reuse a folder resolved without it.
+    digest = hashlib.sha1(pom.read_bytes() + repr(sorted(extra.items())).encode()).hexdigest()[:12]
+    target = cache_dir() / "jars" / f"spark-kafka-{spark_version}-{digest}"
     return _resolve(pom, target, extra)
 
 

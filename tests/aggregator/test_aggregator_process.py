@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 T0 = 1_700_002_800_000
 PERIODS = 36  # six minutes of 10 s reports
 PARTITIONS = 3
+KAFKA_PARTITIONS = 2  # of the raw-metrics topic: one Spark task each
 SPARK_HOME = Path(pyspark.__file__).parent
 
 
@@ -66,15 +67,25 @@ def raw_input(source: str) -> list:
     return records
 
 
+def by_kafka_partition(records: list) -> list[list]:
+    """Records as the driver keys them: a subject's reports in one Kafka partition, in order."""
+    parts: list[list] = [[] for _ in range(KAFKA_PARTITIONS)]
+    for record in records:
+        partition = record.partition if isinstance(record, PartitionMetrics) else 1
+        parts[partition % KAFKA_PARTITIONS].append(record)
+    return parts
+
+
 @pytest.fixture(scope="module")
 def scenario(spark, kafka_clusters, tmp_path_factory) -> Iterator[dict]:
     """The input in Kafka and the Redis content of an uninterrupted local[2] run over it."""
     tmp = tmp_path_factory.mktemp("aggregator-process")
     source, west = new_source(), kafka_clusters["west"]
-    create_topic(west, metrics_topic(source))
+    create_topic(west, metrics_topic(source), partitions=KAFKA_PARTITIONS)
     # Unparseable records take their event time from Kafka and share the watermark: stamp the broken
     # one in the input's time, or the split runs would drop everything after it as late.
-    produce(west, source, raw_input(source), garbage_ts_ms=T0 + PERIODS * 5_000)
+    for kafka_partition, records in enumerate(by_kafka_partition(raw_input(source))):
+        produce(west, source, records, partition=kafka_partition, garbage_ts_ms=T0 + PERIODS * 5_000)
     reference = RedisServer(tmp / "redis-reference").start()
     try:
         query = start_rollup_query(spark, RollupQuerySpec(
@@ -164,25 +175,32 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_same_rollups(scenario, k
     master = ManagedProcess("spark-master", [
         java, "-Xmx256m", "-cp", classpath, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
         "--port", str(port), "--webui-port", str(free_port())], tmp / "spark-master.log", env)
-    worker = ManagedProcess("spark-worker", [
+    # Two workers of one core each: the batch's two Kafka partitions are parsed and aggregated by
+    # executors on both, and the driver merges their partials.
+    workers = [ManagedProcess(f"spark-worker-{i}", [
         java, "-Xmx256m", "-cp", classpath, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-        "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(free_port()),
-        "--work-dir", str(tmp / "spark-work")], tmp / "spark-worker.log", env)
+        "--host", "127.0.0.1", "--cores", "1", "--memory", "768m", "--webui-port", str(free_port()),
+        "--work-dir", str(tmp / f"spark-work-{i}")], tmp / f"spark-worker-{i}.log", env) for i in (1, 2)]
     submit = ManagedProcess("spark-submit", [
         str(SPARK_HOME / "bin" / "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
         "--jars", ",".join(spark_jar_list()), "--conf", "spark.executor.memory=512m",
-        "--conf", "spark.cores.max=2", "aggregator/__main__.py", "--config", str(config)],
+        "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2", "aggregator/__main__.py",
+        "--config", str(config)],
         tmp / "spark-submit.log", env)
     try:
         master.start()
         wait_for_port(port, 60, master.process)
-        worker.start()
-        wait_until(lambda: "registered with master" in worker.log_file.read_text(errors="replace"), 60,
-                   "the worker registering")
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            wait_until(lambda w=worker: "registered with master" in w.log_file.read_text(errors="replace"),
+                       60, f"{worker.name} registering")
         submit.start()
         wait_for_identical(redis.Redis.from_url(server.url), scenario["expected"], submit, 240)
-        assert "app-" in worker.log_file.read_text(errors="replace")  # executors ran on the worker
+        for i, worker in enumerate(workers, 1):  # an executor ran on each worker, with Python workers
+            assert "app-" in worker.log_file.read_text(errors="replace")
+            assert list((tmp / f"spark-work-{i}").glob("app-*/*/stderr"))
     finally:
-        for process in (submit, worker, master):
+        for process in (submit, *workers, master):
             process.stop()
         server.cleanup()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 import redis
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
-from aggregator.query import RollupQuerySpec, start_rollup_query
+from aggregator.query import RollupQuerySpec, rollup_sink, start_rollup_query
 from contract import redis_layout as layout
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic
@@ -133,3 +136,43 @@ def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, r
     assert writers(), "the query merges its windows in a child process"
     query.stop()
     wait_until(lambda: not writers(), 30, "the window writer process ending")
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def command_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_partials_are_computed_in_executor_python_workers_not_in_the_driver(spark, kafka_clusters, redis_url,
+                                                                           tmp_path):
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source), partitions=2)
+    for kafka_partition in (0, 1):
+        produce(west, source, [partition_report(source, T0 + k * 1_000, kafka_partition, k, end=k, lag=0)
+                               for k in range(50)], partition=kafka_partition)
+    query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
+    try:
+        query.processAllAvailable()
+        collected = rollup_sink(spark, query).last_collected
+    finally:
+        query.stop()
+    # One task per Kafka partition, each answering with its partials from a Python worker of Spark's.
+    assert collected.records == 100 and collected.tasks == 2
+    assert collected.worker_pids and os.getpid() not in collected.worker_pids
+    for pid in collected.worker_pids:
+        # local[2]: the executor is the JVM this process started; it forks its Python workers from
+        # pyspark.daemon. The worker's ancestry reaches the driver only through that JVM.
+        assert "pyspark.daemon" in command_of(pid), command_of(pid)
+        ancestors = [parent_of(pid)]
+        while ancestors[-1] not in (os.getpid(), 1):
+            ancestors.append(parent_of(ancestors[-1]))
+        assert ancestors[-1] == os.getpid()
+        assert any("java" in command_of(a).split()[0] for a in ancestors[:-1]), ancestors
+    # Only partials crossed: 2 partitions x 5 windows + 5 whole-topic + 5 replication-level rows (the
+    # sink adds lag-in-seconds rows of its own, derived from the latest values).
+    windows = collected.partials.windows
+    assert windows.filter(pa.compute.is_valid(windows["record_count__n"])).num_rows == 20

@@ -1,0 +1,127 @@
+"""The map side of a micro-batch: each Spark partition is parsed and aggregated where Spark reads it.
+
+The sink runs `mapInArrow` over the batch's Kafka columns (query.kafka_columns). The Kafka source makes
+one Spark partition of each Kafka partition, so every task gets its records in Arrow batches in an
+executor's Python worker and applies the pure steps there: parse and validity rules (raw_records), late
+records counted and dropped against the watermark the driver read, partial windows, the newest record
+per subject and the invalid records' excerpts (window_partials). A task answers with one row: its
+partials as Arrow IPC streams. Raw metrics are keyed by subject, so a series' records share a Kafka
+partition and a task's partials are already one row per series x window; the driver only merges what
+several tasks share (whole-topic and replication rows) and commits (redis_sink).
+
+The one-row answer keeps Spark's schema at six columns: a schema of the ~100 partial columns would cost
+Catalyst analysis each batch and a conversion of every partial into Spark rows and back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from aggregator import window_partials
+from aggregator.raw_records import flat_table, late_counts, on_time
+from aggregator.window_partials import BatchPartials
+
+# What a task sends the driver (Spark DDL and the same as Arrow).
+SPARK_SCHEMA = "worker_pid INT, records BIGINT, windows BINARY, latest BINARY, excerpts BINARY, late BINARY"
+PARTS_SCHEMA = pa.schema([("worker_pid", pa.int32()), ("records", pa.int64()), ("windows", pa.binary()),
+                          ("latest", pa.binary()), ("excerpts", pa.binary()), ("late", pa.binary())])
+EXCERPT_KEYS = ("target", "source", "partition", "window_start")
+
+
+@dataclass(frozen=True)
+class PartitionPartials:
+    """The function mapInArrow runs in each task; pickled with what the driver decided for the batch."""
+
+    target: str | None  # records naming another target cluster are invalid (raw_records.flat_table)
+    watermark_ms: int | None  # valid records whose window it closed are counted as late, in no window
+    now_ms: int | None = None  # the driver's clock for the batch: event times far past it are invalid
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        chunks = list(batches)
+        if not chunks or not any(chunk.num_rows for chunk in chunks):
+            return
+        kafka = _narrow(pa.Table.from_batches(chunks))
+        flat = flat_table(kafka, self.target, self.now_ms)
+        late = late_counts(flat, self.watermark_ms)
+        flat = on_time(flat, self.watermark_ms)
+        if flat.num_rows == 0:  # every record late: only the count travels
+            windows, latest = window_partials.partials_schema().empty_table(), pa.table({})
+        else:
+            windows, latest = window_partials.window_partials(flat), window_partials.latest_table(flat)
+        excerpts = window_partials.invalid_excerpts(flat)
+        yield pa.RecordBatch.from_pylist([{
+            "worker_pid": os.getpid(), "records": kafka.num_rows,
+            "windows": _ipc(_without_null_columns(windows)),
+            "latest": _ipc(_without_null_columns(latest)),
+            "excerpts": _ipc(pa.table({
+                **{k: pa.array([key[i] for key in excerpts], t) for i, (k, t) in enumerate(zip(
+                    EXCERPT_KEYS, (pa.string(), pa.string(), pa.int32(), pa.int64()), strict=True))},
+                "excerpt": pa.array(list(excerpts.values()), pa.string())})),
+            "late": _ipc(pa.table({"target": pa.array([t for t, _ in late], pa.string()),
+                                   "source": pa.array([s for _, s in late], pa.string()),
+                                   "count": pa.array(list(late.values()), pa.int64())})),
+        }], schema=PARTS_SCHEMA)
+
+
+@dataclass
+class CollectedParts:
+    """What the driver received for one batch: the merged partials and where they came from."""
+
+    partials: BatchPartials
+    records: int = 0  # raw records the tasks read
+    tasks: int = 0
+    worker_pids: frozenset[int] = frozenset()
+    bytes: int = 0  # partials' bytes as they reached the driver
+    latest_candidates: int = 0
+
+
+def collect(parts: pa.Table) -> CollectedParts:
+    """The tasks' answers (one row each, PARTS_SCHEMA) -> the batch's partials, as window_partials.partials
+    and raw_records.late_counts give them for the batch as a whole."""
+    # The blobs are read where they lie (no copy into Python bytes).
+    rows = {name: [v.as_buffer() if isinstance(v, pa.BinaryScalar) else v.as_py() for v in parts[name]]
+            for name in PARTS_SCHEMA.names}
+    windows = window_partials.merge_partials([_table(b) for b in rows["windows"]])
+    latest_parts = [_table(b) for b in rows["latest"]]
+    latest = pa.concat_tables(latest_parts, promote_options="default") if latest_parts else None
+    excerpts: dict[tuple[str, str, int, int], str] = {}
+    for blob in rows["excerpts"]:
+        for r in _table(blob).to_pylist():
+            excerpts[tuple(r[k] for k in EXCERPT_KEYS)] = r["excerpt"]  # type: ignore[index]
+    late: dict[tuple[str, str], int] = {}
+    for blob in rows["late"]:
+        for r in _table(blob).to_pylist():
+            late[(r["target"], r["source"])] = late.get((r["target"], r["source"]), 0) + r["count"]
+    partials = BatchPartials(windows, [] if latest is None else window_partials.records_of(latest),
+                             excerpts, late)
+    blobs = sum(b.size for name in ("windows", "latest", "excerpts", "late") for b in rows[name])
+    return CollectedParts(partials, sum(rows["records"]), parts.num_rows, frozenset(rows["worker_pid"]),
+                          blobs, 0 if latest is None else latest.num_rows)
+
+
+def _narrow(kafka: pa.Table) -> pa.Table:
+    """Large (64-bit offset) strings and binaries as the parser takes them; a batch is far below 2 GiB."""
+    narrowed = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    schema = pa.schema([f.with_type(narrowed.get(f.type, f.type)) for f in kafka.schema])
+    return kafka if schema == kafka.schema else kafka.cast(schema)
+
+
+def _without_null_columns(table: pa.Table) -> pa.Table:
+    """A partition reports a few of the metrics: the rest are null columns, restored by the driver
+    (window_partials.merge_partials)."""
+    return table.select([name for name in table.column_names if table[name].null_count < table.num_rows])
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _table(blob: pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()

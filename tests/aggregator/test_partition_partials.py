@@ -1,0 +1,124 @@
+"""A batch aggregated per Kafka partition (what each Spark task computes) and merged on the driver gives
+exactly the partials of the batch aggregated whole. Pure Arrow: the function mapInArrow runs, fed
+Kafka-shaped record batches."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from aggregator import partition_partials, window_partials
+from aggregator.batch_plan import BatchPlan
+from aggregator.raw_records import flat_table, late_counts, on_time
+from contract.records import raw_metrics
+from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+
+T0 = 1_700_000_000_000
+NOW = T0 + 60_000  # the driver's clock for the batch
+
+
+def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]:
+    """(Kafka partition, record): partition and group reports keyed by subject as the driver keys them,
+    a topic's partitions spread over both Kafka partitions, replication reports, garbage."""
+    out: list[tuple[int, object]] = []
+    for k in range(periods):
+        ts = T0 + k * step_ms
+        for p in range(4):
+            count = (k * (p + 3)) % 11
+            out.append((p % 2, PartitionMetrics(
+                ts=ts, period_ms=1500, source="east", target="west", topic="east.orders",
+                upstream_topic="orders", partition=p, record_count=count, byte_count=count * 10,
+                replication_latency_ms=LatencySummary(1, 9, 4, 2, count) if count else None,
+                records_lag=(k + p) % 5, source_end_offset=k * 20 + p)))
+        out.append((1, GroupMetrics(ts=ts, period_ms=1500, source="east", target="west", group="billing",
+                                    topic="east.orders", upstream_topic="orders", partition=1,
+                                    group_upstream_offset=k, group_downstream_offset=k, group_lag=k % 3)))
+        out.append((k % 2, ReplicationMetrics(ts=ts, period_ms=1500, source="east", target="west",
+                                              status="RUNNING", tasks=2)))
+        if k % 9 == 4:
+            out.append((k % 2, b"{not json"))
+    return out
+
+
+def kafka_rows(records: list[tuple[int, object]]) -> pa.Table:
+    values = [r if isinstance(r, bytes) else raw_metrics.encode(r)[1] for _, r in records]
+    partitions = [p for p, _ in records]
+    offsets, seen = [], {0: 0, 1: 0}
+    for p in partitions:
+        offsets.append(seen[p])
+        seen[p] += 1
+    return pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
+                     "partition": pa.array(partitions, pa.int32()), "offset": pa.array(offsets, pa.int64()),
+                     "kafka_ts": pa.array([T0 + 20_000] * len(values), pa.int64()),
+                     "value": pa.array(values, pa.binary())})
+
+
+def task_answers(kafka: pa.Table, watermark_ms: int | None, batch_rows: int = 7) -> pa.Table:
+    """What the tasks of the batch send the driver: one per Kafka partition, fed in small Arrow batches."""
+    mapper = partition_partials.PartitionPartials("west", watermark_ms, NOW)
+    answers = []
+    for p in (0, 1):
+        part = kafka.filter(pa.compute.equal(kafka["partition"], p))
+        answers += list(mapper(iter(part.to_batches(max_chunksize=batch_rows))))
+    return pa.Table.from_batches(answers, schema=partition_partials.PARTS_SCHEMA)
+
+
+def canonical(windows: pa.Table) -> list[dict]:
+    keys = [*window_partials.KEY_COLUMNS, "window_start"]
+    return sorted(windows.to_pylist(), key=lambda r: tuple(str(r[k]) for k in keys))
+
+
+@pytest.mark.parametrize("watermark_ms", [None, T0 + 21_000])
+def test_partials_of_the_partitions_merged_equal_the_partials_of_the_whole_batch(watermark_ms):
+    kafka = kafka_rows(reports())
+    whole = flat_table(kafka, "west", NOW)
+    expected_late = late_counts(whole, watermark_ms)
+    expected = window_partials.partials(on_time(whole, watermark_ms))
+
+    collected = partition_partials.collect(task_answers(kafka, watermark_ms))
+
+    assert collected.records == kafka.num_rows and collected.tasks == 2
+    assert collected.worker_pids == {os.getpid()}  # here the "executor" is this process
+    got = collected.partials
+    assert canonical(got.windows) == canonical(expected.windows)
+    assert got.windows.schema == window_partials.partials_schema()
+    # One candidate per subject and task; the driver keeps the newest (the replication's reports are
+    # in both partitions here).
+    assert BatchPlan.of(got).latest == BatchPlan.of(expected).latest
+    assert collected.latest_candidates == len(expected.latest) + 1
+    assert got.excerpts == expected.excerpts and len(got.excerpts) == 2
+    assert got.late == expected_late
+    if watermark_ms is not None:
+        assert got.late == {("west", "east"): 4 * 14 + 14 + 14}  # every report before T0 + 20 s
+
+
+def test_whole_topic_rows_of_several_partitions_are_rolled_up_not_repeated():
+    collected = partition_partials.collect(task_answers(kafka_rows(reports()), None))
+    windows = collected.partials.windows.to_pylist()
+    topic = [r for r in windows if r["level"] == "t" and r["kind"] == "partition" and r["window_start"] == T0]
+    assert len(topic) == 1
+    # Reports at T0, T0+1.5 s ... T0+9 s (k = 0..6) of partitions 0..3: every record counted once.
+    assert topic[0]["record_count__n"] == 7 * 4
+    assert topic[0]["record_count__sum"] == sum((k * (p + 3)) % 11 for k in range(7) for p in range(4))
+
+
+def test_a_batch_whose_records_are_all_late_sends_only_the_count():
+    kafka = kafka_rows([(0, r) for _, r in reports() if not isinstance(r, bytes)])
+    collected = partition_partials.collect(task_answers(kafka, T0 + 3_600_000))
+    assert collected.partials.windows.num_rows == 0 and collected.partials.latest == []
+    assert collected.partials.late == {("west", "east"): kafka.num_rows}
+
+
+def test_a_task_with_no_records_sends_nothing_and_no_answers_make_an_empty_batch():
+    mapper = partition_partials.PartitionPartials("west", None)
+    assert list(mapper(iter([]))) == []
+    empty = partition_partials.collect(partition_partials.PARTS_SCHEMA.empty_table())
+    assert empty.partials.windows.num_rows == 0 and empty.records == 0 and empty.partials.latest == []
+
+
+def test_partials_reach_the_driver_in_fewer_bytes_than_the_raw_records():
+    kafka = kafka_rows(reports(periods=600, step_ms=100))  # 100 reports per series and 10 s window
+    collected = partition_partials.collect(task_answers(kafka, None, batch_rows=10_000))
+    assert 0 < collected.bytes < kafka["value"].nbytes / 10
