@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from stack.jars import kafka_jars, kafka_version
-from stack.kafka_cluster import KafkaClusters
+from stack.kafka_cluster import KafkaCluster, KafkaClusters
 from stack.pki import StackPki
 from stack.redis_server import RedisServer
 from stack.secured_listeners import BrokerSecurity
@@ -94,6 +94,19 @@ def secured_clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempP
         yield clusters
     finally:
         clusters.cleanup()
+
+
+@pytest.fixture(scope="session")
+def guarded_west(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A west that enforces ACLs (KRaft's StandardAuthorizer) and takes a SCRAM login on its secured
+    listeners; PLAINTEXT clients are its super user. Grant with `tests.guarded_target.Grants`."""
+    pki = StackPki(tmp_path_factory.mktemp("guarded-pki")).create()
+    cluster = KafkaCluster("west", tmp_path_factory.mktemp("guarded-west"), authorizer=True,
+                           security=BrokerSecurity(pki)).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,26 +11,19 @@ report FAILED naming that topic while its other topics are copied, and RUNNING o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AclOperation, AdminClient
 
 from contract.records import raw_metrics
 from contract.records.mm2 import Checkpoint
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
 from stack.kafka_cluster import KafkaCluster
-from stack.pki import StackPki
-from stack.secured_listeners import BrokerSecurity, client_properties
+from stack.secured_listeners import client_properties
+from tests.guarded_target import LITERAL, PREFIXED, Grants, allow, replication_without_create
 from tests.interop.support import (
     alter_group_offsets,
     create_topic,
@@ -138,31 +131,6 @@ def test_checkpoint_latency(kafka_clusters: dict[str, str], tmp_path: Path) -> N
 # --- The target refuses to create a remote topic ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def guarded_west(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """A west that enforces ACLs (KRaft's StandardAuthorizer) and takes the driver's SCRAM login on
-    its SASL listener; PLAINTEXT (the test's own clients) is the super user."""
-    pki = StackPki(tmp_path_factory.mktemp("guarded-pki")).create()
-    cluster = KafkaCluster("west", tmp_path_factory.mktemp("guarded-west"), authorizer=True,
-                           security=BrokerSecurity(pki)).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-def allow(principal: str, pattern: ResourcePatternType, name: str, *operations: AclOperation,
-          resource: ResourceType = ResourceType.TOPIC) -> list[AclBinding]:
-    return [AclBinding(resource, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
-            for op in operations]
-
-
-def grant(bootstrap: str, bindings: list[AclBinding]) -> None:
-    client = AdminClient({"bootstrap.servers": bootstrap})
-    for future in client.create_acls(bindings, request_timeout=30).values():
-        future.result()
-
-
 def replication_reports(west: str, start: int) -> list[ReplicationMetrics]:
     if total_records(west, "srm-metrics.east.internal", 1) <= start:  # none yet, or no topic yet
         return []
@@ -186,15 +154,6 @@ def test_failed_status_when_target_refuses_remote_topic(kafka_clusters: dict[str
         create_topic(east, topic, 1)
         produce_values(east, topic, 1, 50)
     create_topic(west, f"east.{a}", 1)  # as an operator would, with the super user
-    literal, prefixed = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-    grant(west, [
-        *allow(principal, prefixed, "srm-", AclOperation.ALL),  # raw metrics, srm-control
-        *allow(principal, literal, "mm2-offsets.east.internal", AclOperation.ALL),  # progress
-        *allow(principal, literal, "heartbeats", AclOperation.ALL),
-        *allow(principal, prefixed, "srm-", AclOperation.ALL, resource=ResourceType.GROUP),
-        # Everything a replication does with its remote topics but create them.
-        *allow(principal, prefixed, "east.", AclOperation.WRITE, AclOperation.DESCRIBE,
-               AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALTER)])
     start = total_records(west, "srm-metrics.east.internal", 1)
     bootstraps = {"east": east, "west": guarded_west.secured_bootstrap("sasl_plaintext")}
     login = client_properties("sasl_plaintext", security)
@@ -209,33 +168,40 @@ def test_failed_status_when_target_refuses_remote_topic(kafka_clusters: dict[str
             return None
         return found
 
-    with running_driver(tmp_path, bootstraps, [("east", "west")], settings) as driver:
-        failed = wait_until(report("FAILED", b), 30, f"a FAILED report naming east.{b}")
-        assert failed.error is not None and "authoriz" in failed.error.lower(), failed.error
-        assert f"east.{a}" not in failed.error, failed.error
-        assert security.password not in failed.error
-        # Refused is not stopped: the topic the target has is copied meanwhile.
-        wait_until(lambda: total_records(west, f"east.{a}", 1) == 50, 30, f"east.{a} on west")
-        assert f"east.{b}" not in AdminClient({"bootstrap.servers": west}).list_topics(timeout=10).topics
+    def copied(topic: str, count: int) -> Callable[[], bool]:
+        return lambda: total_records(west, f"east.{topic}", 1) == count
 
-        start = total_records(west, "srm-metrics.east.internal", 1)
-        grant(west, allow(principal, literal, f"east.{b}", AclOperation.CREATE))
-        wait_until(lambda: total_records(west, f"east.{b}", 1) == 50, 40, f"east.{b} on west after the grant")
-        running = wait_until(report("RUNNING"), 20, "a RUNNING report after the grant")
-        assert running.error is None and running.topics_replicated == 2
+    grants = Grants(west)
+    with grants:
+        grants.grant(replication_without_create(principal, "east"))
+        with running_driver(tmp_path, bootstraps, [("east", "west")], settings) as driver:
+            failed = wait_until(report("FAILED", b), 30, f"a FAILED report naming east.{b}")
+            assert failed.error is not None and "authoriz" in failed.error.lower(), failed.error
+            assert f"east.{a}" not in failed.error, failed.error
+            assert security.password not in failed.error
+            # Refused is not stopped: the topic the target has is copied meanwhile.
+            wait_until(copied(a, 50), 30, f"east.{a} on west")
+            assert f"east.{b}" not in AdminClient({"bootstrap.servers": west}).list_topics(timeout=10).topics
 
-        start = total_records(west, "srm-metrics.east.internal", 1)
-        create_topic(east, c, 1)
-        produce_values(east, c, 1, 20)
-        failed = wait_until(report("FAILED", c), 40, f"a FAILED report naming east.{c}")
-        assert "authoriz" in (failed.error or "").lower() and security.password not in (failed.error or "")
-        produce_values(east, a, 1, 10)  # the others keep flowing
-        wait_until(lambda: total_records(west, f"east.{a}", 1) == 60, 30, f"new records of {a} on west")
+            start = total_records(west, "srm-metrics.east.internal", 1)
+            grants.grant(allow(principal, LITERAL, f"east.{b}", AclOperation.CREATE))
+            wait_until(copied(b, 50), 40, f"east.{b} on west after the grant")
+            running = wait_until(report("RUNNING"), 20, "a RUNNING report after the grant")
+            assert running.error is None and running.topics_replicated == 2
 
-        start = total_records(west, "srm-metrics.east.internal", 1)
-        grant(west, allow(principal, prefixed, "east.", AclOperation.CREATE))
-        wait_until(lambda: total_records(west, f"east.{c}", 1) == 20, 40, f"east.{c} on west after the grant")
-        running = wait_until(report("RUNNING"), 20, "a RUNNING report after the second grant")
-        assert running.error is None and running.topics_replicated == 3
-        driver.assert_running()
+            start = total_records(west, "srm-metrics.east.internal", 1)
+            create_topic(east, c, 1)
+            produce_values(east, c, 1, 20)
+            failed = wait_until(report("FAILED", c), 40, f"a FAILED report naming east.{c}")
+            assert failed.error is not None and "authoriz" in failed.error.lower(), failed.error
+            assert security.password not in failed.error
+            produce_values(east, a, 1, 10)  # the others keep flowing
+            wait_until(copied(a, 60), 30, f"new records of {a} on west")
+
+            start = total_records(west, "srm-metrics.east.internal", 1)
+            grants.grant(allow(principal, PREFIXED, "east.", AclOperation.CREATE))
+            wait_until(copied(c, 20), 40, f"east.{c} on west after the grant")
+            running = wait_until(report("RUNNING"), 20, "a RUNNING report after the second grant")
+            assert running.error is None and running.topics_replicated == 3
+            driver.assert_running()
     assert security.password not in driver.log
