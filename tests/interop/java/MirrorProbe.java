@@ -88,6 +88,7 @@ public class MirrorProbe {
         List<String> records = new ArrayList<>();
         int failures = 0;
         String firstError = null;
+        List<String> failedOffsets = new ArrayList<>();
         try (KafkaConsumer<byte[], byte[]> consumer =
                      new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.assign(List.of(partition));
@@ -100,6 +101,7 @@ public class MirrorProbe {
                         records.add(render(kind, record));
                     } catch (RuntimeException e) {  // SchemaException and friends: counted, reported
                         failures++;
+                        failedOffsets.add(Long.toString(record.offset()));
                         if (firstError == null) firstError = record.offset() + ": " + e;
                     }
                 }
@@ -107,6 +109,7 @@ public class MirrorProbe {
         }
         System.out.println("{\"topic\":" + quote(topic) + ",\"decoded\":" + records.size() + ",\"failures\":" + failures
                 + ",\"firstError\":" + (firstError == null ? "null" : quote(firstError))
+                + ",\"failedOffsets\":[" + String.join(",", failedOffsets) + "]"
                 + ",\"records\":[" + String.join(",", records) + "]}");
     }
 
