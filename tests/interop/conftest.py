@@ -44,6 +44,20 @@ def mirror_probe(tmp_path_factory: pytest.TempPathFactory) -> MirrorProbe:
     return probe
 
 
+@pytest.fixture(scope="session")
+def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """east and west of the interop tests' own, started on first use: alias -> bootstrap servers.
+
+    Apache's readers (RemoteClusterUtils, the probe's deserializers) read whole internal topics and
+    stop at the first record they cannot decode, and the driver's tests write such records into the
+    shared clusters' checkpoints and offset-syncs topics on purpose."""
+    clusters = KafkaClusters(["east", "west"], root=tmp_path_factory.mktemp("interop-kafka")).start()
+    try:
+        yield {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
+    finally:
+        clusters.cleanup()
+
+
 @pytest.fixture(scope="module")
 def north(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A third cluster, for fan-out and two-hop heartbeats."""
