@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import redis
-import requests
 from confluent_kafka.admin import AclOperation
 
 from aggregator.__main__ import query_specs
@@ -24,6 +23,7 @@ from stack import srm_properties
 from stack.kafka_cluster import KafkaCluster, free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.secured_listeners import client_properties
+from tests.e2e.http_polling import poll_json
 from tests.guarded_target import PREFIXED, Grants, allow, replication_without_create
 from tests.interop.support import create_topic, produce_values, running_driver, tag
 
@@ -32,17 +32,6 @@ pytestmark = pytest.mark.e2e
 N = 40
 REDIS_DB = 7  # this test's own database: other tests' east->west reports stay out of its answers
 
-
-def poll_json(url: str, done, timeout_s: float) -> dict | None:  # noqa: ANN001
-    answer, deadline = None, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        response = requests.get(url, timeout=10)
-        if response.status_code == 200:
-            answer = response.json()
-            if done(answer):
-                return answer
-        time.sleep(1)
-    return answer
 
 
 def test_api_reports_the_refused_remote_topic_then_the_recovery(

@@ -26,6 +26,7 @@ from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.secured_listeners import client_properties
+from tests.e2e.http_polling import poll_json
 
 pytestmark = pytest.mark.e2e
 
@@ -86,17 +87,6 @@ def start_processes(config: Path, log_dir: Path, names: tuple[str, ...]) -> list
     return [ManagedProcess.python_module(name, name, ["--config", str(config)], log_dir).start()
             for name in names]
 
-
-def poll_json(url: str, done, timeout_s: float) -> dict | None:  # noqa: ANN001
-    answer, deadline = None, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        response = requests.get(url, timeout=10)
-        if response.status_code == 200:
-            answer = response.json()
-            if done(answer):
-                return answer
-        time.sleep(1)
-    return answer
 
 
 @pytest.mark.parametrize("mode_id", list(MODES))
