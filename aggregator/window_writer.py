@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
+import signal
 import threading
 import time
 from collections import Counter
@@ -288,6 +289,10 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
     """The child: recover, then merge the submitted batches from their staged copies, those that come
     within MERGE_INTERVAL_S of the last merge together; answer each with None or what failed. After a
     failure nothing more is merged (later batches build on it): the query restarts."""
+    # A stop signal sent to the whole process group (systemd's default, a Ctrl-C, `kill -- -pgid`) must
+    # not end the child between a committed batch and its merge: the parent closing its end ends it.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     writer = WindowWriter(redis_connection.connect(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
