@@ -313,6 +313,19 @@ class MetricsReader:
             latest[pair] = {**report, "target_cluster": probe} if report and probe else report
         return latest
 
+    def lag_summaries(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict | None]:
+        """The aggregator's summary of each (source, target)'s lag verdicts (contract.lag_verdicts); None
+        where it wrote none."""
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.hget(layout.replication_status_key(target, source), "lag")
+        return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
+
+    def lag_verdicts(self, replication: Replication) -> list[dict]:
+        """Every partition's lag verdict in a replication, as the aggregator stored them (one hash)."""
+        raw = self.client.hgetall(layout.lag_verdicts_key(replication.target, replication.source))
+        return [v for v in map(_decode_latest, raw.values()) if v is not None]
+
     def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
         """(invalid, late) raw-metrics records of each (source, target) so far."""
         pipe = self.client.pipeline(transaction=False)
