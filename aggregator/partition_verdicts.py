@@ -64,7 +64,7 @@ def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.Window
     current = int(lag) if isinstance(lag, int | float) and not isinstance(lag, bool) else None
     key = (str(record["topic"]), int(record["partition"]))
     verdict = evaluate_partition(observations(offsets, lags), ts, policy=policy, current_lag=current, key=key)
-    return lag_verdicts.verdict_record(verdict, ts, policy, lag_seconds)
+    return lag_verdicts.verdict_record(verdict, ts, policy, lookback_of(record), lag_seconds)
 
 
 VerdictUpdates = dict[Pair, dict[str, dict[str, Any]]]  # (target, source) -> verdict field -> verdict
@@ -123,16 +123,19 @@ class ReplicationVerdicts:
         self.known[pair] = verdicts
         return problems
 
-    def summaries(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]]) -> dict[Pair, dict[str, Any]]:
-        """The summary of each replication with `updates` (field -> verdict) applied where they are not
-        older than what is kept. Call commit() with the same updates once they are in Redis."""
+    def summaries(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]],
+                  at_ms: int) -> dict[Pair, dict[str, Any]]:
+        """The summary at `at_ms` of every replication kept or updated, with `updates` (field -> verdict)
+        applied where they are not older than what is kept: those not in the batch too, so that a
+        replication whose reports stopped is judged at the clock (its partitions turn STOP) while the
+        aggregator runs. Call commit() with the same updates once they are in Redis."""
         out = {}
-        for pair, fresh in updates.items():
+        for pair in sorted(set(self.known) | set(updates)):
             merged = dict(self.known.get(pair, {}))
-            for name, record in fresh.items():
+            for name, record in updates.get(pair, {}).items():
                 if name not in merged or int(merged[name]["ts"]) <= int(record["ts"]):
                     merged[name] = record
-            out[pair] = lag_verdicts.summary_record(merged.values())
+            out[pair] = lag_verdicts.summary_record(merged.values(), at_ms)
         return out
 
     def commit(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]]) -> None:

@@ -309,7 +309,7 @@ class RedisRollupSink:
             if read.kind == "partition":
                 judged.append((read, seconds))
         verdicts = self._verdicts(plan, judged)
-        summaries = self.verdicts.summaries(verdicts)
+        summaries = self.verdicts.summaries(verdicts, _now_ms())
         out += [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in verdicts.items()
                 for name, v in fresh.items()]
         out += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]

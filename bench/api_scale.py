@@ -10,7 +10,10 @@ no Kafka: what they add is transport, and the keys they lead to are the same.
 The fill: one replication (`east` -> `west`) of 1,000 topics x 10 partitions; 7 days of history (a
 report per partition every `--history-step` hours, record and byte counts and replication latency, so
 a topic's 7-day read meets one 1-h window per step) and the last `--recent` minutes at the default 30 s
-metrics period with every partition metric (offsets, lag, lag in seconds), which the health rules read.
+metrics period with every partition metric (offsets, lag, lag in seconds), which the health rules read,
+continued until the newest report is less than a period old (the fill takes minutes; the status rules
+judge reports by their age). Nothing is written during the load: keep `--duration` x 3 under ~80 s, or
+reports turn stale (UNKNOWN) and lagging partitions STOP, as when a driver stops.
 A few topics' partitions fall behind more every period, so the lag evaluation has problems to list.
 
 The service runs as deployed (`srm-service --config`, gunicorn, 2 sync workers), and each endpoint
@@ -128,10 +131,14 @@ def fill(url: str, now_ms: int, history_step_h: int, recent_min: int, topics: in
         write_batch(sink, history_values(ts, rng, topics), ts, batch_id)
         batch_id += 1
     history_s = time.monotonic() - began
-    for period in range(recent_periods):
+    # The recent reports, then on at the metrics period until the newest is due after the clock: the
+    # fill takes minutes, and the status rules judge reports by their age, as they would a live driver's.
+    period = 0
+    while period < recent_periods or recent_from + (period + 1) * PERIOD_MS - 1_000 <= time.time() * 1000:
         ts = recent_from + (period + 1) * PERIOD_MS - 1_000
         write_batch(sink, recent_values(ts, period, rng, topics), ts, batch_id)
         batch_id += 1
+        period += 1
     recent_s = time.monotonic() - began - history_s
     client = redis.Redis.from_url(url)
     memory = client.info("memory")["used_memory"] / 2**20
@@ -139,8 +146,8 @@ def fill(url: str, now_ms: int, history_step_h: int, recent_min: int, topics: in
     client.close()
     sink.close()
     return (f"filled through the aggregator's writer: {len(history)} history batches of "
-            f"{topics * PARTITIONS} reports in {history_s:.0f} s, {recent_periods} recent batches in "
-            f"{recent_s:.0f} s; Redis holds {keys} keys, {memory:.0f} MiB")
+            f"{topics * PARTITIONS} reports in {history_s:.0f} s, {period} recent batches (30 s apart, the "
+            f"newest at {ts}) in {recent_s:.0f} s; Redis holds {keys} keys, {memory:.0f} MiB")
 
 
 def cluster_info_paths(now_ms: int) -> list[str]:  # noqa: ARG001 (the default range ends now)
@@ -203,6 +210,7 @@ def run(args, run_python_load) -> int:  # noqa: ANN001 (bench/api.py's namespace
         for name, paths in (("cluster_info", cluster_info_paths(now_ms)),
                             ("replications", replications_paths(now_ms)),
                             ("topic_7d", topic_7d_paths(now_ms, args.topics))):
+            run_python_load(port, paths, args.connections, 2)  # warm-up: each worker's first answers
             rps, p50, p99 = run_python_load(port, paths, args.connections, args.duration)
             print(f"{name}: {rps:.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms")
             figures[f"p99_ms_{name}"] = p99
