@@ -11,9 +11,9 @@ The fill: one replication (`east` -> `west`) of 1,000 topics x 10 partitions; 7 
 report per partition every `--history-step` hours, record and byte counts and replication latency, so
 a topic's 7-day read meets one 1-h window per step) and the last `--recent` minutes at the default 30 s
 metrics period with every partition metric (offsets, lag, lag in seconds), which the health rules read,
-continued until the newest report is less than a period old (the fill takes minutes; the status rules
-judge reports by their age). Nothing is written during the load: keep `--duration` x 3 under ~80 s, or
-reports turn stale (UNKNOWN) and lagging partitions STOP, as when a driver stops.
+then (the fill takes minutes, and the status rules judge reports by their age) reports at the clock
+until the newest is under a period old. Nothing is written during the load: keep `--duration` x 3
+under ~80 s, or reports turn stale (UNKNOWN) and lagging partitions STOP, as when a driver stops.
 A few topics' partitions fall behind more every period, so the lag evaluation has problems to list.
 
 The service runs as deployed (`srm-service --config`, gunicorn, 2 sync workers), and each endpoint
@@ -50,6 +50,7 @@ SOURCE, TARGET = "east", "west"
 TOPICS, PARTITIONS = 1_000, 10
 PERIOD_MS = 30_000
 HISTORY_DAYS = 7
+LIVE_BATCHES = 3  # batches at the clock after the fill, to bring the newest report under a period old
 LAGGING_TOPICS = 3  # topics whose partitions fall behind more every period (WARN in the lag evaluation)
 TARGET_P99_MS, TARGET_RSS_MB = 50.0, 300.0
 SEED = 11
@@ -131,14 +132,19 @@ def fill(url: str, now_ms: int, history_step_h: int, recent_min: int, topics: in
         write_batch(sink, history_values(ts, rng, topics), ts, batch_id)
         batch_id += 1
     history_s = time.monotonic() - began
-    # The recent reports, then on at the metrics period until the newest is due after the clock: the
-    # fill takes minutes, and the status rules judge reports by their age, as they would a live driver's.
-    period = 0
-    while period < recent_periods or recent_from + (period + 1) * PERIOD_MS - 1_000 <= time.time() * 1000:
+    for period in range(recent_periods):
         ts = recent_from + (period + 1) * PERIOD_MS - 1_000
         write_batch(sink, recent_values(ts, period, rng, topics), ts, batch_id)
         batch_id += 1
-        period += 1
+    # The fill takes minutes, and the status rules judge reports by their age as they would a live
+    # driver's: reports at the clock follow (a gap in the timeline), until the newest is under a period old.
+    gap_s, period = (time.time() * 1000 - ts) / 1000, recent_periods
+    for _ in range(LIVE_BATCHES):
+        if time.time() * 1000 - ts < PERIOD_MS:
+            break
+        ts = int(time.time() * 1000) - 1_000
+        write_batch(sink, recent_values(ts, period, rng, topics), ts, batch_id)
+        batch_id, period = batch_id + 1, period + 1
     recent_s = time.monotonic() - began - history_s
     client = redis.Redis.from_url(url)
     memory = client.info("memory")["used_memory"] / 2**20
@@ -146,8 +152,10 @@ def fill(url: str, now_ms: int, history_step_h: int, recent_min: int, topics: in
     client.close()
     sink.close()
     return (f"filled through the aggregator's writer: {len(history)} history batches of "
-            f"{topics * PARTITIONS} reports in {history_s:.0f} s, {period} recent batches (30 s apart, the "
-            f"newest at {ts}) in {recent_s:.0f} s; Redis holds {keys} keys, {memory:.0f} MiB")
+            f"{topics * PARTITIONS} reports in {history_s:.0f} s, {period} recent batches in "
+            f"{recent_s:.0f} s ({recent_periods} 30 s apart, then {period - recent_periods} at the clock "
+            f"after a {gap_s:.0f} s gap; the newest {time.time() - ts / 1000:.0f} s old); Redis holds {keys} "
+            f"keys, {memory:.0f} MiB")
 
 
 def cluster_info_paths(now_ms: int) -> list[str]:  # noqa: ARG001 (the default range ends now)
