@@ -271,10 +271,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hours", type=int, default=HOURS, help="hours of windows per topic (fill size)")
     parser.add_argument("--scale", action="store_true",
                         help="1,000 topics x 10 partitions through the aggregator's writer (api_scale.py)")
-    parser.add_argument("--history-step", type=int, default=1,
+    parser.add_argument("--history-step", type=int, default=6,
                         help="with --scale: hours between history reports over the 7 days")
-    parser.add_argument("--recent", type=int, default=15,
-                        help="with --scale: minutes of full reports at the 30 s metrics period")
+    parser.add_argument("--recent", type=int, default=6,
+                        help="with --scale: minutes of every partition's reports at the clock, 30 s apart")
     parser.add_argument("--topics", type=int, default=1000, help="with --scale: topics (10 partitions each)")
     args = parser.parse_args(argv)
     if args.connections is None:

@@ -9,10 +9,11 @@ no Kafka: what they add is transport, and the keys they lead to are the same.
 
 The fill: one replication (`east` -> `west`) of 1,000 topics x 10 partitions; 7 days of history (a
 report per partition every `--history-step` hours, record and byte counts and replication latency, so
-a topic's 7-day read meets one 1-h window per step) and the last `--recent` minutes at the default 30 s
-metrics period with every partition metric (offsets, lag, lag in seconds), which the health rules read,
-then (the fill takes minutes, and the status rules judge reports by their age) reports at the clock
-until the newest is under a period old. Nothing is written during the load: keep `--duration` x 3
+a topic's 7-day read meets one 1-h window per step), then 2 h of a few partitions' reports every period
+(the replication-level 10 s windows cluster-info's default range reads, as a full fill would leave them),
+then `--recent` minutes of every partition's reports with every metric (offsets, lag, lag in seconds),
+written at the clock one batch per 30 s metrics period, as a live driver and aggregator leave them: the
+status rules judge reports by their age. Nothing is written during the load: keep `--duration` x 3
 under ~80 s, or reports turn stale (UNKNOWN) and lagging partitions STOP, as when a driver stops.
 A few topics' partitions fall behind more every period, so the lag evaluation has problems to list.
 
@@ -28,6 +29,8 @@ p99 <= 50 ms each and <= 300 MB per worker (reported, never asserted). Run it al
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import random
 import shutil
@@ -50,7 +53,7 @@ SOURCE, TARGET = "east", "west"
 TOPICS, PARTITIONS = 1_000, 10
 PERIOD_MS = 30_000
 HISTORY_DAYS = 7
-LIVE_BATCHES = 3  # batches at the clock after the fill, to bring the newest report under a period old
+THIN_HOURS, THIN_TOPICS = 2, 10  # the 2 h before the recent reports: a few partitions' reports
 LAGGING_TOPICS = 3  # topics whose partitions fall behind more every period (WARN in the lag evaluation)
 TARGET_P99_MS, TARGET_RSS_MB = 50.0, 300.0
 SEED = 11
@@ -68,6 +71,11 @@ PARTITION_HISTORY = (
     '"topic":"east.t%04d","upstream_topic":"t%04d","partition":%d,"record_count":%d,"byte_count":%d,'
     '"replication_latency_ms":{"min":1,"max":%d,"avg":%d,"last":3,"count":%d}}'
 )
+PARTITION_THIN = (
+    '{"v":1,"kind":"partition","ts":%d,"period_ms":30000,"source":"east","target":"west",'
+    '"topic":"east.t%04d","upstream_topic":"t%04d","partition":0,"record_count":%d,"byte_count":%d,'
+    '"replication_latency_ms":{"min":1,"max":%d,"avg":%d,"last":3,"count":%d},"records_lag":%d}'
+)
 REPLICATION = (
     '{"v":1,"kind":"replication","ts":%d,"period_ms":30000,"source":"east","target":"west",'
     '"status":"RUNNING","workers":2,"tasks":4,"last_heartbeat_ts":%d,"topics_replicated":%d,"enabled":true}'
@@ -82,6 +90,17 @@ def history_values(ts: int, rng: random.Random, topics: int = TOPICS) -> list[by
             latency = rng.randint(3, 40)
             out.append((PARTITION_HISTORY % (ts, topic, topic, partition, count, count * 120, latency * 2,
                                              latency, count)).encode())
+    return out
+
+
+def thin_values(ts: int, rng: random.Random, topics: int = TOPICS) -> list[bytes]:
+    """A few partitions' reports, every period of the 2 h before the recent ones: the replication-level
+    10 s windows a cluster-info answer reads over its default range, at a fraction of a full fill's cost."""
+    out = []
+    for topic in range(min(THIN_TOPICS, topics)):
+        count, latency = rng.randint(50, 600), rng.randint(3, 40)
+        out.append((PARTITION_THIN % (ts, topic, topic, count, count * 120, latency * 2, latency, count,
+                                      rng.choice((0, 1, 3)))).encode())
     return out
 
 
@@ -120,42 +139,40 @@ def write_batch(sink: RedisRollupSink, values: list[bytes], ts: int, batch_id: i
     sink.write(collect(parts).partials, batch_id, state)
 
 
-def fill(url: str, now_ms: int, history_step_h: int, recent_min: int, topics: int = TOPICS) -> str:
+def fill(url: str, now_ms: int, history_step_h: int, live_min: int, topics: int = TOPICS) -> str:
     rng = random.Random(SEED)
     sink = RedisRollupSink(url, "bench-scale", target=TARGET)
-    recent_periods = recent_min * 60_000 // PERIOD_MS
-    recent_from = now_ms - recent_periods * PERIOD_MS
-    history = list(range(recent_from - HISTORY_DAYS * 24 * HOUR_MS, recent_from - PERIOD_MS,
-                         history_step_h * HOUR_MS))
+    thin_from = now_ms - THIN_HOURS * HOUR_MS
+    history = list(range(now_ms - HISTORY_DAYS * 24 * HOUR_MS, thin_from, history_step_h * HOUR_MS))
+    thin = list(range(thin_from + PERIOD_MS - 1_000, now_ms, PERIOD_MS))
     began, batch_id = time.monotonic(), 0
     for ts in history:
         write_batch(sink, history_values(ts, rng, topics), ts, batch_id)
         batch_id += 1
-    history_s = time.monotonic() - began
-    for period in range(recent_periods):
-        ts = recent_from + (period + 1) * PERIOD_MS - 1_000
-        write_batch(sink, recent_values(ts, period, rng, topics), ts, batch_id)
+    for ts in thin:
+        write_batch(sink, thin_values(ts, rng, topics), ts, batch_id)
         batch_id += 1
-    # The fill takes minutes, and the status rules judge reports by their age as they would a live
-    # driver's: reports at the clock follow (a gap in the timeline), until the newest is under a period old.
-    gap_s, period = (time.time() * 1000 - ts) / 1000, recent_periods
-    for _ in range(LIVE_BATCHES):
-        if time.time() * 1000 - ts < PERIOD_MS:
-            break
+    history_s = time.monotonic() - began
+    # Every partition's reports at the clock, one batch a metrics period (later when a batch takes longer),
+    # as a live driver and aggregator leave them: the status rules judge reports by their age and the
+    # lag verdicts by their spacing, so these cannot be written ahead of time.
+    live = live_min * 60_000 // PERIOD_MS
+    live_began = time.monotonic()
+    for period in range(live):
+        time.sleep(max(0.0, live_began + period * PERIOD_MS / 1000 - time.monotonic()))
         ts = int(time.time() * 1000) - 1_000
         write_batch(sink, recent_values(ts, period, rng, topics), ts, batch_id)
-        batch_id, period = batch_id + 1, period + 1
-    recent_s = time.monotonic() - began - history_s
+        batch_id += 1
+    live_s = time.monotonic() - live_began
     client = redis.Redis.from_url(url)
     memory = client.info("memory")["used_memory"] / 2**20
     keys = client.dbsize()
     client.close()
     sink.close()
     return (f"filled through the aggregator's writer: {len(history)} history batches of "
-            f"{topics * PARTITIONS} reports in {history_s:.0f} s, {period} recent batches in "
-            f"{recent_s:.0f} s ({recent_periods} 30 s apart, then {period - recent_periods} at the clock "
-            f"after a {gap_s:.0f} s gap; the newest {time.time() - ts / 1000:.0f} s old); Redis holds {keys} "
-            f"keys, {memory:.0f} MiB")
+            f"{topics * PARTITIONS} reports and {len(thin)} of {min(THIN_TOPICS, topics)} in "
+            f"{history_s:.0f} s, then {live} of {topics * PARTITIONS} at the clock over {live_s:.0f} s "
+            f"(the newest {time.time() - ts / 1000:.0f} s old); Redis holds {keys} keys, {memory:.0f} MiB")
 
 
 def cluster_info_paths(now_ms: int) -> list[str]:  # noqa: ARG001 (the default range ends now)
@@ -171,6 +188,18 @@ def topic_7d_paths(now_ms: int, topics: int = TOPICS) -> list[str]:
     week = HISTORY_DAYS * 24 * HOUR_MS
     return [f"/v2/topic-metrics/{SOURCE}/{TARGET}/t{rng.randrange(topics):04d}/record_count"
             f"?from={now_ms - week}&to={now_ms}&granularity=auto" for _ in range(500)]
+
+
+def status_line(port: int) -> str:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/v2/replications")
+    body = json.loads(connection.getresponse().read())
+    connection.close()
+    return "; ".join(
+        f"{r['source']}->{r['target']} {r['state']} ({r['explanation']}), {r['topics']} topics, lag "
+        f"{r['lag']['status']}/{r['lag']['reason']} total {r['lag']['total_lag']}, "
+        f"{len(r['lag']['partitions'])} partitions listed, worst lag {r['lag_seconds']} s"
+        for r in body["replications"])
 
 
 def worker_peak_rss_mb(master_pid: int) -> float:
@@ -213,6 +242,7 @@ def run(args, run_python_load) -> int:  # noqa: ANN001 (bench/api.py's namespace
         print(f"load: Python generator, {args.connections} connections x {args.duration} s per endpoint, "
               f"{args.workers} workers x {args.threads} threads; load average before: "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"what /v2/replications answers: {status_line(port)}")
         figures = {}
         now_ms = int(time.time() * 1000)
         for name, paths in (("cluster_info", cluster_info_paths(now_ms)),
