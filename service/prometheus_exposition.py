@@ -234,7 +234,13 @@ class GatewayMetrics(Collector):
             )
             for (site, outcome), count in sorted(outcomes.totals().items()):
                 answers.add_metric([site, outcome, pid], count)
-            yield answers
+            dropped = CounterMetricFamily(
+                "srm_gateway_site_frames_dropped", "Grafana frames of a site's answer left out as malformed",
+                labels=["site", "pid"],
+            )
+            for site, count in sorted(outcomes.dropped_totals().items()):
+                dropped.add_metric([site, pid], count)
+            yield from (answers, dropped)
         if self.registry is not None and hasattr(self.registry, "is_alive"):
             refused = CounterMetricFamily(
                 "srm_gateway_advertisements_rejected", "service advertisements refused (too large, broken, "

@@ -38,11 +38,21 @@ class SiteOutcomes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._dropped: Counter[str] = Counter()
 
     def count(self, site: str, outcome: str) -> None:
         with self._lock:
             self._counts[(site, outcome)] += 1
 
+    def dropped_frames(self, site: str, frames: int) -> None:
+        """Grafana frames of an ``ok`` answer that were not what the datasource documents, so left out."""
+        with self._lock:
+            self._dropped[site] += frames
+
     def totals(self) -> dict[tuple[str, str], int]:
         with self._lock:
             return dict(self._counts)
+
+    def dropped_totals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._dropped)
