@@ -162,8 +162,13 @@ def test_rejected_driver_records_show_in_the_replication_status(run: dict):
         copied = sum(f.result().offset for f in futures.values())
         time.sleep(1)
     assert copied >= 50
-    active = poll_json(status_url, lambda a: a["state"] == "ACTIVE", 60)
-    assert active is not None and active["state"] == "ACTIVE", active
+    # ACTIVE needs records in the last two metrics periods (1 s each here): keep a trickle flowing.
+    state, deadline = None, time.monotonic() + 60
+    while state != "ACTIVE" and time.monotonic() < deadline:
+        produce(run["east"], run["topic"], [(b"k", b"trickle")])
+        state = requests.get(status_url, timeout=10).json()["state"]
+        time.sleep(0.5)
+    assert state == "ACTIVE"
 
     text = requests.get(f"{run['url']}/metrics", timeout=10).text
     labels = {"source": run["source"], "target": run["target"]}
