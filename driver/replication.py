@@ -55,6 +55,7 @@ from driver.target_writer import (
     TransactionalWriter,
 )
 from driver.topic_sync import TopicRefusals, TopicSync
+from driver.worker_census import WorkerCensus
 
 LOG = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class ReplicationWorker(threading.Thread):
         self.source_watch = SourceWatch(source)
         self.flow = CopyFlow(replication.name, target, self.source_watch)
         self._refreshing = BackgroundRefresh(f"replication {replication.name}")
+        self.census = WorkerCensus(replication.name, source, group_id(source, target),
+                                   functools.partial(kafka_clients.admin, config, source))
         self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
         remote_name = functools.partial(self.policy.format_remote_topic, source)
@@ -343,7 +346,7 @@ class ReplicationWorker(threading.Thread):
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
-        self.flow.unassigned(keys)
+        self.flow.unassigned(consumer, keys)
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
@@ -372,18 +375,14 @@ class ReplicationWorker(threading.Thread):
                                                          cached=True)
             if end is not None and end >= 0:
                 flow.stats.source_end_offset = end
-        if self.source_watch.suspect:  # the request would wait out its whole timeout: keep the last counts
-            return self.stats.tasks
-        try:
-            membership = kafka_clients.group_membership(
-                self.source_admin, self.replication.source,
-                group_id(self.replication.source, self.replication.target))
-            self.stats.workers = max(1, membership.members)
-            self.stats.tasks = membership.members_with_partitions
-            return membership.members_with_partitions
-        except ClusterUnavailable as exc:
-            LOG.warning("cannot count the workers of %s: %s", self.replication.name, exc)
+        if not self.source_watch.suspect:  # the request would wait out its whole timeout
+            self.census.request()
+        membership = self.census.latest
+        if membership is None:
             return None
+        self.stats.workers = max(1, membership.members)
+        self.stats.tasks = membership.members_with_partitions
+        return membership.members_with_partitions
 
     def _publish_failure(self) -> None:
         try:
