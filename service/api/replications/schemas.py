@@ -46,6 +46,16 @@ class EvaluationSchema(Schema):
     )
 
 
+class HistoryGapSchema(Schema):
+    lost_before = fields.Integer(
+        allow_none=True,
+        metadata={"description": "start of the earliest window Kafka still held at the rebuild, epoch ms: "
+                                 "metrics before it are lost (null: the rebuild has no batch in yet)"})
+    rebuilt_at = fields.Integer(metadata={"description": "when the aggregator found its Redis state gone, "
+                                                         "epoch ms"})
+    explanation = fields.String()
+
+
 class ReplicationStatusSchema(Schema):
     source = fields.String()
     target = fields.String()
@@ -68,6 +78,10 @@ class ReplicationStatusSchema(Schema):
     late_records = fields.Integer(
         metadata={"description": "raw-metrics records from this source that came after their window closed"}
     )
+    history = fields.Nested(
+        HistoryGapSchema, allow_none=True,
+        metadata={"description": "the gap left when the aggregator rebuilt the target's rollups from Kafka "
+                                 "after Redis lost them (null: history complete)"})
 
 
 class GroupStatusSchema(Schema):
