@@ -279,6 +279,32 @@ def aggregator_restarts_key(target: str) -> str:
     return f"{PREFIX}:aggregator:{{{_part(target)}}}:restarts"
 
 
+def rebuild_key(target: str) -> str:
+    """Hash: the aggregator's last rebuild of target `target`'s rollups from Kafka, after it found its
+    Redis state gone (flushed, or a new Redis) while its Spark checkpoint had progress. Fields (epoch ms
+    as integer strings): `detected_ts` (when the loss was found), `checkpoint_kept` (where the old
+    checkpoint was moved) and, once the rebuilt query's first batch is in, `history_from_ts` (the start
+    of the earliest window Kafka still held: history before it is lost). The service shows it in the
+    replications' status; it expires with the longest window retention, when the gap is out of range."""
+    return f"{PREFIX}:aggregator:{{{_part(target)}}}:rebuild"
+
+
+def target_rollup_patterns(target: str, query_name: str) -> list[str]:
+    """SCAN patterns of every key the rollup query `query_name` writes for `target` (series, indexes,
+    latest values, record totals, its exactly-once state), what a rebuild clears before it starts again.
+    Not the aggregator's own keys (restart counts, the rebuild record, the cluster probe) nor the
+    shared `targets_key()`."""
+    tag = _glob_escape(_part(target))
+    scope = _glob_escape(_part(query_name))
+    return [f"{PREFIX}:ts:{{{tag}|*", f"{PREFIX}:idx:{{{tag}|*", f"{PREFIX}:idx:{{{tag}}}:sources",
+            f"{PREFIX}:latest:{{{tag}|*", f"{PREFIX}:invalid:{{{tag}|*", f"{PREFIX}:late:{{{tag}|*",
+            f"{PREFIX}:batch:{scope}", f"{PREFIX}:batch:{scope}{_glob_escape(_part(':'))}*"]
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def invalid_records_key(target: str, source: str) -> str:
     """Running total of raw records that did not parse, read from `srm-metrics.<source>.internal` in
     `target` (an integer string; same hash tag as the source's replication-level series)."""

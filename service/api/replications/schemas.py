@@ -64,6 +64,16 @@ class ReaderSchema(Schema):
     )
 
 
+class HistoryGapSchema(Schema):
+    lost_before = fields.Integer(
+        allow_none=True,
+        metadata={"description": "start of the earliest window Kafka still held at the rebuild, epoch ms: "
+                                 "metrics before it are lost (null: the rebuild has no batch in yet)"})
+    rebuilt_at = fields.Integer(metadata={"description": "when the aggregator found its Redis state gone, "
+                                                         "epoch ms"})
+    explanation = fields.String()
+
+
 class ReplicationStatusSchema(Schema):
     source = fields.String()
     target = fields.String()
@@ -91,6 +101,10 @@ class ReplicationStatusSchema(Schema):
         metadata={"description": "the driver's readers of its internal topics, from its last report "
                                  "(empty: none reported)"},
     )
+    history = fields.Nested(
+        HistoryGapSchema, allow_none=True,
+        metadata={"description": "the gap left when the aggregator rebuilt the target's rollups from Kafka "
+                                 "after Redis lost them (null: history complete)"})
 
 
 class GroupStatusSchema(Schema):
