@@ -116,7 +116,8 @@ class QuerySupervisor:
                     if self._rebuild(spec, query):
                         restarted.append(name)
                     continue
-                self.queries[name] = self.start(self.spark, spec)
+                if not self._start(spec, now):
+                    continue
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 self._count(spec.target, "query")
                 restarted.append(name)
@@ -144,8 +145,18 @@ class QuerySupervisor:
         self._stalled.discard(name)
         self._restart_at.pop(name, None)
         self._progress.pop(name, None)
-        self.queries[name] = self.start(self.spark, spec)
         self.rebuilds[name] = self.rebuilds.get(name, 0) + 1
+        return self._start(spec, time.monotonic())
+
+    def _start(self, spec: RollupQuerySpec, now: float) -> bool:
+        """Starts the query again; one Spark refuses (a query it still counts as active: a stop on a side
+        thread ends the query a moment before Spark lets its name go) is tried again after the back-off."""
+        try:
+            self.queries[spec.query_name] = self.start(self.spark, spec)
+        except Exception as exc:
+            LOG.warning("query %s not started yet: %s", spec.query_name, _first_line(exc))
+            self._restart_at[spec.query_name] = now + self.backoff_s
+            return False
         return True
 
     def _stalled_for(self, spec: RollupQuerySpec, query: StreamingQuery, now: float) -> bool:
