@@ -45,6 +45,9 @@ RESTART_BACKOFF_S = 5.0
 # Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
 # batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
 STALL_INTERVALS = 30
+# The first batch of a query (no progress yet) was seen to take over 15 s on a busy machine: with short
+# triggers, N intervals alone would restart a healthy query at start.
+FIRST_BATCH_GRACE_S = 120.0
 # Redis calls of the restart counter: short, so counts wait in memory while Redis hangs.
 COUNTER_TIMEOUT_S = 2.0
 
@@ -167,7 +170,10 @@ class QuerySupervisor:
         if seen is None or seen[0] != batch:
             self._progress[spec.query_name] = (batch, now)
             return False
-        if now - seen[1] < self.stall_intervals * trigger_seconds(spec.trigger_interval):
+        limit = self.stall_intervals * trigger_seconds(spec.trigger_interval)
+        if batch is None:  # a query's first batch also starts its Python workers and plans the query
+            limit = max(limit, FIRST_BATCH_GRACE_S)
+        if now - seen[1] < limit:
             return False
         status = query.status or {}
         return bool(status.get("isTriggerActive") and status.get("isDataAvailable"))
