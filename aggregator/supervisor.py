@@ -45,6 +45,9 @@ RESTART_BACKOFF_S = 5.0
 # Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
 # batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
 STALL_INTERVALS = 30
+# The first batch of a query (no progress yet) was seen to take over 15 s on a busy machine: with short
+# triggers, N intervals alone would restart a healthy query at start.
+FIRST_BATCH_GRACE_S = 120.0
 # Redis calls of the restart counter: short, so counts wait in memory while Redis hangs.
 COUNTER_TIMEOUT_S = 2.0
 
@@ -116,7 +119,8 @@ class QuerySupervisor:
                     if self._rebuild(spec, query):
                         restarted.append(name)
                     continue
-                self.queries[name] = self.start(self.spark, spec)
+                if not self._start(spec, now):
+                    continue
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 self._count(spec.target, "query")
                 restarted.append(name)
@@ -144,8 +148,18 @@ class QuerySupervisor:
         self._stalled.discard(name)
         self._restart_at.pop(name, None)
         self._progress.pop(name, None)
-        self.queries[name] = self.start(self.spark, spec)
         self.rebuilds[name] = self.rebuilds.get(name, 0) + 1
+        return self._start(spec, time.monotonic())
+
+    def _start(self, spec: RollupQuerySpec, now: float) -> bool:
+        """Starts the query again; one Spark refuses (a query it still counts as active: a stop on a side
+        thread ends the query a moment before Spark lets its name go) is tried again after the back-off."""
+        try:
+            self.queries[spec.query_name] = self.start(self.spark, spec)
+        except Exception as exc:
+            LOG.warning("query %s not started yet: %s", spec.query_name, _first_line(exc))
+            self._restart_at[spec.query_name] = now + self.backoff_s
+            return False
         return True
 
     def _stalled_for(self, spec: RollupQuerySpec, query: StreamingQuery, now: float) -> bool:
@@ -156,7 +170,10 @@ class QuerySupervisor:
         if seen is None or seen[0] != batch:
             self._progress[spec.query_name] = (batch, now)
             return False
-        if now - seen[1] < self.stall_intervals * trigger_seconds(spec.trigger_interval):
+        limit = self.stall_intervals * trigger_seconds(spec.trigger_interval)
+        if batch is None:  # a query's first batch also starts its Python workers and plans the query
+            limit = max(limit, FIRST_BATCH_GRACE_S)
+        if now - seen[1] < limit:
             return False
         status = query.status or {}
         return bool(status.get("isTriggerActive") and status.get("isDataAvailable"))
