@@ -225,11 +225,12 @@ def replication_status_key(target: str, source: str) -> str:
     aggregator derives (recent per-period record counts, oldest first).
 
     JSON fields: `ts` (report, epoch ms), `period_ms`, `status`, `error` (str or null), `workers`,
-    `tasks`, `last_heartbeat_ts` (epoch ms or null), `topics_replicated`, `enabled` (bool) and
-    `recent_record_counts` (list of ints, RECENT_PERIODS at most, the last one the period ending at
-    `ts`). A period is (ts - (k+1)*period_ms, ts - k*period_ms]; it gets the replication-level
-    record_count 10 s windows whose start lies in it, so with periods shorter than 10 s a window's
-    records land in one period and its neighbour shows 0."""
+    `tasks`, `last_heartbeat_ts` (epoch ms or null), `topics_replicated`, `enabled` (bool),
+    `readers` (null from a driver that reports none; else reader kind -> {rejected, alive,
+    last_rejection}, raw_metrics.READER_KINDS) and `recent_record_counts` (list of ints, RECENT_PERIODS
+    at most, the last one the period ending at `ts`). A period is (ts - (k+1)*period_ms,
+    ts - k*period_ms]; it gets the replication-level record_count 10 s windows whose start lies in it,
+    so with periods shorter than 10 s a window's records land in one period and its neighbour shows 0."""
     return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:replication"
 
 

@@ -44,6 +44,7 @@ from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
+from driver.reader_health import ReplicationReaders
 from driver.replication_stats import ReplicationStats
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
@@ -76,7 +77,7 @@ def group_id(source: str, target: str) -> str:
 
 class ReplicationWorker(threading.Thread):
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: AllowDenyLists | None = None) -> None:
+                 control: AllowDenyLists | None = None, readers: ReplicationReaders | None = None) -> None:
         super().__init__(name=f"replication-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
@@ -85,7 +86,9 @@ class ReplicationWorker(threading.Thread):
         self.metrics_period_s = config.setting("metrics.period", source, target)
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
-        self.stats = ReplicationStats(source, target)
+        self.readers = readers or ReplicationReaders(replication.name)
+        self.stats = ReplicationStats(source, target, self.readers.report)
+        self.progress_guard = self.readers.progress_guard(self)
         self.limits = QueueLimits.from_config(config, source, target)
         self.source_watch = SourceWatch(source)
         self.flow = CopyFlow(replication.name, target, self.source_watch)
@@ -150,7 +153,7 @@ class ReplicationWorker(threading.Thread):
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS),
             TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
         self.progress = ProgressReader(self._progress_consumer(), self.target_admin, progress_topic(source),
-                                       source)
+                                       source, guard=self.progress_guard)
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)
@@ -337,12 +340,6 @@ class ReplicationWorker(threading.Thread):
         return PartitionFlow(topic, partition, remote, stats, acked=last_replicated,
                              persisted=last_replicated, produced=last_replicated)
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, lost=False)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, lost=True)
-
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
@@ -353,6 +350,9 @@ class ReplicationWorker(threading.Thread):
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
         consumer.incremental_unassign(partitions)
+
+    _on_revoke = functools.partialmethod(_release, lost=False)
+    _on_lost = functools.partialmethod(_release, lost=True)
 
     def _publish_metrics(self) -> None:
         tasks = self._update_levels()

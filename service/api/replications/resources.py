@@ -60,6 +60,8 @@ def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False
         "lag_seconds": health.lag_seconds,
         "invalid_records": totals[0],
         "late_records": totals[1],
+        "readers": [{"reader": r.reader, "rejected": r.rejected, "alive": r.alive,
+                     "last_rejection": r.last_rejection} for r in health.readers],
         "history": history,
     }
 
