@@ -125,6 +125,7 @@ def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: th
 
 
 def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
+    from aggregator.query import close_sinks
     from aggregator.supervisor import STALL_INTERVALS, QuerySupervisor
     from aggregator.window_writer import join_window_writers
 
@@ -148,6 +149,7 @@ def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = No
     deadline = time.monotonic() + STOP_TIMEOUT_S
     try:
         supervisor.stop_all()
+        close_sinks(spark)
         join_window_writers(max(0.0, deadline - SPARK_STOP_RESERVE_S - time.monotonic()))
         spark.stop()
     except Exception as exc:  # a SIGTERM to the process group reached the JVM too, and it went first

@@ -126,6 +126,14 @@ def _sinks_of(spark: SparkSession) -> dict[str, RedisRollupSink]:
     return closer.sinks
 
 
+def close_sinks(spark: SparkSession) -> None:
+    """Ends every sink's window writer once the queries are stopped, not waiting for the listener's
+    event: a merge child ignores stop signals and ends when its sink closes the pipe, after its merge."""
+    sinks = _sinks_of(spark)
+    for key in list(sinks):
+        sinks.pop(key).close()
+
+
 def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
     """The sink of a running query (the supervisor cuts a stalled one's Redis connections)."""
     return _sinks_of(spark).get(str(query.id))

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Final
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from contract.kafka_clients import ClusterUnavailable
 from driver.send_queue import PartitionKey, SendQueue
@@ -53,8 +53,16 @@ class CopyFlow:
         acknowledged nothing for a second while records wait (under load it does every few ms)."""
         return self.source_watch.suspect or queue.unacknowledged_for() > SILENT_TARGET_S
 
-    def unassigned(self, keys: list[PartitionKey]) -> None:
-        """librdkafka forgets the pause of a partition no longer assigned."""
+    def unassigned(self, consumer: Consumer, keys: list[PartitionKey]) -> None:
+        """Called before the partitions are unassigned. librdkafka keeps a partition's pause across a
+        revoke and a later assignment of the same partition, and the backlog that paused it is gone with
+        the revoke: resumed now, or it would come back paused for good."""
+        paused = sorted(self._paused & set(keys))
+        if paused:
+            try:
+                consumer.resume([TopicPartition(t, p) for t, p in paused])
+            except KafkaException as exc:  # already gone from the assignment: nothing left to resume
+                LOG.debug("%s: resume before unassign: %s", self.name, exc)
         self._paused -= set(keys)
 
     def check_outage(self, consumer: Consumer, queue: SendQueue, now: float) -> bool:

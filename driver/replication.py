@@ -44,6 +44,7 @@ from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
+from driver.reader_health import ReplicationReaders
 from driver.replication_stats import ReplicationStats
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
@@ -55,6 +56,7 @@ from driver.target_writer import (
     TransactionalWriter,
 )
 from driver.topic_sync import TopicRefusals, TopicSync
+from driver.worker_census import WorkerCensus
 
 LOG = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def group_id(source: str, target: str) -> str:
 
 class ReplicationWorker(threading.Thread):
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: AllowDenyLists | None = None) -> None:
+                 control: AllowDenyLists | None = None, readers: ReplicationReaders | None = None) -> None:
         super().__init__(name=f"replication-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
@@ -84,11 +86,15 @@ class ReplicationWorker(threading.Thread):
         self.metrics_period_s = config.setting("metrics.period", source, target)
         self.exactly_once = config.setting("exactly.once", source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
-        self.stats = ReplicationStats(source, target)
+        self.readers = readers or ReplicationReaders(replication.name)
+        self.stats = ReplicationStats(source, target, self.readers.report)
+        self.progress_guard = self.readers.progress_guard(self)
         self.limits = QueueLimits.from_config(config, source, target)
         self.source_watch = SourceWatch(source)
         self.flow = CopyFlow(replication.name, target, self.source_watch)
         self._refreshing = BackgroundRefresh(f"replication {replication.name}")
+        self.census = WorkerCensus(replication.name, source, group_id(source, target),
+                                   functools.partial(kafka_clients.admin, config, source))
         self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
         remote_name = functools.partial(self.policy.format_remote_topic, source)
@@ -147,7 +153,7 @@ class ReplicationWorker(threading.Thread):
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS),
             TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
         self.progress = ProgressReader(self._progress_consumer(), self.target_admin, progress_topic(source),
-                                       source)
+                                       source, guard=self.progress_guard)
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)
@@ -334,22 +340,19 @@ class ReplicationWorker(threading.Thread):
         return PartitionFlow(topic, partition, remote, stats, acked=last_replicated,
                              persisted=last_replicated, produced=last_replicated)
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, lost=False)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, lost=True)
-
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.writer.release(keys, lost=lost)
-        self.flow.unassigned(keys)
+        self.flow.unassigned(consumer, keys)
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
         consumer.incremental_unassign(partitions)
+
+    _on_revoke = functools.partialmethod(_release, lost=False)
+    _on_lost = functools.partialmethod(_release, lost=True)
 
     def _publish_metrics(self) -> None:
         tasks = self._update_levels()
@@ -372,18 +375,14 @@ class ReplicationWorker(threading.Thread):
                                                          cached=True)
             if end is not None and end >= 0:
                 flow.stats.source_end_offset = end
-        if self.source_watch.suspect:  # the request would wait out its whole timeout: keep the last counts
-            return self.stats.tasks
-        try:
-            membership = kafka_clients.group_membership(
-                self.source_admin, self.replication.source,
-                group_id(self.replication.source, self.replication.target))
-            self.stats.workers = max(1, membership.members)
-            self.stats.tasks = membership.members_with_partitions
-            return membership.members_with_partitions
-        except ClusterUnavailable as exc:
-            LOG.warning("cannot count the workers of %s: %s", self.replication.name, exc)
+        if not self.source_watch.suspect:  # the request would wait out its whole timeout
+            self.census.request()
+        membership = self.census.latest
+        if membership is None:
             return None
+        self.stats.workers = max(1, membership.members)
+        self.stats.tasks = membership.members_with_partitions
+        return membership.members_with_partitions
 
     def _publish_failure(self) -> None:
         try:
