@@ -173,6 +173,7 @@ class ReplicationWorker(threading.Thread):
         while not self.stopping.is_set():
             kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
             kafka_clients.check(self.producer)
+            kafka_clients.check(self.tasks.consumer)
             arrived = self.tasks.poll()  # the group's callbacks run here; new tasks start outside them
             if arrived:
                 self._start_tasks(arrived)
