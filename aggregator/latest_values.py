@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY, OffsetPoint, OffsetTimeTable, lag_seconds
+from contract.records.raw_metrics import READER_FIELD_TYPES, READER_KINDS
 from contract.redis_layout import FINEST_WINDOW, RECENT_PERIODS, WindowAggregate, window_start
 
 # Window history needed for one lag table: the exporter's 60 points, one per 10 s window.
@@ -106,4 +107,21 @@ def replication_latest(record: dict[str, Any],
         "last_heartbeat_ts": record.get("last_heartbeat_ts"),
         "topics_replicated": record.get("topics_replicated", 0), "enabled": record.get("enabled", True),
         "recent_record_counts": recent_record_counts(record_count_windows, ts, period),
+        "readers": readers_of(record),
     }
+
+
+def readers_of(record: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The report's reader health, nested again from its flat `readers__<kind>__<field>` columns (or
+    taken as is from a record that still has `readers`); None from a driver that sends none."""
+    nested = record.get("readers")
+    readers = {}
+    for kind in READER_KINDS:
+        health = nested.get(kind) if isinstance(nested, dict) else None
+        health = health if isinstance(health, dict) else {
+            name: record[f"readers__{kind}__{name}"] for name in READER_FIELD_TYPES
+            if record.get(f"readers__{kind}__{name}") is not None}
+        if health.get("rejected") is not None:
+            readers[kind] = {"rejected": health["rejected"], "alive": bool(health.get("alive")),
+                             "last_rejection": health.get("last_rejection")}
+    return readers or None

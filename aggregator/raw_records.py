@@ -26,6 +26,8 @@ from contract.records.raw_metrics import (
     FIELD_TYPES,
     MAX_VALUE_BYTES,
     METRICS,
+    READER_FIELD_TYPES,
+    READER_KINDS,
     SUMMARY_FIELD_TYPES,
     MetricKind,
 )
@@ -48,13 +50,17 @@ LATENCY_PARTS = ("count", "avg", "min", "max", "last")
 # Fields of a replication report kept for its latest value (besides ts and period_ms).
 REPLICATION_FIELDS = ("status", "error", "workers", "tasks", "last_heartbeat_ts", "topics_replicated",
                       "enabled")
+# The driver's readers of its internal topics (a replication report's optional `readers`), one flat
+# column per kind and field: `readers__<kind>__<field>` (latest_values.replication_latest nests them again).
+READER_COLUMNS = {f"readers__{kind}__{name}": (kind, name)
+                  for kind in READER_KINDS for name in READER_FIELD_TYPES}
 _TYPES = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
           "boolean": pa.bool_()}
-RECORD_SCHEMA = pa.schema([
-    pa.field(name, pa.struct([(f, _TYPES[t]) for f, t in SUMMARY_FIELD_TYPES.items()]) if kind == "summary"
-             else _TYPES[kind])
-    for name, kind in FIELD_TYPES.items()
-])
+_READER_TYPE = pa.struct([(f, _TYPES[t]) for f, t in READER_FIELD_TYPES.items()])
+_NESTED = {"summary": pa.struct([(f, _TYPES[t]) for f, t in SUMMARY_FIELD_TYPES.items()]),
+           "readers": pa.struct([(kind, _READER_TYPE) for kind in READER_KINDS])}
+RECORD_SCHEMA = pa.schema([pa.field(name, _NESTED.get(kind) or _TYPES[kind])
+                           for name, kind in FIELD_TYPES.items()])
 _PARSE = pj.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="ignore")
 
 
@@ -110,6 +116,10 @@ def _typed(body: dict, types: dict[str, str]) -> bool:
             continue
         if kind == "summary":
             ok = isinstance(value, dict) and _typed(value, SUMMARY_FIELD_TYPES)
+        elif kind == "readers":
+            ok = isinstance(value, dict) and all(
+                isinstance(value.get(k), dict) and _typed(value[k], READER_FIELD_TYPES)
+                for k in READER_KINDS if value.get(k) is not None)
         elif kind in _LIMITS:
             ok = type(value) is int and -_LIMITS[kind] <= value < _LIMITS[kind]
         elif kind == "double":
@@ -200,6 +210,8 @@ def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = 
             columns[name] = _where(present, m[name])
     replication_valid = pc.and_(valid, replication)
     columns |= {name: _where(replication_valid, m[name]) for name in REPLICATION_FIELDS}
+    columns |= {column: _where(replication_valid, pc.struct_field(m["readers"], [kind, name]))
+                for column, (kind, name) in READER_COLUMNS.items()}
     return pa.table(columns)
 
 
@@ -237,6 +249,12 @@ def _in_range(m: pa.Table) -> list[pa.Array]:
             checks += [absent_or(pc.is_finite(pc.struct_field(m[name], [part])))
                        for part in LATENCY_PARTS if part != "count"]
             checks.append(absent_or(pc.greater_equal(pc.struct_field(m[name], ["count"]), 0)))
+    for kind in READER_KINDS:  # a reader's count is a total: never negative; present, both fields are
+        reader = pc.struct_field(m["readers"], [kind])
+        checks.append(absent_or(pc.greater_equal(pc.struct_field(reader, ["rejected"]), 0)))
+        complete = pc.and_(pc.is_valid(pc.struct_field(reader, ["rejected"])),
+                           pc.is_valid(pc.struct_field(reader, ["alive"])))
+        checks.append(pc.or_kleene(pc.is_null(reader), complete))
     for name in ("topic", "upstream_topic"):
         legal = pc.and_(pc.match_substring_regex(m[name], TOPIC_ARROW),
                         pc.invert(pc.is_in(m[name], pa.array([".", ".."]))))

@@ -18,6 +18,10 @@ saw, which Spark's own (stateless queries have none to enforce) would not give. 
 stored no later than the wall clock at commit, and the watermark is never past the clock plus
 MAX_FUTURE_SKEW_MS: one record stamped hours ahead must not make every on-time record late.
 
+A batch after its checkpoint's first (batch id > 0) that finds no sink state means Redis lost it: the
+sink writes nothing and flags `state_lost` (the supervisor rebuilds from Kafka, aggregator.rebuild); its
+MULTI WATCHes the sink state, so a flush while the batch runs is caught too.
+
 Latest values need history (lag in seconds, recent record counts): window_history keeps what the sink
 wrote, overlaid with the batch's own partials. One query writes one target, so nothing else changes
 those keys in between.
@@ -39,6 +43,7 @@ from pyspark.sql import DataFrame
 
 from aggregator import latest_values, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
+from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
@@ -118,6 +123,8 @@ class RedisRollupSink:
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
+        self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
+        self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -144,10 +151,11 @@ class RedisRollupSink:
                 self._windows.recover(committed)
         return self._windows
 
-    def close(self) -> None:
-        """Ends a background window writer (its query ended); a later batch would start another."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """Ends a background window writer (its query ended), waiting up to `wait_s` for it to finish the
+        merges it was handed; a later batch would start another."""
         if isinstance(self._windows, BackgroundWindowWriter):
-            self._windows.close()
+            self._windows.close(wait_s)
         self._windows = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -155,6 +163,9 @@ class RedisRollupSink:
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
         self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
         state = self.state()
+        if batch_id > 0 and state.batch_id is None:
+            self._lose_state(batch_id)
+            return
         if self._already_committed(state, batch_id):
             return
         began = time.monotonic()
@@ -171,7 +182,7 @@ class RedisRollupSink:
                   "tasks in %.0f ms, merged in %.0f ms", self.query_name, batch_id, collected.records,
                   batch_partials.windows.num_rows, collected.latest_candidates, collected.bytes,
                   collected.tasks, (computed - began) * 1000, (time.monotonic() - computed) * 1000)
-        self.write(batch_partials, batch_id, state)
+        self.write(batch_partials, batch_id, state, require_state=batch_id > 0)
         # Arrow's allocator keeps freed pages for reuse: a driver that once held a large batch would
         # keep its size. The partials of the next batch are allocated afresh in a few ms.
         pa.default_memory_pool().release_unused()
@@ -192,11 +203,18 @@ class RedisRollupSink:
                  state.batch_id)
         return True
 
+    def _lose_state(self, batch_id: int) -> None:
+        LOG.debug("%s: batch %d: no sink state in Redis, not written", self.query_name, batch_id)
+        self.state_lost = True
+        self.history.clear()
+
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
-              state: SinkState | None = None) -> None:
+              state: SinkState | None = None, require_state: bool = False) -> None:
         """Commit one batch's partial windows and latest records to Redis, once: latest values, then its
         windows staged with the batch id, then merged (at once, or in the background with
-        `merge_in_background`). Rows of one metric each are taken too (window_partials.of_windows)."""
+        `merge_in_background`). Rows of one metric each are taken too (window_partials.of_windows).
+        With `require_state` (a batch after the checkpoint's first), a sink state gone from Redis
+        before the commit leaves the batch unwritten and sets `state_lost`."""
         began = time.monotonic()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
@@ -211,9 +229,18 @@ class RedisRollupSink:
         if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
             batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
         derived = time.monotonic()
+        history_from = self.history_start.pending(self.client, batch.windows)
         try:
             pipe = self.client.pipeline(transaction=True)
+            if require_state:
+                pipe.watch(layout.batch_key(self.batch_scope))  # a flush from here on aborts the EXEC
+                if not pipe.exists(layout.batch_key(self.batch_scope)):
+                    pipe.reset()
+                    self._lose_state(batch_id)
+                    return
+                pipe.multi()
             stage(pipe, self.batch_scope, batch_id, batch.windows)
+            self.history_start.queue(pipe, history_from)
             self._write_invalid(pipe, plan)
             self._write_late(pipe, batch.late, state.watermark_ms(self.watermark_delay_ms))
             self._write_index(pipe, plan)
@@ -224,6 +251,9 @@ class RedisRollupSink:
             pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
             pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
             pipe.execute()
+        except redis.WatchError:
+            self._lose_state(batch_id)
+            return
         except Exception:
             self.history.clear()
             raise

@@ -12,6 +12,9 @@ restarted: its sink's Redis connections are cut and the query stopped, so the ba
 from the checkpoint by the new query (the sink skips what Redis has). Restarts of queries and of merge
 children (window_writer) are counted in Redis (redis_layout.aggregator_restarts_key) for the service's
 /metrics; counts Redis did not take yet (it may be what failed) are kept and written later.
+
+A query whose state is gone from Redis while its checkpoint has progress (Redis flushed or replaced) is
+rebuilt from Kafka on a new checkpoint (rebuild), checked every few seconds and before each restart.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import window_writer
+from aggregator import rebuild, window_writer
 from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from aggregator.redis_sink import RedisRollupSink
 from contract import redis_connection
@@ -42,6 +45,9 @@ RESTART_BACKOFF_S = 5.0
 # Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
 # batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
 STALL_INTERVALS = 30
+# The first batch of a query (no progress yet) was seen to take over 15 s on a busy machine: with short
+# triggers, N intervals alone would restart a healthy query at start.
+FIRST_BATCH_GRACE_S = 120.0
 # Redis calls of the restart counter: short, so counts wait in memory while Redis hangs.
 COUNTER_TIMEOUT_S = 2.0
 
@@ -62,6 +68,8 @@ class QuerySupervisor:
     stall_intervals: int = STALL_INTERVALS
     stalls: dict[str, int] = field(default_factory=dict)  # query -> restarts because it stalled
     counter: RestartCounter | None = None  # None: one writing to each spec's Redis
+    state_check: rebuild.RedisStateCheck | None = None  # None: one for `spark` (none without a session)
+    rebuilds: dict[str, int] = field(default_factory=dict)  # query -> rebuilds from Kafka
     _progress: dict[str, tuple[object, float]] = field(default_factory=dict)  # query -> (batch, since)
     _stalled: set[str] = field(default_factory=set)  # stalled queries being stopped
     _restart_at: dict[str, float] = field(default_factory=dict)
@@ -70,6 +78,8 @@ class QuerySupervisor:
     def start_all(self) -> QuerySupervisor:
         if self.counter is None:
             self.counter = RestartCounter({spec.target: spec.redis_url for spec in self.specs}).start()
+        if self.state_check is None and self.spark is not None:
+            self.state_check = rebuild.RedisStateCheck(self.spark)
         for spec in self.specs:
             self.queries[spec.query_name] = self.start(self.spark, spec)
         return self
@@ -82,6 +92,10 @@ class QuerySupervisor:
         for spec in self.specs:
             name = spec.query_name
             query = self.queries[name]
+            if self._state_gone(spec, query, now, at_once=False):
+                if self._rebuild(spec, query):
+                    restarted.append(name)
+                continue
             if query.isActive:
                 if name not in self._stalled and self._stalled_for(spec, query, now):
                     self._unstick(spec, query)
@@ -101,11 +115,52 @@ class QuerySupervisor:
             if now >= self._restart_at[name]:
                 del self._restart_at[name]
                 self._progress.pop(name, None)
-                self.queries[name] = self.start(self.spark, spec)
+                if self._state_gone(spec, query, now, at_once=True):  # e.g. Redis came back empty
+                    if self._rebuild(spec, query):
+                        restarted.append(name)
+                    continue
+                if not self._start(spec, now):
+                    continue
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 self._count(spec.target, "query")
                 restarted.append(name)
         return restarted
+
+    def _state_gone(self, spec: RollupQuerySpec, query: StreamingQuery, now: float, at_once: bool) -> bool:
+        if self.state_check is None:
+            return False
+        try:
+            return self.state_check.state_gone(spec, query, now, at_once)
+        except Exception as exc:  # the checkpoint's file system did not answer: asked again later
+            LOG.warning("query %s: could not read its checkpoint: %s", spec.query_name, _first_line(exc))
+            return False
+
+    def _rebuild(self, spec: RollupQuerySpec, query: StreamingQuery) -> bool:
+        """Rebuilds the query's rollups from Kafka (rebuild); whether it started again. One that could not
+        is retried at the next check: its state is still gone."""
+        name = spec.query_name
+        assert self.state_check is not None
+        try:
+            rebuild.rebuild(self.spark, spec, query, self.state_check.client(spec))
+        except Exception as exc:
+            LOG.warning("query %s: rebuild not done yet: %s", name, _first_line(exc))
+            return False
+        self._stalled.discard(name)
+        self._restart_at.pop(name, None)
+        self._progress.pop(name, None)
+        self.rebuilds[name] = self.rebuilds.get(name, 0) + 1
+        return self._start(spec, time.monotonic())
+
+    def _start(self, spec: RollupQuerySpec, now: float) -> bool:
+        """Starts the query again; one Spark refuses (a query it still counts as active: a stop on a side
+        thread ends the query a moment before Spark lets its name go) is tried again after the back-off."""
+        try:
+            self.queries[spec.query_name] = self.start(self.spark, spec)
+        except Exception as exc:
+            LOG.warning("query %s not started yet: %s", spec.query_name, _first_line(exc))
+            self._restart_at[spec.query_name] = now + self.backoff_s
+            return False
+        return True
 
     def _stalled_for(self, spec: RollupQuerySpec, query: StreamingQuery, now: float) -> bool:
         """Whether the query's current batch, with input waiting, has run for `stall_intervals` triggers."""
@@ -115,7 +170,10 @@ class QuerySupervisor:
         if seen is None or seen[0] != batch:
             self._progress[spec.query_name] = (batch, now)
             return False
-        if now - seen[1] < self.stall_intervals * trigger_seconds(spec.trigger_interval):
+        limit = self.stall_intervals * trigger_seconds(spec.trigger_interval)
+        if batch is None:  # a query's first batch also starts its Python workers and plans the query
+            limit = max(limit, FIRST_BATCH_GRACE_S)
+        if now - seen[1] < limit:
             return False
         status = query.status or {}
         return bool(status.get("isTriggerActive") and status.get("isDataAvailable"))
@@ -170,6 +228,11 @@ class QuerySupervisor:
                     query.stop()
             except Exception as exc:  # noqa: PERF203 (one query's failed stop must not keep the others)
                 LOG.warning("query %s ended with an error while stopping: %s", name, type(exc).__name__)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _stop_quietly(name: str, query: StreamingQuery) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.raw_records import INVALID_KIND, REPLICATION_FIELDS
+from aggregator.raw_records import INVALID_KIND, READER_COLUMNS, REPLICATION_FIELDS
 from contract.records.raw_metrics import DERIVED_METRICS, METRICS, MetricKind
 from contract.redis_layout import (
     ALL_TOPICS,
@@ -41,7 +41,7 @@ SUBJECT_COLUMNS = ["kind", "target", "source", "topic", "partition", "group"]
 # Columns of a latest record besides its subject (None values are left out, as in the raw JSON).
 LATEST_FIELDS = ("ts", "period_ms", "upstream_topic", *[n for n, s in METRICS.items()
                                                          if s.kind is not MetricKind.LATENCY],
-                 *REPLICATION_FIELDS)
+                 *REPLICATION_FIELDS, *READER_COLUMNS)
 _NULL = pa.scalar(None, pa.float64())
 
 

@@ -117,21 +117,27 @@ class WindowWriter:
             LOG.warning("%s: no staged windows for batches %s (merged by another writer, or expired)",
                         self.scope, missing)
         staged = zip(batch_ids, blobs, strict=True)
-        self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None])
+        self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None], staged=True)
 
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""
         self.apply_all([(batch_id, windows)])
 
-    def apply_all(self, batches: list[tuple[int, pa.Table]]) -> None:
+    def apply_all(self, batches: list[tuple[int, pa.Table]], staged: bool = False) -> None:
         """Merge consecutive staged batches (id, partial windows) in one go, those not merged already: the
-        cost of a merge grows with the series it touches, not with the batches."""
+        cost of a merge grows with the series it touches, not with the batches. For `staged` copies the
+        applied id was set when they were staged: without it Redis lost the query's state (a flush
+        after they were read), and nothing is merged into the emptied Redis (the rebuild redoes it)."""
         applied_key = layout.applied_batch_key(self.scope)
         for _ in range(WATCH_RETRIES):
             try:
                 with self.client.pipeline(transaction=True) as pipe:
                     pipe.watch(applied_key)
                     applied = pipe.get(applied_key)
+                    if staged and applied is None:
+                        LOG.warning("%s: batches %s not merged: the query's state is gone from Redis",
+                                    self.scope, [i for i, _ in batches])
+                        return
                     todo = [(i, w) for i, w in batches if applied is None or i > int(applied)]
                     if todo:
                         self._merge(pipe, [i for i, _ in todo], pa.concat_tables([w for _, w in todo]))
@@ -240,10 +246,12 @@ class BackgroundWindowWriter:
             raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
                                "are merged when the query restarts")
 
-    def close(self) -> None:
-        """The child ends once its merge in progress is done; batches still staged are merged by the next
-        writer of the query (recover)."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """The child ends once its merge in progress is done (waited for up to `wait_s`); batches still
+        staged are merged by the next writer of the query (recover)."""
         self._conn.close()
+        if wait_s > 0:
+            self._process.join(wait_s)
 
     def _receive(self) -> None:
         wait_s = self._waiting_since + self.answer_timeout_s - time.monotonic()

@@ -225,11 +225,12 @@ def replication_status_key(target: str, source: str) -> str:
     aggregator derives (recent per-period record counts, oldest first).
 
     JSON fields: `ts` (report, epoch ms), `period_ms`, `status`, `error` (str or null), `workers`,
-    `tasks`, `last_heartbeat_ts` (epoch ms or null), `topics_replicated`, `enabled` (bool) and
-    `recent_record_counts` (list of ints, RECENT_PERIODS at most, the last one the period ending at
-    `ts`). A period is (ts - (k+1)*period_ms, ts - k*period_ms]; it gets the replication-level
-    record_count 10 s windows whose start lies in it, so with periods shorter than 10 s a window's
-    records land in one period and its neighbour shows 0."""
+    `tasks`, `last_heartbeat_ts` (epoch ms or null), `topics_replicated`, `enabled` (bool),
+    `readers` (null from a driver that reports none; else reader kind -> {rejected, alive,
+    last_rejection}, raw_metrics.READER_KINDS) and `recent_record_counts` (list of ints, RECENT_PERIODS
+    at most, the last one the period ending at `ts`). A period is (ts - (k+1)*period_ms,
+    ts - k*period_ms]; it gets the replication-level record_count 10 s windows whose start lies in it,
+    so with periods shorter than 10 s a window's records land in one period and its neighbour shows 0."""
     return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:replication"
 
 
@@ -276,6 +277,32 @@ def aggregator_restarts_key(target: str) -> str:
     process, after it stopped answering). HINCRBY by the aggregator's supervisor; the service exposes them
     as Prometheus counters. No TTL: a counter that vanished would read as a reset."""
     return f"{PREFIX}:aggregator:{{{_part(target)}}}:restarts"
+
+
+def rebuild_key(target: str) -> str:
+    """Hash: the aggregator's last rebuild of target `target`'s rollups from Kafka, after it found its
+    Redis state gone (flushed, or a new Redis) while its Spark checkpoint had progress. Fields (epoch ms
+    as integer strings): `detected_ts` (when the loss was found), `checkpoint_kept` (where the old
+    checkpoint was moved) and, once the rebuilt query's first batch is in, `history_from_ts` (the start
+    of the earliest window Kafka still held: history before it is lost). The service shows it in the
+    replications' status; it expires with the longest window retention, when the gap is out of range."""
+    return f"{PREFIX}:aggregator:{{{_part(target)}}}:rebuild"
+
+
+def target_rollup_patterns(target: str, query_name: str) -> list[str]:
+    """SCAN patterns of every key the rollup query `query_name` writes for `target` (series, indexes,
+    latest values, record totals, its exactly-once state), what a rebuild clears before it starts again.
+    Not the aggregator's own keys (restart counts, the rebuild record, the cluster probe) nor the
+    shared `targets_key()`."""
+    tag = _glob_escape(_part(target))
+    scope = _glob_escape(_part(query_name))
+    return [f"{PREFIX}:ts:{{{tag}|*", f"{PREFIX}:idx:{{{tag}|*", f"{PREFIX}:idx:{{{tag}}}:sources",
+            f"{PREFIX}:latest:{{{tag}|*", f"{PREFIX}:invalid:{{{tag}|*", f"{PREFIX}:late:{{{tag}|*",
+            f"{PREFIX}:batch:{scope}", f"{PREFIX}:batch:{scope}{_glob_escape(_part(':'))}*"]
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def invalid_records_key(target: str, source: str) -> str:

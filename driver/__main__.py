@@ -22,6 +22,7 @@ from contract.reachability import warn_unreachable_clusters
 from driver.checkpoint_worker import CheckpointWorker
 from driver.control_lists import ControlLists
 from driver.heartbeat_task import HeartbeatTask
+from driver.reader_health import ReplicationReaders
 from driver.replication import ReplicationWorker
 
 LOG = logging.getLogger("driver")
@@ -85,9 +86,11 @@ def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
         if replication.emit_heartbeats:
             tasks.heartbeats.append(HeartbeatTask(config, replication, stopping))
         if replication.enabled:
-            control = tasks.control[replication.target]
-            tasks.workers.append(ReplicationWorker(config, replication, stopping, control=control))
-            tasks.workers.append(CheckpointWorker(config, replication, stopping, control=control))
+            # One report per replication carries the health of every reader it depends on.
+            control, readers = tasks.control[replication.target], ReplicationReaders(replication.name)
+            readers.adopt_control(control)
+            tasks.workers.append(ReplicationWorker(config, replication, stopping, control, readers))
+            tasks.workers.append(CheckpointWorker(config, replication, stopping, control, readers))
     LOG.info("driver for %s: %d replication(s) enabled, %d emitting heartbeats only",
              ", ".join(config.driver_target_clusters) or "no target",
              sum(1 for r in replications if r.enabled),

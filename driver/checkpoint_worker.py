@@ -49,6 +49,7 @@ from driver.control_lists import AllowDenyLists
 from driver.group_offset_sync import GroupOffsetSync
 from driver.internal_topic_feed import InternalTopicFeed, RecordHandler
 from driver.offset_sync_store import OffsetSyncStore
+from driver.reader_health import ReplicationReaders
 from driver.topic_filter import (
     GroupFilter,
     TopicFilter,
@@ -80,8 +81,10 @@ class CheckpointWorker(threading.Thread):
     """Checkpoints (and optionally syncs) the consumer groups of one replication."""
 
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: AllowDenyLists | None = None) -> None:
+                 control: AllowDenyLists | None = None, readers: ReplicationReaders | None = None) -> None:
         super().__init__(name=f"checkpoints-{replication.source}->{replication.target}", daemon=True)
+        self.readers = readers or ReplicationReaders(replication.name)
+        self._reading = False  # started (checkpoints restored, syncs read to their end) and not closed
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
         self.settings = CheckpointSettings.of(config, source, target)
@@ -128,12 +131,15 @@ class CheckpointWorker(threading.Thread):
         self.producer = kafka_clients.producer(self.config, target, source=source, target=target)
         self.group_sync = GroupOffsetSync(self.target_admin, target)
         self._create_topics()
+        for kind in ("checkpoints", "offset_syncs"):
+            self.readers.watch(kind, lambda: self.is_alive() and self._reading)
         restored = self._restore_checkpoints()
         # Without the previous checkpoints only the newest syncs are trusted (MM2 KAFKA-16622).
         self.store = self.settings.sync_store(initialization_must_read_to_end=not restored)
         self.reverse_store = self.settings.sync_store(not restored, reverse=True)
         self._start_forward_feed()
         self._attach_reverse_feed()
+        self._reading = True
         self._loop()
 
     def _create_topics(self) -> None:
@@ -170,7 +176,9 @@ class CheckpointWorker(threading.Thread):
             self.config, alias, f"srm-checkpoints.{self.replication.source}-{self.replication.target}",
             overrides={"enable.partition.eof": False}, source=self.replication.source,
             target=self.replication.target)
-        feed = InternalTopicFeed(consumer, alias, topic, handle, **(feeds.OFFSET_SYNC_CAPS if syncs else {}))
+        caps = feeds.OFFSET_SYNC_CAPS if syncs else feeds.CHECKPOINT_CAPS
+        guard = self.readers.guard("offset_syncs" if syncs else "checkpoints", logger=LOG, **caps)
+        feed = InternalTopicFeed(consumer, alias, topic, handle, guard=guard, **caps)
         self._feeds.append(feed)
         return feed
 
@@ -222,6 +230,7 @@ class CheckpointWorker(threading.Thread):
             feed.close()
 
     def _close(self) -> None:
+        self._reading = False
         for feed in self._feeds:
             feed.close()
         self._feeds, self._reverse_feed = [], None

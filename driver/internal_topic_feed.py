@@ -34,6 +34,7 @@ WATERMARK_TIMEOUT_S = 10.0
 RecordHandler = Callable[[Message], None]
 OFFSET_SYNC_CAPS = {"max_key_bytes": OFFSET_SYNC_MAX_KEY_BYTES,
                     "max_value_bytes": OFFSET_SYNC_MAX_VALUE_BYTES}
+CHECKPOINT_CAPS = {"max_key_bytes": CHECKPOINT_MAX_KEY_BYTES, "max_value_bytes": CHECKPOINT_MAX_VALUE_BYTES}
 
 
 class InternalTopicFeed:
@@ -41,10 +42,11 @@ class InternalTopicFeed:
 
     def __init__(self, consumer: Consumer, alias: str, topic: str, handle: RecordHandler, *,
                  max_key_bytes: int = CHECKPOINT_MAX_KEY_BYTES,
-                 max_value_bytes: int = CHECKPOINT_MAX_VALUE_BYTES) -> None:
+                 max_value_bytes: int = CHECKPOINT_MAX_VALUE_BYTES, guard: RecordGuard | None = None) -> None:
         self.consumer, self.alias, self.topic, self._handle = consumer, alias, topic, handle
-        self.guard = RecordGuard(f"reader of {topic}", max_key_bytes=max_key_bytes,
-                                 max_value_bytes=max_value_bytes, logger=LOG)
+        # A guard from the caller (driver.reader_health) outlives this feed and counts over restarts.
+        self.guard = guard or RecordGuard(f"reader of {topic}", max_key_bytes=max_key_bytes,
+                                          max_value_bytes=max_value_bytes, logger=LOG)
         self.consumer.assign([TopicPartition(topic, RECORD_PARTITION, OFFSET_BEGINNING)])
 
     def read_to_end(self, stopping: threading.Event, timeout_s: float) -> bool:

@@ -51,15 +51,17 @@ class ProgressReader:
     seen when the catch-up starts, so a transaction still open blocks until it commits or is aborted.
     """
 
-    def __init__(self, consumer: Consumer, admin: AdminClient, topic: str, cluster: str) -> None:
+    def __init__(self, consumer: Consumer, admin: AdminClient, topic: str, cluster: str,
+                 guard: RecordGuard | None = None) -> None:
         self.consumer, self.admin, self.topic, self.cluster = consumer, admin, topic, cluster
         self._offsets: dict[tuple[str, int], int] = {}
         # End offsets reported by EOF events: past trailing transaction markers, which the consumer's
         # position never moves over, and reported only once per arrival at the end.
         self._eof: dict[int, int] = {}
         self._assigned = False
-        self.guard = RecordGuard(f"progress reader of {topic}", max_key_bytes=MAX_KEY_BYTES,
-                                 max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
+        # A guard from the caller outlives this reader: its count is then a total over restarts.
+        self.guard = guard or RecordGuard(f"progress reader of {topic}", max_key_bytes=MAX_KEY_BYTES,
+                                          max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
 
     @property
     def skipped(self) -> int:

@@ -47,6 +47,7 @@ from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
+from driver.reader_health import ReplicationReaders
 from driver.replication_clients import group_id
 from driver.replication_stats import ReplicationStats
 from driver.replication_tasks import TASKS_TOPIC_CONFIGS, TaskCoordinator, task_of, task_partitions
@@ -70,7 +71,7 @@ REFRESH_RETRY_S: Final = 10.0
 
 class ReplicationWorker(threading.Thread):
     def __init__(self, config: SrmConfig, replication: Replication, stopping: threading.Event,
-                 control: AllowDenyLists | None = None) -> None:
+                 control: AllowDenyLists | None = None, readers: ReplicationReaders | None = None) -> None:
         super().__init__(name=f"replication-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
@@ -83,7 +84,9 @@ class ReplicationWorker(threading.Thread):
             raise config.config_error("tasks.max", f"must be at least 1, got {self.tasks_max}",
                                       source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
-        self.stats = ReplicationStats(source, target)
+        self.readers = readers or ReplicationReaders(replication.name)
+        self.stats = ReplicationStats(source, target, self.readers.report)
+        self.progress_guard = self.readers.progress_guard(self)
         self.limits = QueueLimits.from_config(config, source, target)
         self.source_watch = SourceWatch(source)
         self.flow = CopyFlow(replication.name, target, self.source_watch)
@@ -148,7 +151,8 @@ class ReplicationWorker(threading.Thread):
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS),
             TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
         self.progress = ProgressReader(clients.progress_consumer(self.config, self.replication),
-                                       self.target_admin, progress_topic(source), source)
+                                       self.target_admin, progress_topic(source), source,
+                                       guard=self.progress_guard)
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)

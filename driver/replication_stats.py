@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract.records.raw_metrics import LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import LatencySummary, PartitionMetrics, ReaderHealth, ReplicationMetrics
 from contract.status import DriverStatus
 
 # Keeps a long period's summary cheap: beyond this, latencies are sampled evenly rather than all kept.
@@ -85,8 +86,9 @@ class PartitionStats:
 class ReplicationStats:
     """Thread-safe counters of one replication: the worker writes, the reporter drains."""
 
-    def __init__(self, source: str, target: str) -> None:
-        self.source, self.target = source, target
+    def __init__(self, source: str, target: str,
+                 readers: Callable[[], dict[str, ReaderHealth] | None] = lambda: None) -> None:
+        self.source, self.target, self.readers = source, target, readers
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], PartitionStats] = {}
         self._last_report = time.time()
@@ -130,5 +132,5 @@ class ReplicationStats:
         records.append(ReplicationMetrics(
             ts=ts, period_ms=period_ms, source=self.source, target=self.target, status=self.status,
             error=self.error, workers=self.workers, tasks=self.tasks,
-            topics_replicated=self.topics_replicated))
+            topics_replicated=self.topics_replicated, readers=self.readers()))
         return records

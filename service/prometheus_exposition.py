@@ -92,6 +92,16 @@ class ServedMetrics(Collector):
         period = GaugeMetricFamily(
             "srm_replication_metrics_period_seconds", "the driver's metrics.period", labels=labels
         )
+        reader_labels = [*labels, "reader"]
+        rejected = CounterMetricFamily(
+            "srm_driver_records_rejected", "records the driver's reader of an internal topic refused (too "
+            "large, undecodable, out of range), since the reporting driver process started",
+            labels=reader_labels,
+        )
+        reading = GaugeMetricFamily(
+            "srm_driver_reader_up", "1 while the driver's reader of an internal topic reads, per its last "
+            "report", labels=reader_labels,
+        )
         now = time.time()
         for health in replication_healths(self.reader, replications):
             key = [health.source, health.target]
@@ -103,7 +113,10 @@ class ServedMetrics(Collector):
             age = now - health.report_ts / 1000 if health.report_ts is not None else math.nan
             report_age.add_metric(key, age)
             period.add_metric(key, health.metrics_period_ms / 1000)
-        yield from (state, lag_status, total_lag, seconds, report_age, period)
+            for reader in health.readers:
+                rejected.add_metric([*key, reader.reader], reader.rejected)
+                reading.add_metric([*key, reader.reader], float(reader.alive))
+        yield from (state, lag_status, total_lag, seconds, report_age, period, rejected, reading)
         yield from self._record_totals(replications)
         yield from self._partitions(replications)
         yield from self._groups(replications, now)
@@ -202,7 +215,47 @@ class ServedMetrics(Collector):
         return iter((family,))
 
 
-def exposition(reader: MetricsReader) -> bytes:
-    registry = CollectorRegistry()
-    registry.register(ServedMetrics(reader))
-    return generate_latest(registry) + generate_latest(REQUESTS_REGISTRY)
+class GatewayMetrics(Collector):
+    """A gateway worker's own counts: how its calls to each site ended (``site_outcomes``), the
+    advertisements its discovery refused, and whether discovery reads. Per process, like the request
+    counters (``pid`` label); Prometheus sums them."""
+
+    def __init__(self, gateway: object | None, registry: object | None) -> None:
+        self.gateway, self.registry = gateway, registry
+
+    def collect(self) -> Iterator[Metric]:
+        pid = str(os.getpid())
+        outcomes = getattr(self.gateway, "outcomes", None)
+        if outcomes is not None:
+            answers = CounterMetricFamily(
+                "srm_gateway_site_answers", "how the gateway's calls to each site ended: ok, timeout, "
+                "malformed (an answer it could not use), not_called (circuit breaker, not allowed), expired, "
+                "error", labels=["site", "outcome", "pid"],
+            )
+            for (site, outcome), count in sorted(outcomes.totals().items()):
+                answers.add_metric([site, outcome, pid], count)
+            dropped = CounterMetricFamily(
+                "srm_gateway_site_frames_dropped", "Grafana frames of a site's answer left out as malformed",
+                labels=["site", "pid"],
+            )
+            for site, count in sorted(outcomes.dropped_totals().items()):
+                dropped.add_metric([site, pid], count)
+            yield from (answers, dropped)
+        if self.registry is not None and hasattr(self.registry, "is_alive"):
+            refused = CounterMetricFamily(
+                "srm_gateway_advertisements_rejected", "service advertisements refused (too large, broken, "
+                "forged, beyond the caps)", labels=["pid"])
+            refused.add_metric([pid], int(getattr(self.registry, "skipped_records", 0)))
+            yield refused
+            up = GaugeMetricFamily("srm_gateway_discovery_up", "1 while the discovery of other sites reads",
+                                   labels=["pid"])
+            up.add_metric([pid], float(bool(self.registry.is_alive())))
+            yield up
+
+
+def exposition(reader: MetricsReader, gateway: object | None = None, registry: object | None = None) -> bytes:
+    """The text of one scrape; ``gateway`` and ``registry``: this worker's, when it is a gateway."""
+    collectors = CollectorRegistry()
+    collectors.register(ServedMetrics(reader))
+    collectors.register(GatewayMetrics(gateway, registry))
+    return generate_latest(collectors) + generate_latest(REQUESTS_REGISTRY)

@@ -9,7 +9,8 @@ in order.
 Three kinds of subject share one flat shape (unused fields absent):
 - `partition`: one remote topic-partition of a replication (MM2 MirrorSourceConnector metrics + lag);
 - `group`: one consumer group's topic-partition checkpoint (MM2 MirrorCheckpointConnector metrics);
-- `replication`: the replication as a whole (status, workers, tasks, heartbeats).
+- `replication`: the replication as a whole (status, workers, tasks, heartbeats, and the health of the
+  driver's readers of its internal topics: records refused, whether each reads).
 """
 
 from __future__ import annotations
@@ -146,6 +147,23 @@ class GroupMetrics:
         return f"group|{self.source}|{self.target}|{self.group}|{self.topic}|{self.partition}"
 
 
+# The driver's readers of records from topics anyone with Produce rights may write (the kinds a
+# replication report's `readers` names). Unknown kinds in a record are ignored: a newer driver may
+# read more.
+READER_KINDS = ("progress", "control", "offset_syncs", "checkpoints")
+
+
+@dataclass(frozen=True)
+class ReaderHealth:
+    """One reader's word in a replication report: records it refused since the driver started (too
+    large, undecodable, out of range; contract.untrusted.RecordGuard), whether it reads now, and the
+    last refusal (topic[partition]@offset and why, escaped)."""
+
+    rejected: int
+    alive: bool
+    last_rejection: str | None = None
+
+
 @dataclass(frozen=True)
 class ReplicationMetrics:
     ts: int
@@ -159,6 +177,7 @@ class ReplicationMetrics:
     last_heartbeat_ts: int | None = None
     topics_replicated: int = 0
     enabled: bool = True
+    readers: dict[str, ReaderHealth] | None = None  # reader kind (READER_KINDS) -> its health
     kind: str = field(default="replication", init=False)
 
     def key(self) -> str:
@@ -178,6 +197,9 @@ def encode(record: RawMetrics) -> tuple[bytes, bytes]:
     """Kafka key and value bytes for one record."""
     body: dict[str, Any] = {"v": VERSION}
     body.update({k: v for k, v in asdict(record).items() if v is not None})
+    if "readers" in body:
+        body["readers"] = {kind: {k: v for k, v in health.items() if v is not None}
+                           for kind, health in body["readers"].items()}
     return record.key().encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -206,6 +228,9 @@ def decode(value: bytes | str) -> RawMetrics:
                 body[name] = LatencySummary(**body[name])
             except TypeError as exc:
                 raise RawMetricsError(f"{name}: {exc}") from None
+    if isinstance(body.get("readers"), dict):
+        body["readers"] = {kind: ReaderHealth(**{f: health.get(f) for f in READER_FIELD_TYPES})
+                           for kind, health in body["readers"].items() if kind in READER_KINDS}
     try:
         return cls(**body)
     except TypeError as exc:
@@ -214,7 +239,25 @@ def decode(value: bytes | str) -> RawMetrics:
 
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 _NON_NEGATIVE = {"record_count", "byte_count", "count", "partition", "period_ms", "workers", "tasks",
-                 "topics_replicated"}
+                 "topics_replicated", "rejected"}
+
+
+def _check_readers(value: object) -> None:
+    if not isinstance(value, dict):
+        raise Rejected("readers must be an object")
+    for kind in READER_KINDS:
+        health = value.get(kind)
+        if health is None:
+            continue
+        if not isinstance(health, dict):
+            raise Rejected(f"readers.{kind} must be an object")
+        for name in ("rejected", "alive"):
+            if health.get(name) is None:
+                raise Rejected(f"readers.{kind}.{name} is missing")
+        try:
+            _check_fields(health, READER_FIELD_TYPES)
+        except Rejected as exc:
+            raise Rejected(f"readers.{kind}.{exc}") from None
 
 
 def _check_fields(body: dict[str, Any], types: dict[str, str] | None = None) -> None:
@@ -228,6 +271,8 @@ def _check_fields(body: dict[str, Any], types: dict[str, str] | None = None) -> 
             if not isinstance(value, dict):
                 raise Rejected(f"{name} must be an object")
             _check_fields(value, SUMMARY_FIELD_TYPES)
+        elif kind == "readers":
+            _check_readers(value)
         elif kind in _INT_RANGES:
             low = 0 if name in _NON_NEGATIVE else _INT_RANGES[kind][0]
             long(value, name, low, _INT_RANGES[kind][1])
@@ -252,6 +297,8 @@ def json_schema() -> dict[str, Any]:
 # Type of every field of every kind, for readers that parse many records at once with a fixed schema
 # (the aggregator's Arrow JSON reader): absent fields read as null. "summary" is a LatencySummary object.
 SUMMARY_FIELD_TYPES = {"min": "double", "max": "double", "avg": "double", "last": "double", "count": "long"}
+# "readers" is an object of READER_KINDS, each a ReaderHealth object of these fields.
+READER_FIELD_TYPES = {"rejected": "long", "alive": "boolean", "last_rejection": "string"}
 FIELD_TYPES: dict[str, str] = {
     "v": "int",
     "kind": "string",
@@ -282,4 +329,5 @@ FIELD_TYPES: dict[str, str] = {
     "last_heartbeat_ts": "long",
     "topics_replicated": "int",
     "enabled": "boolean",
+    "readers": "readers",
 }

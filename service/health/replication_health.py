@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.records.raw_metrics import READER_KINDS
 from contract.redis_layout import WindowAggregate
 from contract.settings import DEFAULT_METRICS_PERIOD_MS
 from contract.status import ReplicationState
@@ -24,6 +25,16 @@ OffsetWindows = Mapping[PartitionKey, tuple[list[WindowAggregate], list[WindowAg
 
 
 @dataclass(frozen=True)
+class ReaderStatus:
+    """One of the driver's readers of untrusted records, as its last replication report told."""
+
+    reader: str  # raw_metrics.READER_KINDS
+    rejected: int  # records refused since the reporting driver process started
+    alive: bool
+    last_rejection: str | None = None
+
+
+@dataclass(frozen=True)
 class ReplicationHealth:
     source: str
     target: str
@@ -33,6 +44,24 @@ class ReplicationHealth:
     report_ts: int | None
     lag: Evaluation
     lag_seconds: float | None = None  # the worst partition's latest lag in seconds
+    readers: tuple[ReaderStatus, ...] = ()  # empty: the driver reports none (an older driver)
+
+
+def reader_statuses(latest: Mapping | None) -> tuple[ReaderStatus, ...]:
+    """The readers of the driver's last replication report (aggregator.latest_values.readers_of), in
+    READER_KINDS order; entries that are not what the aggregator writes are left out."""
+    readers = (latest or {}).get("readers")
+    if not isinstance(readers, Mapping):
+        return ()
+    statuses = []
+    for kind in READER_KINDS:
+        health = readers.get(kind)
+        rejected = health.get("rejected") if isinstance(health, Mapping) else None
+        if isinstance(rejected, int) and not isinstance(rejected, bool) and rejected >= 0:
+            last = health.get("last_rejection")  # type: ignore[union-attr]
+            statuses.append(ReaderStatus(kind, rejected, health.get("alive") is True,  # type: ignore[union-attr]
+                                         last if isinstance(last, str) else None))
+    return tuple(statuses)
 
 
 def worst_lag_seconds(latest: Mapping[PartitionKey, Mapping]) -> float | None:
@@ -112,4 +141,4 @@ def replication_health(
     lag = evaluate_offsets(windows, now_ms, policy, current_lags(partition_latest, "records_lag"))
     report_ts = int(latest["ts"]) if latest else None
     return ReplicationHealth(source, target, state, explanation, period, report_ts, lag,
-                             worst_lag_seconds(partition_latest))
+                             worst_lag_seconds(partition_latest), reader_statuses(latest))

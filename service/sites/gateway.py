@@ -51,6 +51,7 @@ from service.sites.advertiser import site_name
 from service.sites.circuit_breaker import Admission, CircuitBreakers
 from service.sites.registry import EXPIRED_STATUS, RemoteService
 from service.sites.remote_call import TIMEOUT, CallFailed, RemoteClient, parse_answer
+from service.sites.site_outcomes import SiteOutcomes, outcome_of
 from service.sites.site_settings import (
     DEFAULT_TIMEOUT_MS,
     WAITING_PER_THREAD,
@@ -112,6 +113,7 @@ class Gateway:
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._executors_lock = threading.Lock()
         self._misplaced: set[tuple[str, str]] = set()
+        self.outcomes = SiteOutcomes()  # how calls to each site ended, for /metrics
 
     @classmethod
     def from_config(cls, config: SrmConfig) -> Gateway:
@@ -296,10 +298,12 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
             answers.append(SiteAnswer(site, "error: gateway stopping", url))
             continue
         calls.append((site, url, future, deadline))
-    if selection.local:  # in the calling thread (the REST layer's request context), while remotes run
-        answers.append(_local_answer(gateway.local_site, local))
+    # The local answer runs in the calling thread (the REST layer's request context), while remotes run.
+    mine = [_local_answer(gateway.local_site, local)] if selection.local else []
     answers += [_collect(site, url, future, deadline, started) for site, url, future, deadline in calls]
-    return FanOutAnswer(answers)
+    for answer in answers:
+        gateway.outcomes.count(answer.site, outcome_of(answer.status, EXPIRED_STATUS))
+    return FanOutAnswer(mine + answers)
 
 
 def _local_answer(site: str, local: LocalAnswer | None) -> SiteAnswer:

@@ -162,9 +162,14 @@ def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired
         for site in answer.sites:
             if site.status == OK:
                 try:
-                    frames += tagged(site.site, site.body)
+                    found = tagged(site.site, site.body)
                 except Exception:  # noqa: BLE001 - one site's answer never fails the query
                     LOG.exception("grafana query: the answer of site %s could not be used", site.site)
+                    found = []
+                frames += found
+                sent = len(site.body) if isinstance(site.body, list) else 1
+                if len(found) < sent:
+                    gateway.outcomes.dropped_frames(site.site, sent - len(found))
             else:
                 LOG.info("grafana query: site %s did not answer: %s", site.site, site.status)
     return frames

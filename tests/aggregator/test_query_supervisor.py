@@ -69,6 +69,7 @@ def test_targets_are_independent_and_a_failed_query_restarts_alone(spark, kafka_
         time.sleep(2)  # a few more triggers: a batch merged twice would show now
         assert total(east, "east") == 3
         assert supervisor.restarts == {"rollup_east": 1}
+        assert supervisor.rebuilds == {}  # Redis came back with its state (AOF): nothing to rebuild
     finally:
         supervisor.stop_all()
         flaky_redis.cleanup()

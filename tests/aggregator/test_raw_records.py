@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from aggregator import window_partials as wp
+from aggregator.latest_values import replication_latest
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS, flat_table, late_counts, on_time
 from contract.records import raw_metrics
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
@@ -232,3 +233,33 @@ def test_a_batch_of_garbage_or_mistyped_records_is_all_invalid():
     table = flat_table(kafka_rows([partition_record(T0, 0, 1)], garbage), target="west")
     assert table["kind"].value_counts().to_pylist() == [{"values": "partition", "counts": 1},
                                                          {"values": "invalid", "counts": 5001}]
+
+
+def test_the_drivers_reader_health_is_kept_as_the_replications_latest_value():
+    readers = {"progress": raw_metrics.ReaderHealth(3, True, "mm2-offsets.east.internal[4]@7: bad"),
+               "offset_syncs": raw_metrics.ReaderHealth(0, False)}
+    older = ReplicationMetrics(ts=T0 - 2000, period_ms=1000, source="east", target="west", status="RUNNING",
+                               readers={"progress": raw_metrics.ReaderHealth(1, True)})
+    newest = ReplicationMetrics(ts=T0 - 1000, period_ms=1000, source="east", target="west", status="RUNNING",
+                                readers=readers)
+    [latest] = wp.latest_records(flat([older, newest]))
+    assert replication_latest(latest, [])["readers"] == {
+        "progress": {"rejected": 3, "alive": True, "last_rejection": "mm2-offsets.east.internal[4]@7: bad"},
+        "offset_syncs": {"rejected": 0, "alive": False, "last_rejection": None}}
+    # A report of an older driver (no readers) keeps its place as the latest value, without readers.
+    [plain] = wp.latest_records(flat([ReplicationMetrics(ts=T0 - 1000, period_ms=1000, source="east",
+                                                         target="west", status="RUNNING")]))
+    assert replication_latest(plain, [])["readers"] is None
+
+
+@pytest.mark.parametrize("readers", [
+    b'{"progress":{"rejected":-1,"alive":true}}',  # a total is never negative
+    b'{"progress":{"alive":true}}',  # a reader without its count
+    b'{"control":{"rejected":"many","alive":true}}',
+])
+def test_a_report_with_broken_readers_is_invalid(readers):
+    value = (b'{"v":1,"kind":"replication","ts":%d,"period_ms":1000,"source":"east","target":"west",'
+             b'"status":"RUNNING","readers":%s}' % (T0 - 1000, readers))
+    ok = ReplicationMetrics(ts=T0 - 1000, period_ms=1000, source="east", target="west", status="RUNNING")
+    table = flat([ok], [value])
+    assert table["kind"].to_pylist() == ["replication", "invalid"]

@@ -249,3 +249,14 @@ def test_trigger_intervals_read_as_query_specs_write_them():
     assert trigger_seconds("2000 milliseconds") == 2.0 and trigger_seconds("3 seconds") == 3.0
     with pytest.raises(ValueError, match="not a trigger interval"):
         trigger_seconds("soon")
+
+
+def test_a_first_batch_gets_a_grace_before_it_counts_as_stalled(monkeypatch):
+    query = StandInQuery(batch=None)  # no progress yet: the query's first batch
+    supervisor = stand_in_supervisor([query], monkeypatch)
+    advance(supervisor, 0)
+    assert advance(supervisor, 60) == [] and advance(supervisor, 59) == []  # 5 intervals long over
+    assert supervisor.stalls == {}
+    advance(supervisor, 2)
+    assert supervisor.stalls == {"rollup_east": 1}
+    wait_for_stop(query)

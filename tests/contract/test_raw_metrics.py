@@ -13,6 +13,7 @@ from contract.records.raw_metrics import (
     LatencySummary,
     PartitionMetrics,
     RawMetricsError,
+    ReaderHealth,
     ReplicationMetrics,
 )
 
@@ -27,8 +28,13 @@ GROUP = GroupMetrics(ts=1_700_000_000_000, period_ms=5000, source="east", target
 REPLICATION = ReplicationMetrics(ts=1_700_000_000_000, period_ms=5000, source="east", target="west",
                                  status="FAILED", error="boom", topics_replicated=3)
 
+WITH_READERS = ReplicationMetrics(
+    ts=1_700_000_000_000, period_ms=5000, source="east", target="west", status="RUNNING",
+    readers={"progress": ReaderHealth(3, True, "mm2-offsets.east.internal[4]@7: ValueError: x"),
+             "control": ReaderHealth(0, False)})
 
-@pytest.mark.parametrize("record", [PARTITION, GROUP, REPLICATION])
+
+@pytest.mark.parametrize("record", [PARTITION, GROUP, REPLICATION, WITH_READERS])
 def test_round_trip_and_schema(record):
     key, value = raw_metrics.encode(record)
     assert raw_metrics.decode(value) == record
@@ -63,6 +69,31 @@ def test_absent_optional_fields_are_not_written():
     (b'{"v": 1, "kind": "replication", "ts": 1, "status": 5}', "status must be a string"),
 ])
 def test_bad_records_raise_a_clear_error(value, message):
+    with pytest.raises(RawMetricsError, match=message):
+        raw_metrics.decode(value)
+
+
+def test_a_report_of_an_older_driver_has_no_readers_and_unknown_reader_kinds_are_ignored():
+    old = b'{"v":1,"kind":"replication","ts":1,"period_ms":1,"source":"a","target":"b","status":"RUNNING"}'
+    assert raw_metrics.decode(old).readers is None
+    newer = old[:-1] + (b',"readers":{"lineage":{"rejected":1,"alive":true},'
+                        b'"control":{"rejected":2,"alive":true}}}')
+    assert raw_metrics.decode(newer).readers == {"control": ReaderHealth(2, True)}
+
+
+_REPORT = b'{"v":1,"kind":"replication","ts":1,"period_ms":1,"source":"a","target":"b","status":"RUNNING",'
+
+
+@pytest.mark.parametrize("readers, message", [
+    (b'[1]', "readers must be an object"),
+    (b'{"progress": 5}', "readers.progress must be an object"),
+    (b'{"progress": {"alive": true}}', "readers.progress.rejected is missing"),
+    (b'{"progress": {"rejected": -1, "alive": true}}', "readers.progress.rejected -1 is not between"),
+    (b'{"control": {"rejected": 1, "alive": "yes"}}', "readers.control.alive must be a boolean"),
+    (b'{"control": {"rejected": 1.5, "alive": true}}', "readers.control.rejected must be an integer"),
+])
+def test_bad_readers_raise_a_clear_error(readers, message):
+    value = _REPORT + b'"readers":' + readers + b"}"
     with pytest.raises(RawMetricsError, match=message):
         raw_metrics.decode(value)
 

@@ -160,6 +160,11 @@ def write_latest(s: Scenario) -> None:
                 "workers": 1,
                 "tasks": 2,
                 "topics_replicated": 2,
+                "readers": {
+                    "progress": {"rejected": 3, "alive": True,
+                                 "last_rejection": "mm2-offsets.x.internal[4]@7: ValueError: bad"},
+                    "control": {"rejected": 0, "alive": False, "last_rejection": None},
+                },
             }
         ),
     )

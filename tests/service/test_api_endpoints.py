@@ -167,6 +167,28 @@ def test_prometheus_exposition_has_states_lags_and_own_health(client, scenario):
     assert "srm_service_redis_up 1.0" in text and "srm_service_requests_total" in text
 
 
+def test_replication_status_shows_the_drivers_readers(client, scenario):
+    body = client.get("/v2/replications").get_json()
+    mine = {r["source"]: r for r in body["replications"] if r["target"] == scenario.west}
+    assert mine[scenario.east]["readers"] == [
+        {"reader": "progress", "rejected": 3, "alive": True,
+         "last_rejection": "mm2-offsets.x.internal[4]@7: ValueError: bad"},
+        {"reader": "control", "rejected": 0, "alive": False, "last_rejection": None},
+    ]
+    assert mine[scenario.north]["readers"] == []  # a report without readers: an older driver
+    one = client.get(f"/v2/replications/{scenario.east}/{scenario.west}").get_json()
+    assert [r["reader"] for r in one["readers"]] == ["progress", "control"]
+
+
+def test_prometheus_exposition_has_the_drivers_reader_counts(client, scenario):
+    text = client.get("/metrics").get_data(as_text=True)
+    flow = f'source="{scenario.east}",target="{scenario.west}"'
+    assert f'srm_driver_records_rejected_total{{reader="progress",{flow}}} 3.0' in text
+    assert f'srm_driver_reader_up{{reader="progress",{flow}}} 1.0' in text
+    assert f'srm_driver_reader_up{{reader="control",{flow}}} 0.0' in text
+    assert f'reader="progress",source="{scenario.north}"' not in text
+
+
 def test_prometheus_exposition_has_the_aggregators_restart_counts(client, scenario, redis_url):
     # The aggregator's supervisor counts restarts in Redis; every target has both series, 0 until one.
     redis.Redis.from_url(redis_url).hincrby(layout.aggregator_restarts_key(scenario.west), "query", 3)

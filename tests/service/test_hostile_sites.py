@@ -68,8 +68,24 @@ def test_garbage_answers_become_those_sites_errors_and_the_rest_still_answers(
         assert grafana.status_code == 200, grafana.get_data(as_text=True)[:500]
         frames = grafana.get_json()
         assert all(isinstance(row, list) for frame in frames for row in frame.get("rows", []))
+
+        # An operator sees the bad answers on /metrics, counted per site and outcome.
+        text = client.get("/metrics").get_data(as_text=True)
+        assert _sample(text, "srm_gateway_site_answers_total", site="nested", outcome="malformed") == 2.0
+        assert _sample(text, "srm_gateway_site_answers_total", site="deep", outcome="malformed") == 2.0
+        assert _sample(text, "srm_gateway_site_answers_total", site="far", outcome="ok") == 1.0
+        assert _sample(text, "srm_gateway_site_answers_total", site="far", outcome="error") == 1.0  # HTTP 400
+        assert _sample(text, "srm_gateway_site_frames_dropped_total", site="badframe") == 2.0
+        assert _sample(text, "srm_gateway_site_answers_total", site="hq", outcome="ok") is None  # local
     finally:
         gateway.close()
+
+
+def _sample(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def _config(port: int, extra: str) -> str:

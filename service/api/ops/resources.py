@@ -13,7 +13,7 @@ from flask.views import MethodView
 from service.api.ops.schemas import HealthSchema, ReadinessSchema
 from service.extensions import Blueprint, metrics_reader
 from service.prometheus_exposition import exposition
-from service.sites.discovered_directory import REGISTRY_KEY
+from service.sites.discovered_directory import GATEWAY_KEY, REGISTRY_KEY
 
 LOG = logging.getLogger(__name__)
 LOG_EVERY_S = 60.0
@@ -60,4 +60,6 @@ class Readiness(MethodView):
 
 @prometheus.get("/metrics")
 def prometheus_metrics() -> Response:
-    return Response(exposition(metrics_reader()), content_type=PROMETHEUS_CONTENT_TYPE)
+    extensions = flask.current_app.extensions
+    return Response(exposition(metrics_reader(), extensions.get(GATEWAY_KEY), extensions.get(REGISTRY_KEY)),
+                    content_type=PROMETHEUS_CONTENT_TYPE)

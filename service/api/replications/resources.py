@@ -16,6 +16,7 @@ from service.api.replications.schemas import (
     StatusArgs,
 )
 from service.extensions import Blueprint, metrics_reader
+from service.health.history_gap import history_gaps
 from service.health.lag_evaluation import Evaluation
 from service.health.replication_health import ReplicationHealth
 from service.health.replication_overview import GroupHealth, group_healths, replication_healths
@@ -46,7 +47,7 @@ def group_answer(health: GroupHealth, show_all: bool) -> dict:
 
 
 def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False,
-                  totals: tuple[int, int] = (0, 0)) -> dict:
+                  totals: tuple[int, int] = (0, 0), history: dict | None = None) -> dict:
     return {
         "source": health.source,
         "target": health.target,
@@ -59,6 +60,9 @@ def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False
         "lag_seconds": health.lag_seconds,
         "invalid_records": totals[0],
         "late_records": totals[1],
+        "readers": [{"reader": r.reader, "rejected": r.rejected, "alive": r.alive,
+                     "last_rejection": r.last_rejection} for r in health.readers],
+        "history": history,
     }
 
 
@@ -72,7 +76,8 @@ class Replications(MethodView):
         replications = reader.replications()
         healths = replication_healths(reader, replications)
         totals = reader.record_totals([(r.source, r.target) for r in replications])
-        answers = [status_answer(h, len(r.topics), all, totals[(r.source, r.target)])
+        gaps = history_gaps(reader.client, [r.target for r in replications])
+        answers = [status_answer(h, len(r.topics), all, totals[(r.source, r.target)], gaps[r.target])
                    for h, r in zip(healths, replications, strict=True)]
         return {"replications": answers, "states": dict(Counter(str(h.state) for h in healths))}
 
@@ -89,7 +94,8 @@ class OneReplication(MethodView):
         health = replication_healths(reader, [replication])[0]
         groups = group_healths(reader, replication, reader.groups(target, source), health.metrics_period_ms)
         answer = status_answer(health, len(replication.topics), all,
-                               reader.record_totals([(source, target)])[(source, target)])
+                               reader.record_totals([(source, target)])[(source, target)],
+                               history_gaps(reader.client, [target])[target])
         answer["topic_names"] = [
             {"topic": t, "upstreamTopic": u} for t, u in sorted(replication.topics.items())
         ]

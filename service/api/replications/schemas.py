@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
+from contract.records.raw_metrics import READER_KINDS
 from contract.status import ReplicationState
 from service.api.common import MetricSeriesSchema
 from service.health.lag_evaluation import Reason, Status
@@ -46,6 +47,33 @@ class EvaluationSchema(Schema):
     )
 
 
+class ReaderSchema(Schema):
+    reader = fields.String(
+        validate=validate.OneOf(READER_KINDS),
+        metadata={"description": "what it reads: progress (mm2-offsets.<source>.internal), control "
+                                 "(srm-control.internal), offset_syncs or checkpoints"},
+    )
+    rejected = fields.Integer(
+        metadata={"description": "records it refused (too large, undecodable, out of range) since the "
+                                 "reporting driver process started"}
+    )
+    alive = fields.Boolean(metadata={"description": "whether it reads now"})
+    last_rejection = fields.String(
+        allow_none=True,
+        metadata={"description": "topic[partition]@offset of the last refused record and why (escaped)"},
+    )
+
+
+class HistoryGapSchema(Schema):
+    lost_before = fields.Integer(
+        allow_none=True,
+        metadata={"description": "start of the earliest window Kafka still held at the rebuild, epoch ms: "
+                                 "metrics before it are lost (null: the rebuild has no batch in yet)"})
+    rebuilt_at = fields.Integer(metadata={"description": "when the aggregator found its Redis state gone, "
+                                                         "epoch ms"})
+    explanation = fields.String()
+
+
 class ReplicationStatusSchema(Schema):
     source = fields.String()
     target = fields.String()
@@ -68,6 +96,15 @@ class ReplicationStatusSchema(Schema):
     late_records = fields.Integer(
         metadata={"description": "raw-metrics records from this source that came after their window closed"}
     )
+    readers = fields.List(
+        fields.Nested(ReaderSchema),
+        metadata={"description": "the driver's readers of its internal topics, from its last report "
+                                 "(empty: none reported)"},
+    )
+    history = fields.Nested(
+        HistoryGapSchema, allow_none=True,
+        metadata={"description": "the gap left when the aggregator rebuilt the target's rollups from Kafka "
+                                 "after Redis lost them (null: history complete)"})
 
 
 class GroupStatusSchema(Schema):
