@@ -1,6 +1,7 @@
 """Replication throughput and latency: our driver vs Apache MirrorMaker 2 vs a bare pipe (the ceiling).
 
     .venv/bin/python bench/replication.py [--records N] [--latency-seconds S] [--bootstraps east=..,west=..]
+    .venv/bin/python bench/replication.py --scale [...]   # 1,000 partitions: bench/replication_scale.py
 
 On local clusters (started here unless --bootstraps names running ones): N records of 100 B and N of
 1 KB in two 8-partition topics are copied east -> west by (a) `python -m driver`, (b) MM2 in dedicated
@@ -252,6 +253,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000, help="records per value size")
     parser.add_argument("--latency-seconds", type=float, default=15.0)
     parser.add_argument("--bootstraps", help="east=host:port,west=host:port of running clusters")
+    parser.add_argument("--scale", action="store_true",
+                        help="one topic of 1,000 partitions instead (bench/replication_scale.py)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-replication-"))
@@ -262,9 +265,14 @@ def main() -> None:
         clusters = KafkaClusters(["east", "west"], workdir / "kafka").start()
         bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
     try:
-        bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
-        bench.preload()
-        line = measure(bench, args.latency_seconds)
+        if args.scale:
+            from bench.replication_scale import ScaleBench, measure_scale
+            line = measure_scale(ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir),
+                                 args.latency_seconds)
+        else:
+            bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
+            bench.preload()
+            line = measure(bench, args.latency_seconds)
     finally:
         if clusters is not None:
             clusters.cleanup()

@@ -46,6 +46,13 @@ def progress_topic(source_alias: str) -> str:
     return f"mm2-offsets.{source_alias}.internal"
 
 
+def tasks_topic(target_alias: str, tasks_max: int) -> str:
+    """The driver's task coordination topic of the replications into ``target_alias`` with ``tasks_max``
+    tasks, in the SOURCE cluster: one empty partition per task; the group member assigned partition i
+    owns task i. A new ``tasks.max`` is a new topic (partitions cannot be taken away from a topic)."""
+    return f"srm-driver-tasks-{tasks_max}.{target_alias}.internal"
+
+
 def configs_topic(source_alias: str) -> str:
     """Task configuration of the replications from ``source_alias``, in the target; MM2 name."""
     return f"mm2-configs.{source_alias}.internal"

@@ -99,7 +99,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _driver("offset.lag.max", "integer", 100, "How stale a translated offset may get before a new sync."),
     _driver("offset-syncs.history.size", "integer", 1024,
             "Offset syncs kept per partition for tight offset translation (0: MM2's 64 slots only)."),
-    _driver("tasks.max", "integer", 1, "Tasks per replication."),
+    _driver("tasks.max", "integer", 1,
+            "Tasks per replication: each a fixed set of source partitions, moved whole between driver "
+            "processes; with exactly.once, one transactional producer per task. Same on every process."),
     _driver("consumer.poll.timeout.ms", "integer", 1000, "Source consumer poll timeout."),
     _driver("replication.factor", "integer", -1, "Replication factor of remote topics (-1: broker's)."),
     _driver("heartbeats.topic.replication.factor", "integer", 3, "Replication factor of heartbeats."),

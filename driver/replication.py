@@ -5,12 +5,14 @@ ReplicationPolicy names. Where each source partition stands lives in `mm2-offset
 on the target, in MM2's Connect offset format (`contract.records.progress`), so a restart, a takeover by
 another driver process or MM2 itself resumes from the last replicated record.
 
-Worker coordination: MM2 dedicated mode coordinates its workers in a Connect group on the target and
-assigns partitions to tasks itself; we let Kafka do it. Every driver process serving a replication
-joins the consumer group `srm-driver.<source>-<target>` on the SOURCE cluster (the consumer must
-live there) with cooperative-sticky assignment, so the source partitions are shared among the live
-processes and a dead one's partitions move to the others, who resume from the progress topic. The
-group only coordinates: progress is never committed to it.
+Worker coordination: as MM2, the work is split into ``tasks.max`` tasks, each a fixed set of source
+partitions (`driver.replication_tasks`). MM2 dedicated mode hands tasks to its workers in a Connect
+group on the target; we let Kafka's group protocol do it: every driver process serving a replication
+joins the consumer group `srm-driver.<source>-<target>` on the SOURCE cluster, subscribed to the
+replication's coordination topic, one partition per task, with cooperative-sticky assignment. The tasks
+are shared among the live processes and a dead one's tasks move whole to the others, who resume from
+the progress topic. The group only coordinates: progress is never committed to it; the source
+partitions of the owned tasks are assigned by hand to a consumer of their own.
 
 Outages (`driver.copy_flow`): while the target takes nothing in, copied records wait in a bounded
 queue and then in the backlog of their paused source partitions (`driver.send_queue`); while the
@@ -26,36 +28,34 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Message, TopicPartition
 
 from contract import kafka_clients
 from contract.config import Replication, SrmConfig
 from contract.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
 from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
-from contract.replication_policy import metrics_topic, progress_topic
+from contract.replication_policy import metrics_topic, progress_topic, tasks_topic
 from contract.retry_backoff import RetryBackoff
 from contract.status import DriverStatus
+from driver import replication_clients as clients
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.reader_health import ReplicationReaders
+from driver.replication_clients import group_id
 from driver.replication_stats import ReplicationStats
+from driver.replication_tasks import TASKS_TOPIC_CONFIGS, TaskCoordinator, task_of, task_partitions
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
-from driver.target_writer import (
-    SHUTDOWN_FLUSH_S,
-    TRANSACTION_TIMEOUT_S,
-    AtLeastOnceWriter,
-    PartitionFlow,
-    TransactionalWriter,
-)
+from driver.target_writer import SHUTDOWN_FLUSH_S, TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow
 from driver.topic_sync import TopicRefusals, TopicSync
+from driver.transactional_writer import TransactionalWriter
 from driver.worker_census import WorkerCensus
 
 LOG = logging.getLogger(__name__)
@@ -64,15 +64,9 @@ POLL_BATCH: Final = 2000
 POLL_TIMEOUT_S: Final = 0.1
 RESTART_BACKOFF_S: Final = 10.0
 PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
-# librdkafka's consumer notices new partitions of subscribed topics on its metadata refresh.
-MAX_METADATA_REFRESH_MS: Final = 300_000
 OUTAGE_CHECK_S: Final = 1.0
 # A topic refresh that failed (a cluster not answering) is tried again this soon.
 REFRESH_RETRY_S: Final = 10.0
-
-
-def group_id(source: str, target: str) -> str:
-    return f"srm-driver.{source}-{target}"
 
 
 class ReplicationWorker(threading.Thread):
@@ -85,6 +79,10 @@ class ReplicationWorker(threading.Thread):
         self.refresh_s = config.setting("refresh.topics.interval.seconds", source, target)
         self.metrics_period_s = config.setting("metrics.period", source, target)
         self.exactly_once = config.setting("exactly.once", source, target)
+        self.tasks_max = config.setting("tasks.max", source, target)
+        if self.tasks_max < 1:
+            raise config.config_error("tasks.max", f"must be at least 1, got {self.tasks_max}",
+                                      source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
         self.readers = readers or ReplicationReaders(replication.name)
         self.stats = ReplicationStats(source, target, self.readers.report)
@@ -137,7 +135,7 @@ class ReplicationWorker(threading.Thread):
 
     def _discard_clients(self) -> None:
         """Drops every client of the last attempt; librdkafka destroys a handle with its last reference."""
-        for name in ("source_admin", "target_admin", "producer", "consumer", "progress", "writer",
+        for name in ("source_admin", "target_admin", "producer", "consumer", "tasks", "progress", "writer",
                      "topic_sync", "emitter"):
             if hasattr(self, name):
                 setattr(self, name, None)
@@ -152,14 +150,20 @@ class ReplicationWorker(threading.Thread):
         kafka_clients.ensure_topics(self.target_admin, target, [
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS),
             TopicSpec(progress_topic(source), PROGRESS_TOPIC_PARTITIONS, PROGRESS_TOPIC_CONFIGS)])
-        self.progress = ProgressReader(self._progress_consumer(), self.target_admin, progress_topic(source),
-                                       source, guard=self.progress_guard)
+        self.progress = ProgressReader(clients.progress_consumer(self.config, self.replication),
+                                       self.target_admin, progress_topic(source), source,
+                                       guard=self.progress_guard)
         emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
                                                      self.policy.offset_syncs_topic(target))
                    if self.emit_offset_syncs else None)
         self.emitter = emitter
         self.writer = self._writer(emitter)
-        self.consumer = self._source_consumer()
+        kafka_clients.ensure_topics(self.source_admin, source, [
+            TopicSpec(tasks_topic(target, self.tasks_max), self.tasks_max, TASKS_TOPIC_CONFIGS)])
+        self.consumer = clients.copy_consumer(self.config, self.replication, self.limits, self.source_watch)
+        self.tasks = TaskCoordinator(clients.coordination_consumer(self.config, self.replication),
+                                     tasks_topic(target, self.tasks_max), self.tasks_max,
+                                     self._tasks_left)
         try:
             self._loop()
         finally:
@@ -168,9 +172,15 @@ class ReplicationWorker(threading.Thread):
     def _loop(self) -> None:
         next_refresh, next_report, next_acls = 0.0, time.monotonic() + self.metrics_period_s, 0.0
         next_outage_check, self._refreshing = 0.0, BackgroundRefresh(self._refreshing.name)
+        # The group is counted half a period before each report: the report tells who holds tasks now.
+        next_census = next_report - self.metrics_period_s / 2
         while not self.stopping.is_set():
             kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
             kafka_clients.check(self.producer)
+            kafka_clients.check(self.tasks.consumer)
+            arrived = self.tasks.poll()  # the group's callbacks run here; new tasks start outside them
+            if arrived:
+                self._start_tasks(arrived)
             now, silent = time.monotonic(), self.flow.clusters_silent(self.writer.queue)
             due = now >= next_refresh or self._control_changed()
             if due and not silent and not self._refreshing.running:
@@ -194,9 +204,14 @@ class ReplicationWorker(threading.Thread):
                 next_outage_check = now + OUTAGE_CHECK_S
                 if self.flow.check_outage(self.consumer, self.writer.queue, now):
                     next_report = now  # the status changes now, not at the next period
+            if now >= next_census:
+                if not self.source_watch.suspect:  # the request would wait out its whole timeout
+                    self.census.request()
+                next_census = next_report + self.metrics_period_s / 2
             if now >= next_report:
                 self._publish_metrics()
                 next_report = now + self.metrics_period_s
+                next_census = next_report - self.metrics_period_s / 2
 
     def _start_refresh(self) -> None:
         """The first refresh runs here (start-up fails with it), later ones beside the loop."""
@@ -220,7 +235,9 @@ class ReplicationWorker(threading.Thread):
             keys = list(self.writer.flows)
             self.writer.release(keys, timeout_s=SHUTDOWN_FLUSH_S)
             self._produce_metrics(self.stats.retire(set(keys)))
+            self.writer.retire(list(self.tasks.owned))
         finally:
+            self.tasks.close()
             self.consumer.close()
             self.progress.close()
             if emitter is not None:
@@ -237,39 +254,10 @@ class ReplicationWorker(threading.Thread):
                                                               **self.limits.producer_limits()})
             writer.producer = self.producer
             return writer
-        return TransactionalWriter(self._transactional_producer, source, progress_topic(source),
-                                   f"{group_id(source, target)}", emitter, self.limits)
-
-    def _transactional_producer(self, transactional_id: str, delivered: Callable[..., None]) -> Producer:
-        source, target = self.replication.source, self.replication.target
-        return kafka_clients.producer(self.config, target, source=source, target=target, overrides={
-            "transactional.id": transactional_id, "on_delivery": delivered,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000), **self.limits.producer_limits()})
-
-    def _progress_consumer(self) -> Consumer:
-        source, target = self.replication.source, self.replication.target
-        return kafka_clients.consumer(self.config, target, f"{group_id(source, target)}.progress-reader",
-                                      source=source, target=target, overrides={
-                                          "enable.partition.eof": True, "isolation.level": "read_committed"})
-
-    def _source_consumer(self) -> Consumer:
-        source, target = self.replication.source, self.replication.target
-        refresh_ms = int(min(MAX_METADATA_REFRESH_MS, max(1000.0, (self.refresh_s or 600.0) * 1000)))
-        built: list[Consumer] = []
-
-        def on_error(error: KafkaError) -> None:  # the outage watch, then the client's own fault watch
-            self.source_watch.on_error(error)
-            watch = kafka_clients.watch_of(built[0]) if built else None
-            if watch is not None:
-                watch.error_cb(error)
-
-        built.append(kafka_clients.consumer(self.config, source, group_id(source, target), source=source,
-                                            target=target, overrides={
-                                                "partition.assignment.strategy": "cooperative-sticky",
-                                                "topic.metadata.refresh.interval.ms": refresh_ms,
-                                                "fetch.wait.max.ms": 100, "error_cb": on_error,
-                                                **self.limits.consumer_limits()}))
-        return built[0]
+        factory = functools.partial(clients.transactional_producer, self.config, self.replication,
+                                    self.limits)
+        return TransactionalWriter(factory, source, progress_topic(source), group_id(source, target), emitter,
+                                   self.limits)
 
     def _control_changed(self) -> bool:
         if self.control is None:
@@ -301,25 +289,32 @@ class ReplicationWorker(threading.Thread):
         LOG.info("%s->%s replicates %d topics: %s", source, target, len(eligible), sorted(eligible))
         self._topics = eligible
         self.stats.topics_replicated = len(eligible)
-        if eligible:
-            self.consumer.subscribe(sorted(eligible), on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                    on_lost=self._on_lost)
-        else:
-            self.consumer.unsubscribe()
+        # Topics or partitions added or gone: the owned tasks' partitions change, no other's.
+        wanted = task_partitions(eligible, self.tasks.owned, self.tasks_max)
+        held = set(self.writer.flows)
+        self._release(sorted(held - wanted), lost=False)
+        self._assign(sorted(wanted - held))
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not partitions:
-            consumer.incremental_assign([])
+    def _start_tasks(self, tasks: set[int]) -> None:
+        LOG.info("%s->%s took task(s) %s of %d", self.replication.source, self.replication.target,
+                 sorted(tasks), self.tasks_max)
+        self._assign(sorted(task_partitions(self._topics, tasks, self.tasks_max)))
+
+    def _tasks_left(self, tasks: set[int], lost: bool) -> None:
+        """Runs in the group's revoke (or lost) callback: the tasks are released before another worker
+        is given them."""
+        self._release(sorted(k for k, flow in self.writer.flows.items() if flow.task in tasks), lost)
+        self.writer.retire(tasks)
+        LOG.info("%s->%s %s task(s) %s", self.replication.source, self.replication.target,
+                 "lost" if lost else "released", sorted(tasks))
+
+    def _assign(self, keys: list[tuple[str, int]]) -> None:
+        if not keys:
             return
-        keys = [(tp.topic, tp.partition) for tp in partitions]
-        counts = {t: n for t, n in kafka_clients.partition_counts(self.source_admin, self.replication.source)
-                  .items() if t in {k[0] for k in keys}}
-        # New partitions may come before our refresh; refused, the worker restarts without their topic.
-        self.topic_sync.ensure_remote(counts)
         if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
             self.emitter.forget(keys)
-        if isinstance(self.writer, TransactionalWriter):
-            self.writer.fence(keys)  # before reading progress: aborts what a zombie left open
+        if isinstance(self.writer, TransactionalWriter):  # before reading progress: aborts a zombie's work
+            self.writer.fence({task_of(topic, partition, self.tasks_max) for topic, partition in keys})
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
         flows, positions = [], []
         for topic, partition in keys:
@@ -330,7 +325,7 @@ class ReplicationWorker(threading.Thread):
         self.writer.add(flows)
         LOG.info("%s->%s assigned %s", self.replication.source, self.replication.target,
                  ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in positions))
-        consumer.incremental_assign(positions)
+        self.consumer.incremental_assign(positions)
 
     def _flow(self, topic: str, partition: int, last_replicated: int) -> PartitionFlow:
         remote = self.policy.format_remote_topic(self.replication.source, topic)
@@ -338,21 +333,20 @@ class ReplicationWorker(threading.Thread):
         if last_replicated >= 0:
             stats.upstream_offset = last_replicated
         return PartitionFlow(topic, partition, remote, stats, acked=last_replicated,
-                             persisted=last_replicated, produced=last_replicated)
+                             persisted=last_replicated, produced=last_replicated,
+                             task=task_of(topic, partition, self.tasks_max))
 
-    def _release(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+    def _release(self, keys: list[tuple[str, int]], lost: bool) -> None:
+        if not keys:
+            return
         self.writer.release(keys, lost=lost)
-        self.flow.unassigned(consumer, keys)
+        self.flow.unassigned(self.consumer, keys)
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
-        consumer.incremental_unassign(partitions)
-
-    _on_revoke = functools.partialmethod(_release, lost=False)
-    _on_lost = functools.partialmethod(_release, lost=True)
+        self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])
 
     def _publish_metrics(self) -> None:
         tasks = self._update_levels()
@@ -375,8 +369,6 @@ class ReplicationWorker(threading.Thread):
                                                          cached=True)
             if end is not None and end >= 0:
                 flow.stats.source_end_offset = end
-        if not self.source_watch.suspect:  # the request would wait out its whole timeout
-            self.census.request()
         membership = self.census.latest
         if membership is None:
             return None

@@ -6,12 +6,9 @@ remote topic, and record progress in the MM2 Connect format (`contract.records.p
 - `AtLeastOnceWriter`: one idempotent producer. Progress only ever names records the target
   acknowledged, written every flush interval and when partitions are revoked, so a crash replays at
   most one interval (MM2 flushes every 60 s; we flush every second to keep replays short).
-- `TransactionalWriter` (`exactly.once = true`): one transactional producer per source partition, its
-  `transactional.id` derived from the replication and the partition. Taking a partition over calls
-  `init_transactions` with that id, which fences the previous owner (a zombie after a rebalance, or
-  this worker's previous incarnation after kill -9) and aborts its open transaction before the new
-  owner reads the progress topic. Records and their progress are committed in one transaction, so a
-  `read_committed` reader of the remote topic sees each source record exactly once.
+- `TransactionalWriter` (`exactly.once = true`, `driver.transactional_writer`): one transactional
+  producer per task (`driver.replication_tasks`), records and progress of all the task's partitions in
+  one transaction.
 
 Offset syncs follow MM2: fed acknowledged records (committed ones in exactly-once mode), best-effort.
 
@@ -23,11 +20,10 @@ the worker's loop (it keeps polling, so it stays in its group, and keeps reporti
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -67,6 +63,7 @@ class PartitionFlow:
     in_flight: deque[int] = field(default_factory=deque)  # upstream offsets produced, not acknowledged
     produced: int = -1  # last upstream offset handed to the producer
     pending_syncs: list[tuple[int, int]] = field(default_factory=list)  # acked inside the open transaction
+    task: int = 0  # the task copying it (driver.replication_tasks)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -135,6 +132,9 @@ class _WriterBase:
 
     def _produce(self, flow: PartitionFlow, message: Message) -> None:
         raise NotImplementedError
+
+    def retire(self, tasks: Iterable[int]) -> None:
+        """Tasks this worker no longer owns, their partitions released: nothing held per task here."""
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -246,124 +246,3 @@ def _consume_error(message: Message) -> None:
     if error.fatal():
         raise KafkaException(error)
     LOG.warning("consume error on %s[%s]: %s", message.topic(), message.partition(), error)
-
-
-class TransactionalWriter(_WriterBase):
-    def __init__(self, producer_factory: Callable[[str, Callable[..., None]], Producer], source: str,
-                 progress_topic: str, transactional_prefix: str,
-                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
-        super().__init__(source, progress_topic, emitter, limits)
-        self.producer_factory, self.prefix = producer_factory, transactional_prefix
-        self.producers: dict[tuple[str, int], Producer] = {}
-        # The flow a producer's delivery callback updates, set when the partition is added.
-        self._holders: dict[tuple[str, int], list[PartitionFlow]] = {}
-        self._open: set[tuple[str, int]] = set()
-        self._next_commit = time.monotonic() + TRANSACTION_INTERVAL_S
-
-    def transactional_id(self, topic: str, partition: int) -> str:
-        return f"{self.prefix}|{topic}-{partition}"
-
-    def fence(self, keys: Iterable[tuple[str, int]]) -> None:
-        """Own these partitions' transactional ids: earlier owners are fenced, their open work aborted."""
-        for topic, partition in keys:
-            if (topic, partition) in self.producers:
-                continue
-            holder: list[PartitionFlow] = []
-            producer = self.producer_factory(self.transactional_id(topic, partition),
-                                             functools.partial(self._delivered, holder))
-            producer.init_transactions(TRANSACTION_TIMEOUT_S)
-            self.producers[(topic, partition)] = producer
-            self._holders[(topic, partition)] = holder
-
-    def add(self, flows: Iterable[PartitionFlow]) -> None:
-        for flow in flows:
-            self.fence([flow.key])
-            self.flows[flow.key] = flow
-            self._holders[flow.key][:] = [flow]
-
-    def _delivered(self, holder: list[PartitionFlow], error: KafkaError | None, message: Message) -> None:
-        replicated = bool(holder) and message.topic() == holder[0].remote
-        if replicated:
-            self.queue.settled(record_size(message))
-        if error is not None:
-            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
-            return
-        if not replicated:  # the progress record
-            return
-        flow = holder[0]
-        upstream = flow.in_flight.popleft()
-        flow.stats.replicated(upstream, message.offset(), len(message.value() or b""),
-                              time.time() * 1000 - message.timestamp()[1])
-        flow.pending_syncs.append((upstream, message.offset()))
-
-    def _produce(self, flow: PartitionFlow, message: Message) -> None:
-        producer = self.producers[flow.key]
-        if flow.key not in self._open:
-            producer.begin_transaction()
-            self._open.add(flow.key)
-        _produce(producer, flow, message)
-
-    def tick(self, now: float) -> None:
-        for producer in self.producers.values():
-            producer.poll(0)
-        self._check()
-        self._send_backlog()
-        if now >= self._next_commit:
-            self._commit(list(self._open))
-            if self.emitter is not None:
-                self.emitter.flush_delayed()
-            self._next_commit = now + TRANSACTION_INTERVAL_S
-        elif self.emitter is not None:
-            self.emitter.send_due()
-
-    def release(self, keys: Iterable[tuple[str, int]], lost: bool = False,
-                timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-        keys = [k for k in keys if k in self.producers]
-        deadline = time.monotonic() + timeout_s
-        if lost:
-            for key in keys:
-                if key in self._open:
-                    self._abort(key)
-        else:
-            try:
-                self._commit([k for k in keys if k in self._open], timeout_s)
-            except (KafkaException, DeliveryFailed) as exc:  # not committed in time: aborted instead
-                LOG.warning("releasing %d partition(s): commit failed (%s); aborting", len(keys), exc)
-                for key in keys:
-                    if key in self._open:
-                        self._abort(key, max(0.1, deadline - time.monotonic()))
-        for key in keys:
-            self.producers.pop(key).flush(max(0.0, deadline - time.monotonic()))
-            self.flows.pop(key, None)
-            self._holders.pop(key, None)
-        self.queue.drop(keys)
-
-    def _commit(self, keys: list[tuple[str, int]], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        for key in keys:
-            flow, producer = self.flows[key], self.producers[key]
-            progress_key, value = self._progress_record(flow, flow.produced)
-            producer.produce(self.progress_topic, value, progress_key)
-            if producer.flush(max(0.1, deadline - time.monotonic())) > 0:
-                raise DeliveryFailed(f"records of {flow.topic}[{flow.partition}] not acknowledged in time")
-            self._check()
-            producer.commit_transaction(max(0.1, deadline - time.monotonic()))
-            self._open.discard(key)
-            flow.acked = flow.persisted = flow.produced
-            for upstream, downstream in flow.pending_syncs:
-                self._feed_sync(flow, upstream, downstream)
-            flow.pending_syncs.clear()
-
-    def _abort(self, key: tuple[str, int], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
-        try:
-            self.producers[key].abort_transaction(timeout_s)
-        except KafkaException as exc:  # fenced already: the new owner aborted it for us
-            LOG.info("abort of %s not needed: %s", self.transactional_id(*key), exc)
-        self._open.discard(key)
-        flow = self.flows.get(key)
-        if flow is not None:
-            flow.in_flight.clear()
-            flow.pending_syncs.clear()
-
-    def close(self, timeout_s: float = SHUTDOWN_FLUSH_S) -> None:
-        self.release(list(self.producers), timeout_s=timeout_s)

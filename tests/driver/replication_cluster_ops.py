@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 T = TypeVar("T")
@@ -61,6 +61,16 @@ def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
     return admin(bootstrap).describe_configs([resource])[resource].result(30)[name].value
 
 
+def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
+    """A new topic's partitions may have no leader yet for a moment: asked again until they do."""
+    def ask() -> list[int]:
+        try:
+            return [consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]]
+        except KafkaException:
+            return []
+    return eventually(ask, f"the high watermark of {topic}[{partition}]")[0]
+
+
 def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: float = 90.0) -> list[Record]:
     """Committed records of every partition, read until each partition was once at its end (and until
     `expected` records arrived): a topic still being written is read up to about when this began."""
@@ -71,6 +81,10 @@ def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: floa
                          "enable.partition.eof": True})
     records: list[Record] = []
     deadline = time.monotonic() + timeout_s
+    # A partition is read once at its end, or once past the high watermark it had when this began: a
+    # read_committed consumer is told "end" only by a fetch that brings that partition nothing, which
+    # never happens while one transaction after another commits to all the partitions together.
+    began_at = {p: high_watermark(consumer, topic, p) for p in metadata}
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata])
         at_end: set[int] = set()
@@ -82,6 +96,8 @@ def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: floa
                 if message.error() is None:
                     records.append(Record(message.partition(), message.offset(), message.key(),
                                           message.value()))
+                    if message.offset() + 1 >= began_at[message.partition()]:
+                        at_end.add(message.partition())
                 elif message.error().code() == KafkaError._PARTITION_EOF:
                     at_end.add(message.partition())
     finally:

@@ -137,7 +137,8 @@ def test_kill9_and_restart_with_exactly_once(kafka_clusters: dict[str, str], tmp
 def test_two_drivers_share_partitions_and_survive_kill9(kafka_clusters: dict[str, str],
                                                           tmp_path: Path) -> None:
     east, west = kafka_clusters["east"], kafka_clusters["west"]
-    topic = setup_replication(kafka_clusters, tmp_path, {})
+    # MM2's tasks.max: with the default of 1 the second driver would stand by, holding no partition.
+    topic = setup_replication(kafka_clusters, tmp_path, {"tasks.max": PARTITIONS})
     remote, group = f"east.{topic}", group_id("east", "west")
     with ExitStack() as cleanup:
         first, second = driver(tmp_path, "driver-ha-1"), driver(tmp_path, "driver-ha-2")

@@ -1,0 +1,181 @@
+"""Exactly-once copying (`exactly.once = true`): one transactional producer per task.
+
+A task (`driver.replication_tasks`) is a fixed set of source partitions; its producer's
+`transactional.id` is derived from the replication and the task number, so the ids are as many as the
+tasks (``tasks.max``), whatever the partition count, and the producers, their librdkafka threads and
+broker connections are bounded by the tasks this worker owns. Taking a task over calls
+`init_transactions` with its id, which fences the previous owner (a zombie after a rebalance, or this
+worker's previous incarnation after kill -9) and aborts its open transaction before the new owner reads
+the progress topic. The records of all the task's partitions and their progress are committed in one
+transaction, so a `read_committed` reader of the remote topic sees each source record exactly once.
+
+The copy loop calls `fence` when it starts a task, never a group callback: `init_transactions` may wait
+for the previous owner's transaction to be aborted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from driver.offset_sync_emitter import OffsetSyncEmitter
+from driver.send_queue import PartitionKey, QueueLimits, record_size
+from driver.target_writer import (
+    FLUSH_TIMEOUT_S,
+    SHUTDOWN_FLUSH_S,
+    TRANSACTION_INTERVAL_S,
+    TRANSACTION_TIMEOUT_S,
+    DeliveryFailed,
+    PartitionFlow,
+    _produce,
+    _WriterBase,
+)
+
+LOG = logging.getLogger(__name__)
+
+
+def transactional_id(prefix: str, task: int) -> str:
+    """The `transactional.id` of one task of a replication (prefix: the replication's group id)."""
+    return f"{prefix}|task-{task}"
+
+
+class TransactionalWriter(_WriterBase):
+    def __init__(self, producer_factory: Callable[[str, Callable[..., None]], Producer], source: str,
+                 progress_topic: str, transactional_prefix: str,
+                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
+        super().__init__(source, progress_topic, emitter, limits)
+        self.producer_factory, self.prefix = producer_factory, transactional_prefix
+        self.producers: dict[int, Producer] = {}
+        # task -> (remote topic, partition) -> flow: what the task's delivery callback updates.
+        self._by_remote: dict[int, dict[tuple[str, int], PartitionFlow]] = {}
+        self._open: set[int] = set()  # tasks with a transaction under way
+        self._next_commit = time.monotonic() + TRANSACTION_INTERVAL_S
+
+    def transactional_id(self, task: int) -> str:
+        return transactional_id(self.prefix, task)
+
+    def fence(self, tasks: Iterable[int]) -> None:
+        """Own these tasks' transactional ids: earlier owners are fenced, their open work aborted."""
+        for task in sorted(set(tasks) - set(self.producers)):
+            producer = self.producer_factory(self.transactional_id(task),
+                                             functools.partial(self._delivered, task))
+            producer.init_transactions(TRANSACTION_TIMEOUT_S)
+            self.producers[task] = producer
+            self._by_remote.setdefault(task, {})
+
+    def add(self, flows: Iterable[PartitionFlow]) -> None:
+        for flow in flows:
+            self.fence([flow.task])
+            self.flows[flow.key] = flow
+            self._by_remote[flow.task][(flow.remote, flow.partition)] = flow
+
+    def _delivered(self, task: int, error: KafkaError | None, message: Message) -> None:
+        flow = self._by_remote.get(task, {}).get((message.topic(), message.partition()))
+        if flow is not None:
+            self.queue.settled(record_size(message))
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+            return
+        if flow is None:  # a progress record, or a partition released meanwhile
+            return
+        upstream = flow.in_flight.popleft()
+        flow.stats.replicated(upstream, message.offset(), len(message.value() or b""),
+                              time.time() * 1000 - message.timestamp()[1])
+        flow.pending_syncs.append((upstream, message.offset()))
+
+    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+        producer = self.producers[flow.task]
+        if flow.task not in self._open:
+            producer.begin_transaction()
+            self._open.add(flow.task)
+        _produce(producer, flow, message)
+
+    def tick(self, now: float) -> None:
+        for producer in self.producers.values():
+            producer.poll(0)
+        self._check()
+        self._send_backlog()
+        if now >= self._next_commit:
+            self._commit(sorted(self._open))
+            if self.emitter is not None:
+                self.emitter.flush_delayed()
+            self._next_commit = now + TRANSACTION_INTERVAL_S
+        elif self.emitter is not None:
+            self.emitter.send_due()
+
+    def release(self, keys: Iterable[PartitionKey], lost: bool = False,
+                timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Stop writing partitions: their task's open transaction is committed (aborted when lost)."""
+        flows = [self.flows[k] for k in keys if k in self.flows]
+        if not flows:
+            return
+        tasks = sorted({flow.task for flow in flows} & self._open)
+        deadline = time.monotonic() + timeout_s
+        failed: Exception | None = None
+        if lost:
+            for task in tasks:
+                self._abort(task)
+        else:
+            try:
+                self._commit(tasks, timeout_s)
+            except (KafkaException, DeliveryFailed) as exc:  # not committed in time: aborted instead
+                LOG.warning("releasing %d partition(s): commit failed (%s); aborting", len(flows), exc)
+                failed = exc
+                for task in tasks:
+                    if task in self._open:
+                        self._abort(task, max(0.1, deadline - time.monotonic()))
+        for flow in flows:
+            del self.flows[flow.key]
+            self._by_remote.get(flow.task, {}).pop((flow.remote, flow.partition), None)
+        self.queue.drop(flow.key for flow in flows)
+        if failed is not None and any(self._by_remote.get(task) for task in tasks):
+            # The aborted transaction held records of partitions this worker keeps: start afresh from
+            # the progress topic rather than go on past records that were never committed.
+            raise DeliveryFailed(f"commit failed while releasing partitions: {failed}")
+
+    def retire(self, tasks: Iterable[int]) -> None:
+        """Closes the producers of tasks this worker no longer owns (their partitions released)."""
+        for task in tasks:
+            producer = self.producers.pop(task, None)
+            if producer is not None:
+                if task in self._open:  # nothing of it may stay open: its next owner aborts it anyway
+                    self._abort(task, 1.0)
+                producer.flush(1.0)
+            self._by_remote.pop(task, None)
+
+    def _commit(self, tasks: list[int], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        for task in tasks:
+            producer, flows = self.producers[task], list(self._by_remote[task].values())
+            for flow in flows:
+                if flow.produced > flow.persisted:
+                    progress_key, value = self._progress_record(flow, flow.produced)
+                    producer.produce(self.progress_topic, value, progress_key)
+            if producer.flush(max(0.1, deadline - time.monotonic())) > 0:
+                raise DeliveryFailed(f"records of task {task} not acknowledged in time")
+            self._check()
+            producer.commit_transaction(max(0.1, deadline - time.monotonic()))
+            self._open.discard(task)
+            for flow in flows:
+                flow.acked = flow.persisted = flow.produced
+                for upstream, downstream in flow.pending_syncs:
+                    self._feed_sync(flow, upstream, downstream)
+                flow.pending_syncs.clear()
+
+    def _abort(self, task: int, timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
+        try:
+            self.producers[task].abort_transaction(timeout_s)
+        except KafkaException as exc:  # fenced already: the new owner aborted it for us
+            LOG.info("abort of %s not needed: %s", self.transactional_id(task), exc)
+        self._open.discard(task)
+        for flow in self._by_remote.get(task, {}).values():
+            flow.in_flight.clear()
+            flow.pending_syncs.clear()
+
+    def close(self, timeout_s: float = SHUTDOWN_FLUSH_S) -> None:
+        self.release(list(self.flows), timeout_s=timeout_s)
+        self.retire(list(self.producers))
