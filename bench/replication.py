@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
-from stack import srm_properties  # noqa: E402
+from stack import kafka_cluster, srm_properties  # noqa: E402
 from stack.jars import kafka_jars  # noqa: E402
 from stack.kafka_cluster import LOG4J2, KafkaClusters  # noqa: E402
 from stack.prerequisites import require  # noqa: E402
@@ -262,6 +262,8 @@ def main() -> None:
     if args.bootstraps:
         bootstraps = dict(item.split("=", 1) for item in args.bootstraps.split(","))
     else:
+        if args.scale:  # thousands of partitions and their copies outgrow the stack's 384 MB broker heap
+            kafka_cluster.HEAP_OPTS = [*kafka_cluster.HEAP_OPTS, "-Xmx1g"]
         clusters = KafkaClusters(["east", "west"], workdir / "kafka").start()
         bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
     try:

@@ -359,7 +359,10 @@ class ReplicationWorker(threading.Thread):
             self.stats.status, self.stats.error = DriverStatus.FAILED, self.flow.outage
         elif self.refusals.reason is not None:
             self.stats.status, self.stats.error = DriverStatus.FAILED, self.refusals.reason[:300]
-        self._produce_metrics(self.stats.drain())
+        records = self.stats.drain()
+        if self.stats.status is DriverStatus.UNASSIGNED and tasks is None:  # no count yet: no status
+            records = [r for r in records if not isinstance(r, raw_metrics.ReplicationMetrics)]
+        self._produce_metrics(records)
         self.backoff.succeeded()
 
     def _update_levels(self) -> int | None:
