@@ -27,8 +27,9 @@ LOG = logging.getLogger(__name__)
 Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, partition, group
 SERIES_COLUMNS = ["target", "source", "topic", "partition", "group", "metric"]
 MEMBER_PARTS = ("n", "sum", "min", "max", "last")
-# Metrics whose windows latest values read: end offsets of partitions, record counts of replications.
-HISTORY_METRICS = ("source_end_offset", "record_count")
+# Metrics whose windows latest values read: end offsets of partitions (lag in seconds), their offsets and
+# lag (lag verdicts), record counts of replications.
+HISTORY_METRICS = ("source_end_offset", "upstream_offset", "records_lag", "record_count")
 
 
 @dataclass
@@ -77,9 +78,9 @@ class BatchPlan:
             self.latest[subject] = dict(record)
 
     def _add_history(self, present: pa.Table, metric: str, last_ts: pa.ChunkedArray) -> None:
-        # Lag in seconds reads a partition's end offsets; recent record counts a replication's counts.
-        wanted = (pc.greater_equal(present["partition"], 0) if metric == "source_end_offset"
-                  else pc.equal(present["topic"], layout.ALL_TOPICS))
+        # Partitions' series for lag in seconds and verdicts; recent record counts a replication's.
+        wanted = (pc.equal(present["topic"], layout.ALL_TOPICS) if metric == "record_count"
+                  else pc.greater_equal(present["partition"], 0))
         rows = present.append_column("last_ts", last_ts).filter(wanted)
         columns = rows.select(["target", "source", "topic", "partition", "group", "window_start",
                                *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"]).to_pydict()

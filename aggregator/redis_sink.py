@@ -41,7 +41,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
-from aggregator import latest_values, window_partials
+from aggregator import latest_values, partition_verdicts, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
@@ -122,6 +122,7 @@ class RedisRollupSink:
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
+        self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
         self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
@@ -224,8 +225,9 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
-        latest, lag_samples = self._latest_values(plan)
-        self._write_latest(latest)
+        latest, lag_samples, verdicts = self._latest_values(plan)
+        self._write_latest(latest)  # a failure fails the query: its restart reads the verdicts anew
+        self.verdicts.commit(verdicts)
         if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
             batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
         derived = time.monotonic()
@@ -256,6 +258,7 @@ class RedisRollupSink:
             return
         except Exception:
             self.history.clear()
+            self.verdicts.clear()
             raise
         staged = time.monotonic()
         for series, history in plan.history.items():
@@ -315,13 +318,16 @@ class RedisRollupSink:
 
     # --- latest values --------------------------------------------------------------------------------
 
-    def _latest_values(self, plan: BatchPlan) -> tuple[list[LatestValue], list[LagSample]]:
-        """(hash key, field, value) of every latest value the batch changes, and the lag in seconds
-        among them as samples of its gauge."""
+    def _latest_values(self, plan: BatchPlan
+                       ) -> tuple[list[LatestValue], list[LagSample], partition_verdicts.VerdictUpdates]:
+        """(hash key, field, value) of every latest value the batch changes (lag verdicts and their
+        summaries included), the lag in seconds among them as samples of its gauge, and the verdicts."""
         reads = self._history_reads(plan)
         self._load_history(reads)
-        out, samples = [], []
+        out, samples, judged = [], [], []
         for read in reads:
+            if read.kind == "offsets":  # windows for the partition's verdict, below
+                continue
             key = layout.series_key(read.series, FINEST.name)
             history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
             out.append(_latest_value(read.kind, read.subject, read.record, history))
@@ -330,7 +336,28 @@ class RedisRollupSink:
                 _, target, source, topic, partition, group = read.subject
                 samples.append(LagSample(read.kind, target, source, topic, int(partition), group,
                                          int(read.record["ts"]), float(seconds)))
-        return out, samples
+            if read.kind == "partition":
+                judged.append((read, seconds))
+        verdicts = self._verdicts(plan, judged)
+        summaries = self.verdicts.summaries(verdicts, _now_ms())
+        out += [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in verdicts.items()
+                for name, v in fresh.items()]
+        out += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
+        return out, samples, verdicts
+
+    def _verdicts(self, plan: BatchPlan, judged: list[tuple[HistoryRead, Any]]
+                  ) -> partition_verdicts.VerdictUpdates:
+        """The lag verdicts of the partitions reported in the batch, per replication (each replication
+        loaded from Redis first when this process has not met it yet)."""
+        def view(series: layout.SeriesId, low_ms: int, high_ms: int) -> list[layout.WindowAggregate]:
+            return self.history.view(layout.series_key(series, FINEST.name), low_ms, high_ms,
+                                     plan.windows_of(series))
+
+        reports = [(r.subject, r.record, seconds) for r, seconds in judged]
+        updates = partition_verdicts.batch_verdicts(reports, view)
+        for problem in self.verdicts.load_missing(self.client, updates):
+            LOG.warning("%s: skipping a stored lag verdict: %s", self.query_name, problem)
+        return updates
 
     def _history_reads(self, plan: BatchPlan) -> list[HistoryRead]:
         reads = []
@@ -341,6 +368,10 @@ class RedisRollupSink:
                 ts = int(record["ts"])
                 low = ts - latest_values.HISTORY_SPAN_MS
                 reads.append(HistoryRead(kind, subject, record, series, low, ts))
+                if kind == "partition":
+                    low = ts - partition_verdicts.lookback_of(record)
+                    reads += [HistoryRead("offsets", subject, record, s, low, ts)
+                              for s in partition_verdicts.offset_series(subject)]
         for (target, source), record in self._replication_records(plan).items():
             series = layout.SeriesId(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
             ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))

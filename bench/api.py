@@ -8,6 +8,10 @@ Also prints where one request's time goes (in-process: Redis pipeline, decode, s
 Flask) and the CPU each process spends per request under load (service, Redis, load generator), to
 name the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms>``.
 Target (reported, never asserted): p99 <= 15 ms at >= 1500 req/s on 2 cores.
+
+`--scale` is a mode of its own (bench/api_scale.py): 1,000 topics x 10 partitions written through the
+aggregator's writer, then cluster-info, every replication's status and a topic's 7 days, each under load;
+last line ``p99_ms_cluster_info=<ms> p99_ms_replications=<ms> p99_ms_topic_7d=<ms> service_rss_mb=<mb>``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ DURATION_S, CONNECTIONS = 20, 16
 WORKERS, THREADS = 2, 1
 TARGET_P99_MS, TARGET_RPS = 15.0, 1500.0
 SEED = 7
+# --scale: one connection per worker (latency without queueing behind another request), per endpoint.
+SCALE_CONNECTIONS, SCALE_DURATION_S = 2, 10
 
 
 def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
@@ -258,14 +264,32 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=WORKERS, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=THREADS, help="threads per worker (gthread when > 1)")
-    parser.add_argument("--connections", type=int, default=CONNECTIONS)
-    parser.add_argument("--duration", type=int, default=DURATION_S, help="seconds of load")
+    parser.add_argument("--connections", type=int,
+                        help=f"default {CONNECTIONS}, with --scale {SCALE_CONNECTIONS}")
+    parser.add_argument("--duration", type=int, help=f"seconds of load (default {DURATION_S}; with --scale "
+                        f"{SCALE_DURATION_S} per endpoint)")
     parser.add_argument("--hours", type=int, default=HOURS, help="hours of windows per topic (fill size)")
-    return parser.parse_args(argv)
+    parser.add_argument("--scale", action="store_true",
+                        help="1,000 topics x 10 partitions through the aggregator's writer (api_scale.py)")
+    parser.add_argument("--history-step", type=int, default=6,
+                        help="with --scale: hours between history reports over the 7 days")
+    parser.add_argument("--recent", type=int, default=6,
+                        help="with --scale: minutes of every partition's reports at the clock, 30 s apart")
+    parser.add_argument("--topics", type=int, default=1000, help="with --scale: topics (10 partitions each)")
+    args = parser.parse_args(argv)
+    if args.connections is None:
+        args.connections = SCALE_CONNECTIONS if args.scale else CONNECTIONS
+    if args.duration is None:
+        args.duration = SCALE_DURATION_S if args.scale else DURATION_S
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    if args.scale:
+        from bench import api_scale
+
+        return api_scale.run(args, run_python_load)
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-api-"))
     server = RedisServer(workdir / "redis").start()
     service = None
@@ -289,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             {"service.port": port, "service.workers": args.workers, "service.threads": args.threads,
              # Nothing to advertise to: the clusters above do not exist (a real advertisement is one
              # small record every few seconds, not part of the request path measured here).
-             "service.target.clusters": ""},
+             "service.target.clusters": "", "service.site": TARGET},
         )
         service = ManagedProcess.python_module(
             "service", "service", ["--config", str(props)], workdir

@@ -230,8 +230,17 @@ def replication_status_key(target: str, source: str) -> str:
     last_rejection}, raw_metrics.READER_KINDS) and `recent_record_counts` (list of ints, RECENT_PERIODS
     at most, the last one the period ending at `ts`). A period is (ts - (k+1)*period_ms,
     ts - k*period_ms]; it gets the replication-level record_count 10 s windows whose start lies in it,
-    so with periods shorter than 10 s a window's records land in one period and its neighbour shows 0."""
+    so with periods shorter than 10 s a window's records land in one period and its neighbour shows 0.
+
+    Field `lag`: the summary of the replication's lag verdicts (lag_verdicts_key)."""
     return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:replication"
+
+
+def lag_verdicts_key(target: str, source: str) -> str:
+    """Hash: field `<remote topic>|<partition>` -> the partition's lag verdict at its newest report
+    (contract.lag_verdicts.verdict_record). Their summary is field `lag` of replication_status_key
+    (contract.lag_verdicts.summary_record), which status answers read instead of every partition."""
+    return f"{PREFIX}:latest:{_tag(target, source, ALL_TOPICS)}:lag"
 
 
 def partition_latest_key(target: str, source: str, topic: str) -> str:

@@ -245,16 +245,20 @@ class MetricsReader:
         found = [self._replication_windows(r, metric, window, from_ms, to_ms) for r in replications]
         return summarize(metric, window, found[0] if len(found) == 1 else merge_subjects(found))
 
-    def replication_level_windows(
+    def replication_level_members(
         self, replications: Sequence[Replication], metrics: Sequence[str], window: str, from_ms: int,
         to_ms: int,
-    ) -> dict[tuple[str, str, str], Windows]:
-        """(source, target, metric) -> the replication-level series' windows (one pipeline, one series per
-        replication and metric, whatever the number of topics)."""
+    ) -> dict[tuple[str, str, str], list[bytes]]:
+        """(source, target, metric) -> the replication-level series' stored members, undecoded (one
+        pipeline, one series per replication and metric, whatever the number of topics): the caller
+        decodes them by column (window_columns) unless it merges several."""
         series = [layout.SeriesId(r.target, r.source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, m)
                   for r in replications for m in metrics]
-        found = self.windows(series, window, from_ms, to_ms)
-        return {(s.source, s.target, s.metric): w for s, w in zip(series, found, strict=True)}
+        self.charge(len(series), window, from_ms, to_ms)
+        pipe = self.client.pipeline(transaction=False)
+        for one in series:
+            pipe.zrangebyscore(layout.series_key(one, window), from_ms, to_ms)
+        return {(s.source, s.target, s.metric): m for s, m in zip(series, pipe.execute(), strict=True)}
 
     def _replication_windows(
         self, replication: Replication, metric: str, window: str, from_ms: int, to_ms: int
@@ -312,6 +316,19 @@ class MetricsReader:
             report, probe = _decode_latest(raw), probes.get(pair[1])
             latest[pair] = {**report, "target_cluster": probe} if report and probe else report
         return latest
+
+    def lag_summaries(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict | None]:
+        """The aggregator's summary of each (source, target)'s lag verdicts (contract.lag_verdicts); None
+        where it wrote none."""
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.hget(layout.replication_status_key(target, source), "lag")
+        return {pair: _decode_latest(raw) for pair, raw in zip(pairs, pipe.execute(), strict=True)}
+
+    def lag_verdicts(self, replication: Replication) -> list[dict]:
+        """Every partition's lag verdict in a replication, as the aggregator stored them (one hash)."""
+        raw = self.client.hgetall(layout.lag_verdicts_key(replication.target, replication.source))
+        return [v for v in map(_decode_latest, raw.values()) if v is not None]
 
     def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
         """(invalid, late) raw-metrics records of each (source, target) so far."""

@@ -18,9 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from contract import redis_layout as layout
+from contract.lag_evaluation import Status
 from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.status import ReplicationState
-from service.health.lag_evaluation import Status
 from service.health.replication_health import worst_lag_seconds
 from service.health.replication_overview import replication_healths
 from service.metric_summary import point_of

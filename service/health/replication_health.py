@@ -10,11 +10,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.lag_evaluation import Evaluation, EvaluationPolicy, evaluate, observations
 from contract.records.raw_metrics import READER_KINDS
 from contract.redis_layout import WindowAggregate
 from contract.settings import DEFAULT_METRICS_PERIOD_MS
 from contract.status import ReplicationState
-from service.health.lag_evaluation import Evaluation, EvaluationPolicy, OffsetObservation, evaluate
 from service.health.replication_status import ReplicationLatest, replication_state
 
 PARTITION_OFFSETS = ("upstream_offset", "records_lag")
@@ -99,17 +99,6 @@ def latest_report(latest: Mapping | None) -> ReplicationLatest | None:
     )
 
 
-def lookback_ms(policy: EvaluationPolicy, period_ms: int) -> int:
-    """How far back the offset history must reach for ``policy.intervals`` observations and STOP."""
-    return 2 * policy.intervals * period_ms
-
-
-def observations(offsets: list[WindowAggregate], lags: list[WindowAggregate]) -> list[OffsetObservation]:
-    """One observation per window that holds an offset: its last offset and the lag then."""
-    lag_at = {w.start_ms: w.last for w in lags}
-    return [OffsetObservation(w.start_ms, int(w.last), int(lag_at.get(w.start_ms, 0))) for w in offsets]
-
-
 def evaluate_offsets(
     windows: OffsetWindows,
     now_ms: int,
@@ -135,10 +124,17 @@ def replication_health(
     partition_latest: Mapping[PartitionKey, Mapping],
     now_ms: int,
 ) -> ReplicationHealth:
+    """From the offset windows of every partition: for rollups without the aggregator's lag verdicts."""
+    policy = EvaluationPolicy.for_metrics_period(metrics_period_ms(latest))
+    lag = evaluate_offsets(windows, now_ms, policy, current_lags(partition_latest, "records_lag"))
+    return judged_health(source, target, latest, lag, worst_lag_seconds(partition_latest), now_ms)
+
+
+def judged_health(source: str, target: str, latest: Mapping | None, lag: Evaluation,
+                  lag_seconds: float | None, now_ms: int) -> ReplicationHealth:
+    """The replication's state from the driver's report, with its lag evaluation made already."""
     period = metrics_period_ms(latest)
     state, explanation = replication_state(latest_report(latest), now_ms, period)
-    policy = EvaluationPolicy.for_metrics_period(period)
-    lag = evaluate_offsets(windows, now_ms, policy, current_lags(partition_latest, "records_lag"))
     report_ts = int(latest["ts"]) if latest else None
-    return ReplicationHealth(source, target, state, explanation, period, report_ts, lag,
-                             worst_lag_seconds(partition_latest), reader_statuses(latest))
+    return ReplicationHealth(source, target, state, explanation, period, report_ts, lag, lag_seconds,
+                             reader_statuses(latest))

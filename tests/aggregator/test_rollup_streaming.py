@@ -93,6 +93,14 @@ def test_known_input_gives_exactly_the_expected_rollups(spark, kafka_clusters, r
     assert (replication["status"], replication["tasks"], replication["last_heartbeat_ts"]) == (
         "RUNNING", 2, T0 + 24_000)
 
+    # The lag verdict of the newest report (at T0 + 25 s): 150 behind, its offset back below the last one.
+    verdict = layout.decode_latest(client.hget(layout.lag_verdicts_key("west", source), "east.orders|0"))
+    assert (verdict["ts"], verdict["reason"], verdict["current_lag"]) == (T0 + 25_000, "REWIND", 150)
+    assert verdict["end"] == [T0 + 20_000, 149, 150]
+    # Judged at the aggregator's clock, long after T0: every observation has left the lookback.
+    lag = layout.decode_latest(client.hget(replication_key, "lag"))
+    assert (lag["partitions"], lag["status"]) == (0, "NOTFOUND")
+
     assert int(client.get(layout.invalid_records_key("west", source))) == 1
     assert client.smembers(layout.partitions_key("west", source, "east.orders")) == {b"0", b"1"}
     assert client.smembers(layout.groups_key("west", source)) == {b"billing"}

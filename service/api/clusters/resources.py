@@ -10,8 +10,9 @@ from service.api.common import TimeRangeArgs
 from service.api.replications.resources import status_answer
 from service.extensions import Blueprint, metrics_reader
 from service.health.replication_overview import replication_healths
-from service.metric_summary import MetricSeries, merge_subjects, summarize
+from service.metric_summary import MetricSeries, merge_subjects, summarize, summarize_columns
 from service.sites.site_selector import site_selectable
+from service.window_decoding import _decode_windows, window_columns
 
 blp = Blueprint("clusters", __name__, url_prefix="/v2", description="Kafka clusters seen in the rollups")
 
@@ -58,18 +59,19 @@ class ClusterInfo(MethodView):
         # Replication-level series only (one per replication and metric, whatever the topics), read once
         # for both the replications' figures and the cluster's totals, inside the request's point budget.
         window = reader.resolve_window(from_ms, to_ms, granularity, len(INFO_METRICS) * len(replications))
-        found = reader.replication_level_windows(replications, INFO_METRICS, window, from_ms, to_ms)
+        found = reader.replication_level_members(replications, INFO_METRICS, window, from_ms, to_ms)
+        # Decoded by column (the hot path); into windows only where several replications merge.
+        own = {key: summary(summarize_columns(key[2], window, window_columns(members)))
+               for key, members in found.items()}
         answers = []
         for replication, health in zip(replications, replication_healths(reader, replications), strict=True):
             answer = status_answer(health, len(replication.topics))
-            answer["metrics"] = {
-                m: summary(summarize(m, window, found[(replication.source, replication.target, m)]))
-                for m in INFO_METRICS
-            }
+            answer["metrics"] = {m: own[(replication.source, replication.target, m)] for m in INFO_METRICS}
             answers.append(answer)
-        incoming = [r for r in replications if r.target == cluster]
+        incoming = [(r.source, r.target) for r in replications if r.target == cluster]
         totals = {
-            m: summary(summarize(m, window, merge_subjects(found[(r.source, r.target, m)] for r in incoming)))
+            m: own[(*incoming[0], m)] if len(incoming) == 1 else summary(summarize(m, window, merge_subjects(
+                _decode_windows(found[(*pair, m)]) for pair in incoming)))
             for m in INFO_METRICS
         } if incoming else {}
         return {

@@ -7,6 +7,7 @@ from collections import Counter
 from flask import Response
 from flask.views import MethodView
 
+from contract.lag_evaluation import Evaluation
 from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
 from service.api.replications.schemas import (
     ReplicationDetailSchema,
@@ -17,7 +18,6 @@ from service.api.replications.schemas import (
 )
 from service.extensions import Blueprint, metrics_reader
 from service.health.history_gap import history_gaps
-from service.health.lag_evaluation import Evaluation
 from service.health.replication_health import ReplicationHealth
 from service.health.replication_overview import GroupHealth, group_healths, replication_healths
 from service.sites.site_selector import site_selectable
@@ -74,7 +74,7 @@ class Replications(MethodView):
         """Every replication with its state (ACTIVE/INACTIVE/FAILED/UNKNOWN) and lag evaluation."""
         reader = metrics_reader()
         replications = reader.replications()
-        healths = replication_healths(reader, replications)
+        healths = replication_healths(reader, replications, every_partition=all)
         totals = reader.record_totals([(r.source, r.target) for r in replications])
         gaps = history_gaps(reader.client, [r.target for r in replications])
         answers = [status_answer(h, len(r.topics), all, totals[(r.source, r.target)], gaps[r.target])
@@ -91,7 +91,7 @@ class OneReplication(MethodView):
         reader = metrics_reader()
         with unknown_answers_404():
             replication = reader.replication(source, target)
-        health = replication_healths(reader, [replication])[0]
+        health = replication_healths(reader, [replication], every_partition=all)[0]
         groups = group_healths(reader, replication, reader.groups(target, source), health.metrics_period_ms)
         answer = status_answer(health, len(replication.topics), all,
                                reader.record_totals([(source, target)])[(source, target)],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
+from contract.lag_evaluation import Reason, Status
 from contract.records.raw_metrics import READER_KINDS
 from contract.status import ReplicationState
 from service.api.common import MetricSeriesSchema
-from service.health.lag_evaluation import Reason, Status
 
 
 class ObservationSchema(Schema):

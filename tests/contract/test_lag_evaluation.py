@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.health.lag_evaluation import (
+from contract.lag_evaluation import (
     DEFAULT_POLICY,
     Evaluation,
     EvaluationPolicy,

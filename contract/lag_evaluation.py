@@ -31,15 +31,17 @@ samples rather than a consumer's commits:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import pairwise
 from typing import Final
 
+from contract.redis_layout import WindowAggregate
 from contract.settings import DEFAULT_METRICS_PERIOD_MS
 
 __all__ = [
     "DEFAULT_ALLOWED_LAG",
+    "aged",
     "DEFAULT_INTERVALS",
     "DEFAULT_POLICY",
     "DEFAULT_STALL_AFTER_MS",
@@ -51,8 +53,12 @@ __all__ = [
     "PartitionKey",
     "Reason",
     "Status",
+    "combine",
     "evaluate",
     "evaluate_partition",
+    "lookback_ms",
+    "observations",
+    "stop_at_ms",
 ]
 
 # Burrow's default window (storage "intervals"): ten observations, five minutes at our default
@@ -230,13 +236,18 @@ def evaluate(
     current_lags: Mapping[PartitionKey, int] | None = None,
 ) -> Evaluation:
     """Evaluate every partition of a group or replication; NOTFOUND when there are none."""
-    if not partitions:
-        return _NOT_FOUND
     lags = current_lags or {}
-    evaluations = tuple(
+    return combine([
         evaluate_partition(observations, now_ms, policy=policy, current_lag=lags.get(key), key=key)
         for key, observations in sorted(partitions.items())
-    )
+    ])
+
+
+def combine(partitions: Sequence[PartitionEvaluation]) -> Evaluation:
+    """A group's or replication's verdict from its partitions' (in partition order); NOTFOUND without any."""
+    if not partitions:
+        return _NOT_FOUND
+    evaluations = tuple(partitions)
     worst = max(evaluations, key=lambda e: _SEVERITY[e.reason])
     return Evaluation(
         status=worst.status,
@@ -287,3 +298,36 @@ def _stalled(window: Sequence[OffsetObservation], stall_after_ms: int) -> bool:
 
 def _lag_never_decreased(window: Sequence[OffsetObservation]) -> bool:
     return all(newer.lag >= older.lag for older, newer in pairwise(window))
+
+
+def stop_at_ms(p: PartitionEvaluation, stop_after_ms: int,
+               allowed_lag: int = DEFAULT_ALLOWED_LAG) -> int | None:
+    """The first moment rule 2 (STOP) holds for a partition evaluated earlier and not observed since;
+    None when it never can (caught up, or nothing observed). The only rule that depends on the clock."""
+    if p.start is None or p.end is None or p.current_lag <= allowed_lag:
+        return None
+    return p.end.ts_ms + max(p.end.ts_ms - p.start.ts_ms, stop_after_ms) + 1
+
+
+def aged(p: PartitionEvaluation, now_ms: int, stop_after_ms: int,
+         allowed_lag: int = DEFAULT_ALLOWED_LAG) -> PartitionEvaluation:
+    """A partition's verdict as `evaluate_partition` would give it at `now_ms` with no newer observation:
+    STOP once the silence passes the rule's bound, as it was otherwise (STOP comes before every rule but
+    the first, which a lagging partition fails)."""
+    at = stop_at_ms(p, stop_after_ms, allowed_lag)
+    if at is None or now_ms < at:
+        return p
+    return replace(p, status=_STATUS_OF[Reason.STOP], reason=Reason.STOP)
+
+
+def observations(offsets: Sequence[WindowAggregate],
+                 lags: Sequence[WindowAggregate]) -> list[OffsetObservation]:
+    """One observation per stored window that holds an offset (its last) and the lag then (the same
+    window's last lag); how both the aggregator and the service read a partition's offset windows."""
+    lag_at = {w.start_ms: w.last for w in lags}
+    return [OffsetObservation(w.start_ms, int(w.last), int(lag_at.get(w.start_ms, 0))) for w in offsets]
+
+
+def lookback_ms(policy: EvaluationPolicy, period_ms: int) -> int:
+    """How far back the offset history must reach for ``policy.intervals`` observations and STOP."""
+    return 2 * policy.intervals * period_ms

@@ -1,0 +1,149 @@
+"""Lag verdicts of partitions, evaluated as their reports come in, and each replication's summary of them.
+
+The stored forms are contract.lag_verdicts'; this is how the sink makes them. A partition's verdict is
+Burrow's rules (contract.lag_evaluation) over its upstream_offset and records_lag 10 s windows in the
+lookback before its report, as the batch leaves them (the sink's window history, overlaid with the batch),
+evaluated at the report's `ts`: pure, so a replayed batch gives the same verdict.
+
+The summary of a replication needs every partition's verdict, while a batch holds a few partitions' reports:
+`ReplicationVerdicts` keeps them per replication, loaded from Redis the first time a replication is met in
+this process (one hash, redis_layout.lag_verdicts_key), then following what the sink writes. One query is
+the only writer of its target's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from contract import lag_verdicts
+from contract import redis_layout as layout
+from contract.lag_evaluation import EvaluationPolicy, evaluate_partition, lookback_ms, observations
+from contract.settings import DEFAULT_METRICS_PERIOD_MS
+
+# The two series a partition's verdict reads.
+OFFSET_METRICS = ("upstream_offset", "records_lag")
+Pair = tuple[str, str]  # (target, source)
+
+
+def period_of(record: Mapping[str, Any]) -> int:
+    """The report's metrics period; the default one when it names none (as the service assumes)."""
+    period = record.get("period_ms")
+    if not isinstance(period, int | float) or isinstance(period, bool) or period <= 0:
+        return DEFAULT_METRICS_PERIOD_MS
+    return int(period)
+
+
+def policy_of(record: Mapping[str, Any]) -> EvaluationPolicy:
+    """The rules' bounds for the report's metrics period (STOP and STALL after three periods)."""
+    return EvaluationPolicy.for_metrics_period(period_of(record))
+
+
+def lookback_of(record: Mapping[str, Any]) -> int:
+    """How far before the report its windows are read."""
+    return lookback_ms(policy_of(record), period_of(record))
+
+
+def offset_series(subject: Sequence[str]) -> list[layout.SeriesId]:
+    """The series a partition report's verdict reads; subject: (kind, target, source, topic, partition, _)."""
+    _, target, source, topic, partition, _ = subject
+    return [layout.SeriesId(target, source, topic, int(partition), m) for m in OFFSET_METRICS]
+
+
+def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.WindowAggregate],
+                      lags: Sequence[layout.WindowAggregate], lag_seconds: Any) -> dict[str, Any] | None:
+    """The verdict record of one partition report; None without offset windows (nothing to judge; the
+    service's evaluation from windows leaves such a partition out too)."""
+    if not offsets:
+        return None
+    ts, policy = int(record["ts"]), policy_of(record)
+    lag = record.get("records_lag")
+    current = int(lag) if isinstance(lag, int | float) and not isinstance(lag, bool) else None
+    key = (str(record["topic"]), int(record["partition"]))
+    verdict = evaluate_partition(observations(offsets, lags), ts, policy=policy, current_lag=current, key=key)
+    return lag_verdicts.verdict_record(verdict, ts, policy, lookback_of(record), lag_seconds)
+
+
+VerdictUpdates = dict[Pair, dict[str, dict[str, Any]]]  # (target, source) -> verdict field -> verdict
+WindowView = Callable[[layout.SeriesId, int, int], list[layout.WindowAggregate]]  # series, low, high
+
+
+def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any]],
+                   view: WindowView) -> VerdictUpdates:
+    """Verdicts of partition reports (subject, record, lag in seconds), per replication; `view` gives a
+    series' windows in a range as the batch leaves them."""
+    updates: VerdictUpdates = {}
+    for subject, record, seconds in reports:
+        _, target, source, topic, partition, _ = subject
+        high = int(record["ts"])
+        low = high - lookback_of(record)
+        offsets, lags = (view(s, low, high) for s in offset_series(subject))
+        verdict = partition_verdict(record, offsets, lags, seconds)
+        if verdict is not None:
+            field_name = lag_verdicts.verdict_field(topic, int(partition))
+            updates.setdefault((target, source), {})[field_name] = verdict
+    return updates
+
+
+@dataclass
+class ReplicationVerdicts:
+    """Every partition's newest verdict per replication, as Redis holds them once the batch commits."""
+
+    known: dict[Pair, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def missing(self, pairs: Iterable[Pair]) -> list[Pair]:
+        return sorted({p for p in pairs if p not in self.known})
+
+    def load_missing(self, client: redis.Redis, pairs: Iterable[Pair]) -> list[str]:
+        """Reads the replications not kept yet; returns the problems met (records skipped)."""
+        missing = self.missing(pairs)
+        if not missing:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for target, source in missing:
+            pipe.hgetall(layout.lag_verdicts_key(target, source))
+        return [f"{pair}: {problem}" for pair, stored in zip(missing, pipe.execute(), strict=True)
+                for problem in self.load(pair, stored)]
+
+    def load(self, pair: Pair, stored: Mapping[bytes | str, bytes | str]) -> list[str]:
+        """What Redis holds for a replication; returns the problems met (records skipped)."""
+        verdicts, problems = {}, []
+        for raw_field, raw in stored.items():
+            name = raw_field.decode() if isinstance(raw_field, bytes) else raw_field
+            try:
+                record = layout.decode_latest(raw)
+                lag_verdicts.verdict_of(record)
+            except ValueError as exc:
+                problems.append(f"{name}: {exc}")
+                continue
+            verdicts[name] = record
+        self.known[pair] = verdicts
+        return problems
+
+    def summaries(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]],
+                  at_ms: int) -> dict[Pair, dict[str, Any]]:
+        """The summary at `at_ms` of every replication kept or updated, with `updates` (field -> verdict)
+        applied where they are not older than what is kept: those not in the batch too, so that a
+        replication whose reports stopped is judged at the clock (its partitions turn STOP) while the
+        aggregator runs. Call commit() with the same updates once they are in Redis."""
+        out = {}
+        for pair in sorted(set(self.known) | set(updates)):
+            merged = dict(self.known.get(pair, {}))
+            for name, record in updates.get(pair, {}).items():
+                if name not in merged or int(merged[name]["ts"]) <= int(record["ts"]):
+                    merged[name] = record
+            out[pair] = lag_verdicts.summary_record(merged.values(), at_ms)
+        return out
+
+    def commit(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]]) -> None:
+        for pair, fresh in updates.items():
+            kept = self.known.setdefault(pair, {})
+            for name, record in fresh.items():
+                if name not in kept or int(kept[name]["ts"]) <= int(record["ts"]):
+                    kept[name] = record
+
+    def clear(self) -> None:
+        self.known.clear()
