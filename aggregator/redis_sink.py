@@ -41,7 +41,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
-from aggregator import latest_values, partition_verdicts, window_partials
+from aggregator import latest_values, partition_verdicts, record_counts, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
@@ -53,7 +53,6 @@ from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
 from contract import redis_connection
 from contract import redis_layout as layout
-from contract.replication_policy import metrics_topic
 
 LOG = logging.getLogger(__name__)
 
@@ -243,8 +242,9 @@ class RedisRollupSink:
                 pipe.multi()
             stage(pipe, self.batch_scope, batch_id, batch.windows)
             self.history_start.queue(pipe, history_from)
-            self._write_invalid(pipe, plan)
-            self._write_late(pipe, batch.late, state.watermark_ms(self.watermark_delay_ms))
+            record_counts.queue_invalid(pipe, plan, self.query_name)
+            record_counts.queue_late(pipe, batch.late, self.query_name,
+                                     state.watermark_ms(self.watermark_delay_ms), self.watermark_delay_ms)
             self._write_index(pipe, plan)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             if max_ts is not None:  # never past the clock, whatever a record claimed
@@ -283,28 +283,7 @@ class RedisRollupSink:
             self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 
-    # --- indexes, invalid records ------------------------------------------------------------------
-
-    def _write_late(self, pipe: redis.client.Pipeline, late: dict[tuple[str, str], int],
-                    watermark_ms: int | None) -> None:
-        for (target, source), count in sorted(late.items()):
-            LOG.warning("%s: %d raw record(s) from %s dropped as late: their 10 s window had closed "
-                        "(watermark %s, %d ms behind the newest event ts)", self.query_name, count,
-                        metrics_topic(source), watermark_ms, self.watermark_delay_ms)
-            total = layout.late_records_key(target, source)
-            pipe.incrby(total, count)
-            pipe.pexpire(total, layout.INDEX_TTL_MS)
-
-    def _write_invalid(self, pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
-        for invalid in plan.invalid:
-            series, window = invalid.series, invalid.window
-            LOG.warning("%s: %d raw record(s) that do not parse in %s partition %d at offsets %d..%d "
-                        "(window %d); last: %r", self.query_name, int(window.count),
-                        metrics_topic(series.source), series.partition, int(window.min), int(window.max),
-                        window.start_ms, invalid.excerpt)
-            total = layout.invalid_records_key(series.target, series.source)
-            pipe.incrby(total, int(window.count))
-            pipe.pexpire(total, layout.INDEX_TTL_MS)
+    # --- indexes ------------------------------------------------------------------------------------
 
     @staticmethod
     def _write_index(pipe: redis.client.Pipeline, plan: BatchPlan) -> None:
