@@ -105,14 +105,7 @@ class ScaleBench(Bench):
         sampler = threading.Thread(target=self._sample, args=(process, sampling), daemon=True)
         sampler.start()
         try:
-            remote = f"{source}.{self.topic}"
-            tracker = ProgressTracker(self.west, f"mm2-offsets.{source}.internal") if exactly_once else None
-            run = self.time_scale_copy(name, tracker.total if tracker else lambda: self.end_offsets(remote))
-            if tracker is not None:
-                tracker.close()
-            latency_topic = f"{self.topic}lat-driver"
-            samples = ([] if exactly_once else
-                       self.scale_latency(latency_topic, f"{source}.{latency_topic}", latency_s))
+            run, samples = self.measure(name, source, "driver", exactly_once, latency_s)
         finally:
             sampling.set()
             sampler.join(5)
@@ -145,16 +138,23 @@ class ScaleBench(Bench):
                    f"{kafka_jars()}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(path)]
         process = ManagedProcess(name, command, self.workdir / f"{name}.log").start()
         try:
-            remote = f"{source}.{self.topic}"
-            tracker = ProgressTracker(self.west, f"mm2-offsets.{source}.internal") if exactly_once else None
-            run = self.time_scale_copy(name, tracker.total if tracker else lambda: self.end_offsets(remote))
-            if tracker is not None:
-                tracker.close()
-            latency_topic = f"{self.topic}lat-mm2"
-            samples = ([] if exactly_once else
-                       self.scale_latency(latency_topic, f"{source}.{latency_topic}", latency_s))
+            run, samples = self.measure(name, source, "mm2", exactly_once, latency_s)
         finally:
             process.stop()
+        return run, samples
+
+    def measure(self, name: str, source: str, replicator: str, exactly_once: bool,
+                latency_s: float) -> tuple[Run, list[float]]:
+        """The copy's timing (with exactly-once, through the progress topic) and, at least once, the
+        latency of a steady load on the `<topic>lat-<replicator>` topic."""
+        remote = f"{source}.{self.topic}"
+        tracker = ProgressTracker(self.west, f"mm2-offsets.{source}.internal") if exactly_once else None
+        run = self.time_scale_copy(name, tracker.total if tracker else lambda: self.end_offsets(remote))
+        if tracker is not None:
+            tracker.close()
+        latency_topic = f"{self.topic}lat-{replicator}"
+        samples = [] if exactly_once else self.scale_latency(latency_topic, f"{source}.{latency_topic}",
+                                                              latency_s)
         return run, samples
 
     def scale_latency(self, topic: str, remote: str, seconds: float) -> list[float]:
