@@ -67,6 +67,16 @@ class CheckpointSettings:
                                self.reverse_spacing if reverse else self.spacing)
 
 
+def offset_syncs_location(config: SrmConfig, source: str, target: str) -> tuple[str, str]:
+    """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
+    `offset-syncs.topic.location`: on the source by default, named for the other cluster)."""
+    policy = config.replication_policy(source, target)
+    location = (config.setting("offset-syncs.topic.location", source, target) or "source").lower()
+    if location == "source":
+        return source, policy.offset_syncs_topic(target)
+    return target, policy.offset_syncs_topic(source)
+
+
 def checkpointable_topic(topic: str, topic_filter: TopicFilter, policy: ReplicationPolicy, source: str,
                          target: str, allow: Set[str] = frozenset(), deny: Set[str] = frozenset()) -> bool:
     """Whether a group's offsets on `topic` (on the source) are checkpointed to `target`.

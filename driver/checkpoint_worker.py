@@ -44,6 +44,7 @@ from driver.checkpoint_scope import (
     CheckpointSettings,
     checkpointable_topic,
     is_failback_topic,
+    offset_syncs_location,
 )
 from driver.control_lists import AllowDenyLists
 from driver.group_offset_sync import GroupOffsetSync
@@ -149,27 +150,11 @@ class CheckpointWorker(threading.Thread):
             TopicSpec(self.checkpoints_topic, 1, COMPACTED, replicas if replicas is not None else -1),
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS)])
         # The data path creates it too; creating it here lets us read it before the first sync.
-        alias, topic = self._syncs_location()
+        alias, topic = offset_syncs_location(self.config, source, target)
         replicas = self.config.setting("offset-syncs.topic.replication.factor", source, target)
         admin = self.source_admin if alias == source else self.target_admin
         kafka_clients.ensure_topics(admin, alias, [
             TopicSpec(topic, 1, COMPACTED, replicas if replicas is not None else -1)])
-
-    def _syncs_location(self) -> tuple[str, str]:
-        """Cluster and name of this replication's offset-syncs topic (MM2 offset-syncs.topic.location)."""
-        source, target = self.replication.source, self.replication.target
-        if self.settings.syncs_on_source:
-            return source, self.policy.offset_syncs_topic(target)
-        return target, self.policy.offset_syncs_topic(source)
-
-    def _reverse_syncs_location(self) -> tuple[str, str]:
-        """Where the reverse replication (target -> source) writes its offset syncs."""
-        source, target = self.replication.source, self.replication.target
-        reverse_on_source = (self.config.setting("offset-syncs.topic.location", target, source)
-                             or "source").lower() == "source"
-        if reverse_on_source:
-            return target, self.reverse_policy.offset_syncs_topic(source)
-        return source, self.reverse_policy.offset_syncs_topic(target)
 
     def _feed(self, alias: str, topic: str, handle: RecordHandler, syncs: bool = False) -> InternalTopicFeed:
         consumer = kafka_clients.consumer(
@@ -203,7 +188,7 @@ class CheckpointWorker(threading.Thread):
                              checkpoint.upstream_offset, checkpoint.downstream_offset)
 
     def _start_forward_feed(self) -> None:
-        alias, topic = self._syncs_location()
+        alias, topic = offset_syncs_location(self.config, self.replication.source, self.replication.target)
         feed = self._feed(alias, topic, functools.partial(_apply_sync, self.store, None), syncs=True)
         while not feed.read_to_end(self.stopping, INITIAL_READ_TIMEOUT_S):
             if self.stopping.is_set():
@@ -215,7 +200,8 @@ class CheckpointWorker(threading.Thread):
         """Follow the reverse replication's syncs once they exist (only needed for fail-back)."""
         if self._reverse_feed is not None:
             return
-        alias, topic = self._reverse_syncs_location()
+        # Where the reverse replication (target -> source) writes its syncs.
+        alias, topic = offset_syncs_location(self.config, self.replication.target, self.replication.source)
         admin = self.source_admin if alias == self.replication.source else self.target_admin
         if topic not in kafka_clients.partition_counts(admin, alias):
             return

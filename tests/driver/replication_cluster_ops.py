@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -103,6 +104,21 @@ def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: floa
     finally:
         consumer.close()
     return records
+
+
+def copied_values(bootstrap: str, topic: str, sent: list[bytes], timeout_s: float = 120.0) -> Counter[bytes]:
+    """Every value in the remote topic, read again until each sent value is there or the time is up.
+
+    One read is not enough: it stops at the high watermarks it began with, and at least once the
+    duplicates after a kill -9 or a hand-over make up the count, while the worker that took tasks over
+    last may still be copying the tail the producer wrote just before it stopped. A value still
+    missing at the end is lost."""
+    deadline, wanted = time.monotonic() + timeout_s, set(sent)
+    while True:
+        copied = Counter(r.value for r in read_topic(bootstrap, topic, len(sent), timeout_s=timeout_s))
+        if wanted <= copied.keys() or time.monotonic() > deadline:
+            return copied
+        time.sleep(1.0)
 
 
 def remote_values(bootstrap: str, topic: str, expected: int) -> list[bytes | None]:

@@ -7,7 +7,12 @@ import pytest
 from contract.config import ConfigError, parse_config
 from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from driver.checkpoint_metrics import CheckpointStats
-from driver.checkpoint_scope import CheckpointSettings, checkpointable_topic, is_failback_topic
+from driver.checkpoint_scope import (
+    CheckpointSettings,
+    checkpointable_topic,
+    is_failback_topic,
+    offset_syncs_location,
+)
 from driver.topic_filter import TopicFilter
 
 BASE = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\nA->B.enabled = true\n"
@@ -40,6 +45,12 @@ class TestSettings:
         settings = CheckpointSettings.of(config, "A", "B")
         assert settings.emit_interval_s == 2.5
         assert settings.sync_enabled and not settings.syncs_on_source
+
+    def test_offset_syncs_location_per_direction(self):
+        # A -> B keeps MM2's default (on its source), B -> A writes its syncs on its target (A).
+        config = parse_config(BASE + "B->A.enabled = true\nB->A.offset-syncs.topic.location = target\n")
+        assert offset_syncs_location(config, "A", "B") == ("A", "mm2-offset-syncs.B.internal")
+        assert offset_syncs_location(config, "B", "A") == ("A", "mm2-offset-syncs.B.internal")
 
     @pytest.mark.parametrize(("line", "key"), [
         ("emit.checkpoints.interval.seconds = 0", "emit.checkpoints.interval.seconds"),

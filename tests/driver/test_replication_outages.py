@@ -31,7 +31,7 @@ from service.metrics_reader import MetricsReader
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters
 from stack.processes import ManagedProcess
-from tests.driver.replication_cluster_ops import create_topic, eventually, read_topic
+from tests.driver.replication_cluster_ops import copied_values, create_topic, eventually, read_topic
 from tests.driver.test_replication_recovery import members_holding_partitions
 
 pytestmark = pytest.mark.integration
@@ -107,8 +107,13 @@ def end_offsets(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def distinct_values(bootstrap: str, topic: str, expected: int) -> set[bytes]:
-    return {r.value for r in read_topic(bootstrap, topic, expected, timeout_s=300) if r.value is not None}
+def load_values(sent: int) -> list[bytes]:
+    """The values `Load` wrote, in order: its record i carries i."""
+    return [f"{i:012d}".encode().ljust(VALUE_BYTES, b".") for i in range(sent)]
+
+
+def distinct_values(bootstrap: str, topic: str, sent: int) -> set[bytes]:
+    return {v for v in copied_values(bootstrap, topic, load_values(sent), timeout_s=300) if v is not None}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -185,8 +190,7 @@ def test_target_down_60s_under_load(clusters: KafkaClusters, redis_url: str, tmp
         driver.stop()
     print(f"target outage: {sent} records, resumed {resumed_s:.1f} s after the broker was back, "
           f"driver peak RSS {rss_mb:.0f} MB")
-    expected = {f"{i:012d}".encode().ljust(VALUE_BYTES, b".") for i in range(sent)}
-    missing = expected - copied
+    missing = set(load_values(sent)) - copied
     assert not missing, f"{len(missing)} of {sent} records lost, e.g. {sorted(missing)[:3]}"
     assert set(holding) == {1}, f"the worker left its group during the outage: {holding}"
     shown = [detail for state, detail in states[2:] if state is ReplicationState.FAILED]
@@ -229,8 +233,7 @@ def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Pat
         driver.stop()
     print(f"source restart: {sent} records, resumed {resumed_s:.1f} s after the broker was back, "
           f"driver peak RSS {rss_mb:.0f} MB, outage reported: {reported[0].error}")
-    expected = {f"{i:012d}".encode().ljust(VALUE_BYTES, b".") for i in range(sent)}
-    missing = expected - copied
+    missing = set(load_values(sent)) - copied
     assert not missing, f"{len(missing)} of {sent} records lost, e.g. {sorted(missing)[:3]}"
     assert back
     assert resumed_s <= RESUME_WITHIN_S

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from contract.replication_policy import metrics_topic
 from driver.replication import group_id
 from stack import srm_properties
 from stack.processes import ManagedProcess
-from tests.driver.replication_cluster_ops import admin, create_topic, eventually, read_topic
+from tests.driver.replication_cluster_ops import admin, copied_values, create_topic, eventually, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +127,7 @@ def test_kill9_and_restart_with_exactly_once(kafka_clusters: dict[str, str], tmp
             eventually(lambda: remote_count(west, remote) > produced_at_crash, "replication after restart",
                        timeout_s=120)
             sent = producer.finish()
-        copied = Counter(r.value for r in read_topic(west, remote, len(sent), timeout_s=120))
+        copied = copied_values(west, remote, sent)
         duplicated = {value: n for value, n in copied.items() if n > 1}
         assert not duplicated, f"{len(duplicated)} values more than once, e.g. {list(duplicated)[:3]}"
         assert set(copied) == set(sent), f"missing {len(set(sent) - set(copied))} of {len(sent)}"
@@ -158,8 +157,7 @@ def test_two_drivers_share_partitions_and_survive_kill9(kafka_clusters: dict[str
             eventually(lambda: members_holding_partitions(east, group) == 2, "the restarted driver rejoining",
                        timeout_s=120)
             sent = producer.finish()
-        copied = {r.value for r in read_topic(west, remote, len(sent), timeout_s=120)}
-        missing = set(sent) - copied
+        missing = set(sent) - copied_values(west, remote, sent).keys()
         assert not missing, f"{len(missing)} of {len(sent)} records lost, e.g. {sorted(missing)[:3]}"
 
 

@@ -24,7 +24,7 @@ from driver.replication import ReplicationWorker, group_id
 from driver.replication_tasks import task_of, task_partitions
 from driver.transactional_writer import TransactionalWriter, transactional_id
 from stack import srm_properties
-from tests.driver.replication_cluster_ops import create_topic, eventually, produce, read_topic
+from tests.driver.replication_cluster_ops import copied_values, create_topic, eventually, produce, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -124,8 +124,7 @@ def test_four_tasks_over_twelve_partitions_move_whole(kafka_clusters: dict[str, 
         a.stop()
         eventually(lambda: b.held() == everything, "worker-b holding every task", timeout_s=120)
         second = produce(east, topic, 600, tag="second")
-        copied = [r.value for r in read_topic(west, f"east.{topic}", 1200)]
-        assert set(copied) == set(first) | set(second)
+        assert set(copied_values(west, f"east.{topic}", first + second)) == set(first) | set(second)
     # Every assignment and release of either worker took or gave whole tasks, never part of one.
     changes = [(who, verb, keys) for who, verb, keys in assignments.changes if who.startswith("worker-")]
     assert {who for who, _, _ in changes} == {"worker-a", "worker-b"}
