@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aggregator import window_partials
+from aggregator import long_lived, window_partials
 from aggregator.raw_records import flat_table, late_counts, on_time
 from aggregator.window_partials import BatchPartials
 
@@ -41,6 +41,7 @@ class PartitionPartials:
     now_ms: int | None = None  # the driver's clock for the batch: event times far past it are invalid
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        long_lived.freeze_worker_imports()
         chunks = list(batches)
         if not chunks or not any(chunk.num_rows for chunk in chunks):
             return

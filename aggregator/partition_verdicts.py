@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -39,18 +40,30 @@ def period_of(record: Mapping[str, Any]) -> int:
 
 def policy_of(record: Mapping[str, Any]) -> EvaluationPolicy:
     """The rules' bounds for the report's metrics period (STOP and STALL after three periods)."""
-    return EvaluationPolicy.for_metrics_period(period_of(record))
+    return _policy(period_of(record))
 
 
 def lookback_of(record: Mapping[str, Any]) -> int:
     """How far before the report its windows are read."""
-    return lookback_ms(policy_of(record), period_of(record))
+    return _lookback(period_of(record))
 
 
-def offset_series(subject: Sequence[str]) -> list[layout.SeriesId]:
+# Asked three times for every partition of every batch, and a batch's reports share one or a few periods.
+@lru_cache(maxsize=1024)
+def _policy(period_ms: int) -> EvaluationPolicy:
+    return EvaluationPolicy.for_metrics_period(period_ms)
+
+
+@lru_cache(maxsize=1024)
+def _lookback(period_ms: int) -> int:
+    return lookback_ms(_policy(period_ms), period_ms)
+
+
+@lru_cache(maxsize=65_536)  # asked for every partition of every batch: the same few thousand subjects
+def offset_series(subject: tuple[str, ...]) -> tuple[layout.SeriesId, ...]:
     """The series a partition report's verdict reads; subject: (kind, target, source, topic, partition, _)."""
     _, target, source, topic, partition, _ = subject
-    return [layout.SeriesId(target, source, topic, int(partition), m) for m in OFFSET_METRICS]
+    return tuple(layout.SeriesId(target, source, topic, int(partition), m) for m in OFFSET_METRICS)
 
 
 def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.WindowAggregate],
@@ -80,7 +93,7 @@ def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any
         _, target, source, topic, partition, _ = subject
         high = int(record["ts"])
         low = high - lookback_of(record)
-        offsets, lags = (view(s, low, high) for s in offset_series(subject))
+        offsets, lags = (view(s, low, high) for s in offset_series(tuple(subject)))
         verdict = partition_verdict(record, offsets, lags, seconds)
         if verdict is not None:
             field_name = lag_verdicts.verdict_field(topic, int(partition))

@@ -18,24 +18,39 @@ def replace_args(key: str, windows: int, replaced: int, trim_before: int | None)
     return [windows, replaced, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
 
 
-def latest_args(key: str, field: str, value: dict) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of UPSERT_LATEST_LUA; `value` must carry an integer `ts`."""
-    return [key], [field, encode_latest(value), str(int(value["ts"])), str(LATEST_TTL_MS)]
+def latest_args(fields: list[tuple[str, dict]]) -> list[str]:
+    """ARGV of UPSERT_LATEST_LUA for one hash: its fields and their values; each value must carry an
+    integer `ts`."""
+    argv = [str(LATEST_TTL_MS)]
+    for name, value in fields:
+        argv += [name, encode_latest(value), str(int(value["ts"]))]
+    return argv
 
 
-# Replaces a latest-value field only when the stored one is not newer: a replayed or late record
-# cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through.
+# Replaces each latest-value field of one hash only when the stored one is not newer: a replayed or late
+# record cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through. One
+# call per hash, not per field: a batch writes a few thousand fields into a few hundred hashes (a topic's
+# partitions, a replication's verdicts), and a call per field cost ~0.2 s a batch. ARGV: the TTL, then
+# field, value and ts of each.
 UPSERT_LATEST_LUA = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current then
-  local ok, stored = pcall(cjson.decode, current)
-  if ok and type(stored) == 'table' and tonumber(stored.ts) and tonumber(stored.ts) > tonumber(ARGV[3]) then
-    return 0
+local written = 0
+for i = 2, #ARGV, 3 do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  local newer = false
+  if current then
+    local ok, stored = pcall(cjson.decode, current)
+    newer = ok and type(stored) == 'table' and tonumber(stored.ts) ~= nil
+      and tonumber(stored.ts) > tonumber(ARGV[i + 2])
+  end
+  if not newer then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    written = written + 1
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
+if written > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return written
 """
 
 # Replaces windows by their new absolute values (stored_windows computes them): per key, its new members

@@ -41,14 +41,14 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
-from aggregator import latest_values, partition_verdicts, record_counts, window_partials
+from aggregator import latest_values, long_lived, partition_verdicts, record_counts, window_partials
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
-from aggregator.window_history import WindowHistory
+from aggregator.window_history import WindowHistory, finest_key
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
 from contract import redis_connection
@@ -123,6 +123,7 @@ class RedisRollupSink:
         self.history = WindowHistory(HISTORY_KEEP_MS)
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
+        self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
         self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
 
@@ -186,6 +187,8 @@ class RedisRollupSink:
         # Arrow's allocator keeps freed pages for reuse: a driver that once held a large batch would
         # keep its size. The partials of the next batch are allocated afresh in a few ms.
         pa.default_memory_pool().release_unused()
+        self._batches_done += 1
+        long_lived.settle_after_batch(self._batches_done)
 
     def state(self) -> SinkState:
         raw = self.client.hgetall(layout.batch_key(self.batch_scope))
@@ -262,7 +265,7 @@ class RedisRollupSink:
             raise
         staged = time.monotonic()
         for series, history in plan.history.items():
-            self.history.commit(layout.series_key(series, FINEST.name), history)
+            self.history.commit(finest_key(series), history)
         windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
                   "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, len(latest),
@@ -277,10 +280,12 @@ class RedisRollupSink:
         crash between the two transactions writes them again identically."""
         if not latest:
             return
-        pipe = self.client.pipeline(transaction=True)
+        by_key: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for key, hash_field, value in latest:
-            keys, argv = latest_args(key, hash_field, value)
-            self._latest(keys=keys, args=argv, client=pipe)
+            by_key.setdefault(key, []).append((hash_field, value))
+        pipe = self.client.pipeline(transaction=True)
+        for key, fields in by_key.items():
+            self._latest(keys=[key], args=latest_args(fields), client=pipe)
         pipe.execute()
 
     # --- indexes ------------------------------------------------------------------------------------
@@ -307,7 +312,7 @@ class RedisRollupSink:
         for read in reads:
             if read.kind == "offsets":  # windows for the partition's verdict, below
                 continue
-            key = layout.series_key(read.series, FINEST.name)
+            key = finest_key(read.series)
             history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
             out.append(_latest_value(read.kind, read.subject, read.record, history))
             seconds = out[-1][2].get("lag_seconds")
@@ -329,7 +334,7 @@ class RedisRollupSink:
         """The lag verdicts of the partitions reported in the batch, per replication (each replication
         loaded from Redis first when this process has not met it yet)."""
         def view(series: layout.SeriesId, low_ms: int, high_ms: int) -> list[layout.WindowAggregate]:
-            return self.history.view(layout.series_key(series, FINEST.name), low_ms, high_ms,
+            return self.history.view(finest_key(series), low_ms, high_ms,
                                      plan.windows_of(series))
 
         reports = [(r.subject, r.record, seconds) for r, seconds in judged]
@@ -360,20 +365,21 @@ class RedisRollupSink:
 
     def _load_history(self, reads: list[HistoryRead]) -> None:
         """Reads from Redis the history of series not kept yet (or kept over too short a range)."""
-        wanted: dict[str, int] = {}
+        wanted: dict[str, tuple[int, int]] = {}  # key -> (low, span) of the widest read
         for read in reads:
-            key = layout.series_key(read.series, FINEST.name)
-            low = min(wanted.get(key, read.low_ms), read.low_ms)
+            key = finest_key(read.series)
+            low, span = wanted.get(key, (read.low_ms, 0))
+            low, span = min(low, read.low_ms), max(span, read.high_ms - read.low_ms)
             if not self.history.covers(key, low):
-                wanted[key] = low
+                wanted[key] = (low, span)
         if not wanted:
             return
         self.windows.wait_idle()  # Redis holds every staged batch's windows
         pipe = self.client.pipeline(transaction=False)
-        for key, low in wanted.items():
+        for key, (low, _) in wanted.items():
             pipe.zrangebyscore(key, low, "+inf")
-        for (key, low), members in zip(wanted.items(), pipe.execute(), strict=True):
-            self.history.load(key, low, map(layout.decode_member, members))
+        for (key, (low, span)), members in zip(wanted.items(), pipe.execute(), strict=True):
+            self.history.load(key, low, map(layout.decode_member, members), span)
 
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows

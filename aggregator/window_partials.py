@@ -185,17 +185,26 @@ def window_partials(flat: pa.Table) -> pa.Table:
 
 def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     """Samples -> one partial per (subject, window); `last` is the value at the greatest ts, ties broken
-    by the greater value (phase 1 keeps one row per ts). Sorted and grouped by a subject number: on
-    the ~10^5 rows of a batch, string keys cost several times more."""
+    by the greater value (phase 1 keeps one row per ts). Grouped by a subject number: on the ~10^5 rows
+    of a batch, string keys cost several times more. A subject's records come in ts order (one Kafka
+    partition each, in the order they were reported): then they are grouped where they lie, and only a
+    batch with records out of order pays for reordering its ~50 columns."""
     subjects, rows = _numbered_subjects(rows, KEY_COLUMNS)
     keys = ["subject", "window_start"]
     ops = ("sum", "sum", "min", "max", "max")
     first = [(f"{m}__{s}", op) for m in metrics for s, op in zip(STATS, ops, strict=True)]
     first.append(("upstream_topic", "max"))
-    per_ts = rows.group_by([*keys, "ts"], use_threads=False)
-    if per_ts.aggregate([]).num_rows < rows.num_rows:  # several reports at one ts
-        rows = _renamed(per_ts.aggregate(first), first)
-    by_ts = rows.sort_by([(k, "ascending") for k in [*keys, "ts"]])
+    order = [(k, "ascending") for k in [*keys, "ts"]]
+    sorted_rows = pc.sort_indices(rows.select([*keys, "ts"]), sort_keys=order)
+    subject, start, ts = (rows[c].combine_chunks().take(sorted_rows) for c in (*keys, "ts"))
+    same_window = pc.and_(pc.equal(subject[1:], subject[:-1]), pc.equal(start[1:], start[:-1]))
+    if pc.any(pc.and_(same_window, pc.equal(ts[1:], ts[:-1]))).as_py():  # several reports at one ts
+        by_ts = _renamed(rows.group_by([*keys, "ts"], use_threads=False).aggregate(first), first)
+        by_ts = by_ts.sort_by(order)
+    elif pc.all(pc.or_(pc.invert(same_window), pc.greater(sorted_rows[1:], sorted_rows[:-1]))).as_py():
+        by_ts = rows  # every window's records already in ts order
+    else:
+        by_ts = rows.take(sorted_rows)
     for m in metrics:
         last_ts = pc.if_else(pc.is_valid(by_ts[f"{m}__last"]), by_ts["ts"], pa.scalar(None, pa.int64()))
         by_ts = by_ts.append_column(f"{m}__last_ts", last_ts)
@@ -204,6 +213,7 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
         second += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max"),
                    (f"{m}__last", "last"), (f"{m}__last_ts", "max")]
     out = _renamed(by_ts.group_by(keys, use_threads=False).aggregate(second), second)
+    out = out.sort_by([(k, "ascending") for k in keys])  # the order of a batch read in key order
     named = subjects.take(out["subject"])
     out = pa.table({**{c: named[c] for c in KEY_COLUMNS},
                     **{c: out[c] for c in out.column_names if c != "subject"}})
@@ -224,21 +234,26 @@ def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa
 
 def _roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
     """Partials of several subjects relabelled as one -> one partial per (subject, window): each metric's
-    `last` the one of greatest (last ts, value), as redis_layout.merge_windows merges."""
+    `last` the one of greatest (last ts, value), as redis_layout.merge_windows merges. Grouped by one
+    number per (subject, window); only the three columns a metric's `last` is chosen by are sorted."""
     keys = [*KEY_COLUMNS, "window_start"]
-    order = [(k, "ascending") for k in keys]
+    groups, numbered = _numbered_subjects(partials, keys)
     ops = [("max_ts", "max"), ("upstream_topic", "max")]
     for m in metrics:
         ops += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max")]
-    # Every aggregation below sees the groups in key order, so their rows line up.
-    out = _renamed(partials.sort_by(order).group_by(keys, use_threads=False).aggregate(ops), ops)
+    # Every aggregation below gives the groups by their number, so their rows line up with `groups`.
+    out = _renamed(numbered.group_by("subject", use_threads=False).aggregate(ops), ops).sort_by("subject")
     for m in metrics:
+        chosen = numbered.select(["subject", f"{m}__last_ts", f"{m}__last"])
+        by_last = pc.sort_indices(chosen, sort_keys=[(c, "ascending") for c in chosen.schema.names])
+        newest = chosen.take(by_last)
         lasts = [(f"{m}__last", "last"), (f"{m}__last_ts", "last")]
-        newest = partials.sort_by([*order, (f"{m}__last_ts", "ascending"), (f"{m}__last", "ascending")]) \
-            .group_by(keys, use_threads=False).aggregate(lasts)
+        newest = newest.group_by("subject", use_threads=False).aggregate(lasts).sort_by("subject")
         for column, function in lasts:
             out = out.append_column(column, newest[f"{column}_{function}"])
-    return out
+    named = groups.take(out["subject"])
+    out = pa.table({**{c: named[c] for c in keys}, **{c: out[c] for c in out.column_names if c != "subject"}})
+    return out.sort_by([(k, "ascending") for k in keys])  # in key order, as before numbering
 
 
 def _with_schema(table: pa.Table) -> pa.Table:
@@ -271,11 +286,12 @@ def latest_table(flat: pa.Table) -> pa.Table:
         return valid.select([*SUBJECT_COLUMNS, *LATEST_FIELDS])
     subjects, numbered = _numbered_subjects(valid.select([*SUBJECT_COLUMNS, "offset", *LATEST_FIELDS]),
                                             SUBJECT_COLUMNS)
-    ordered = numbered.sort_by([(c, "ascending") for c in ("subject", "ts", "offset")])
-    keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-    newest = ordered.group_by("subject", use_threads=False).aggregate(
-        [(f, "last", keep_nulls) for f in LATEST_FIELDS])
-    newest = newest.rename_columns([c.removesuffix("_last") for c in newest.column_names])
+    # The last row of each subject in (subject, ts, offset) order: a take of one row a subject.
+    order = pc.sort_indices(numbered.select(["subject", "ts", "offset"]),
+                            sort_keys=[(c, "ascending") for c in ("subject", "ts", "offset")])
+    subject = numbered["subject"].combine_chunks().take(order)
+    last_of_subject = pc.not_equal(subject, pa.concat_arrays([subject[1:], pa.array([-1], pa.int64())]))
+    newest = numbered.take(order.filter(last_of_subject))
     named = subjects.take(newest["subject"])
     return pa.table({**{c: named[c] for c in SUBJECT_COLUMNS}, **{c: newest[c] for c in LATEST_FIELDS}})
 

@@ -63,7 +63,8 @@ TTL_SLACK_MS = 3_600_000
 AUTO_MAX_POINTS = 720
 
 
-@dataclass(frozen=True)
+# Slotted: the aggregator keeps ~10^5-10^6 of these (window_history), a dict each cost memory and time.
+@dataclass(frozen=True, slots=True)
 class SeriesId:
     target: str
     source: str
@@ -73,7 +74,7 @@ class SeriesId:
     group: str | None = None  # set for checkpoint (consumer-group) series
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WindowAggregate:
     start_ms: int
     count: float

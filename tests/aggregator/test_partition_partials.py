@@ -122,3 +122,17 @@ def test_partials_reach_the_driver_in_fewer_bytes_than_the_raw_records():
     kafka = kafka_rows(reports(periods=600, step_ms=100))  # 100 reports per series and 10 s window
     collected = partition_partials.collect(task_answers(kafka, None, batch_rows=10_000))
     assert 0 < collected.bytes < kafka["value"].nbytes / 10
+
+
+def test_records_out_of_order_or_at_one_ts_give_the_partials_of_records_in_order():
+    """A task groups a subject's records where they lie when they come in ts order; any other order, and
+    several reports at one ts, must give what the ordered batch gives (valid records: an invalid one's
+    window reports its Kafka offset, which the order changes)."""
+    ordered = [(p, r) for p, r in reports() if not isinstance(r, bytes)]
+    in_order = partition_partials.collect(task_answers(kafka_rows(ordered), None)).partials
+    for shuffled in (ordered[::-1], ordered[1::2] + ordered[::2], ordered + ordered[:12]):
+        got = partition_partials.collect(task_answers(kafka_rows(shuffled), None)).partials
+        expected = in_order if len(shuffled) == len(ordered) else \
+            window_partials.partials(flat_table(kafka_rows(shuffled), "west", NOW))
+        assert canonical(got.windows) == canonical(expected.windows)
+        assert BatchPlan.of(got).latest == BatchPlan.of(expected).latest

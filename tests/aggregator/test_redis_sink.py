@@ -163,6 +163,19 @@ def test_latest_values_never_go_back_in_time(sink: RedisRollupSink):
     assert layout.decode_latest(sink.client.hget(key, "0"))["ts"] == HOUR + 25_000
 
 
+
+def test_a_stale_field_is_left_while_its_neighbours_in_the_hash_are_written(sink: RedisRollupSink):
+    """Latest values go to Redis one call per hash: each field is still judged by its own ts."""
+    topic = f"east.t{uuid.uuid4().hex[:6]}"
+    key = layout.partition_latest_key("west", "east", topic)
+    write(sink, [latest_row(partition_report(HOUR + 25_000, topic, 300, 0), topic, p) for p in (0, 1)],
+          batch_id=0)
+    write(sink, [latest_row(partition_report(HOUR + 15_000, topic, 200, 0), topic, 0),  # late
+                 latest_row(partition_report(HOUR + 35_000, topic, 400, 0), topic, 1)], batch_id=1)
+    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in sink.client.hgetall(key).items()}
+    assert stored == {"0": HOUR + 25_000, "1": HOUR + 35_000}
+    assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
+
 def test_replication_counts_follow_windows_that_come_after_the_report(sink: RedisRollupSink):
     source = f"s{uuid.uuid4().hex[:6]}"
     report = ReplicationMetrics(ts=HOUR + 20_000, period_ms=10_000, source=source, target="west",
