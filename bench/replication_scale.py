@@ -31,7 +31,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from bench.replication import LATENCY_RATE, Bench, Run, percentile, wait_for_topic
+from bench.replication import LATENCY_RATE, POLL_BATCH, POLL_TIMEOUT_S, Bench, Run, percentile, wait_for_topic
 from stack import srm_properties
 from stack.jars import kafka_jars
 from stack.kafka_cluster import LOG4J2, free_port
@@ -170,7 +170,10 @@ class ScaleBench(Bench):
         threading.Thread(target=lambda: (load.wait(), time.sleep(3), stop.set()), daemon=True).start()
         warm_until = time.time() * 1000 + 2000
         while not stop.is_set():
-            for message in consumer.consume(5000, timeout=0.5):
+            # What is fetched at once, else the first record only: a batch consume would stamp every
+            # record with the time its batch filled (bench/replication.py's latency()).
+            messages = consumer.consume(POLL_BATCH, timeout=0) or consumer.consume(1, timeout=POLL_TIMEOUT_S)
+            for message in messages:
                 if message.error() is None and message.timestamp()[1] > warm_until:
                     samples.append(time.time() * 1000 - message.timestamp()[1])
         consumer.close()

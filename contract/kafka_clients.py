@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -113,10 +113,16 @@ def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None 
     return client
 
 
+# The Java producer's default since Kafka 4.0 (MM2's): at 20 ms the linger was most of the driver's
+# replication latency at 20k rec/s (p50 24 ms against MM2's 12); under full load batches fill before
+# it runs out either way (the same throughput at 5 and 20 ms).
+LINGER_MS: Final = 5
+
+
 def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None = None,
              source: str | None = None, target: str | None = None) -> Producer:
     # murmur2 like Java's default partitioner: keyed records (progress) land where MM2 puts them.
-    settings: dict[str, object] = {"linger.ms": 20, "compression.type": "lz4",
+    settings: dict[str, object] = {"linger.ms": LINGER_MS, "compression.type": "lz4",
                                    "enable.idempotence": True, "acks": "all",
                                    "partitioner": "murmur2_random", **CLIENT_TIMEOUTS,
                                    **client_log_settings(alias)}

@@ -226,13 +226,14 @@ class AtLeastOnceWriter(_WriterBase):
 def _produce(producer: Producer, flow: PartitionFlow, message: Message) -> None:
     """Copies one record; BufferError when librdkafka's queue is full. A remote partition just created
     that the producer's metadata does not show yet is waited for (bounded)."""
-    deadline = time.monotonic() + PARTITION_WAIT_S
+    deadline = None  # set on the first unknown partition: no clock read per record on the hot path
     while True:
         try:
             producer.produce(flow.remote, message.value(), message.key(), flow.partition,
                              timestamp=_record_timestamp(message), headers=message.headers())
             return
         except KafkaException as exc:
+            deadline = deadline or time.monotonic() + PARTITION_WAIT_S
             if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
                 raise
             producer.list_topics(flow.remote, timeout=5)  # refreshes the producer's metadata

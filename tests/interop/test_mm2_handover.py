@@ -146,6 +146,11 @@ def hand_over(kafka_clusters: dict[str, str], probe: MirrorProbe, tmp_path: Path
         replicators.append(first(tmp_path, bootstraps, topic, group))
         wait_until(lambda: total_records(west, remote, PARTITIONS) >= FIRST_LEG_RECORDS, 150,
                    f"the first replicator to copy {FIRST_LEG_RECORDS} records")
+        # An operator stops the first replicator once it has stored progress for every partition: MM2
+        # flushes its source offsets every second, and under load a partition's first flush can come
+        # after the records (seen once: no stored offset of partition 0 when MM2 was stopped).
+        wait_until(lambda: set(progress_of(west, topic)) == set(range(PARTITIONS)), 60,
+                   "the first replicator's progress stored for every partition")
         replicators[0].stop()
         assert not replicators[0].alive()
         handed_over = progress_of(west, topic)
