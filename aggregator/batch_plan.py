@@ -55,11 +55,11 @@ class BatchPlan:
         windows = batch.windows
         if windows.num_rows:
             for metric in HISTORY_METRICS:
-                present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+                present = _metric_rows(windows, metric)
                 plan._add_history(present, metric, _last_ts(present, metric))
-            plan._add_invalid(windows, batch.excerpts)
+            plan._add_invalid(_metric_rows(windows, layout.INVALID_RECORDS_METRIC), batch.excerpts)
             plan._add_index(windows)
-            valid_ts = windows.filter(pc.not_equal(windows["kind"], INVALID_KIND))["max_ts"]
+            valid_ts = windows["max_ts"].filter(pc.not_equal(windows["kind"], INVALID_KIND))
             top = pc.max(valid_ts).as_py() if len(valid_ts) else None
             plan.max_event_ts = None if top is None else int(top)
         for record in batch.latest:
@@ -127,6 +127,16 @@ class BatchPlan:
 
 
 
+_ROW_COLUMNS = ("kind", "target", "source", "topic", "partition", "group", "window_start")
+
+
+def _metric_rows(windows: pa.Table, metric: str) -> pa.Table:
+    """The partials holding `metric`, with only its columns and the series': a batch's partials have
+    ~100 columns, and filtering them whole once per metric copied the table eight times."""
+    columns = [*_ROW_COLUMNS, *(f"{metric}__{p}" for p in (*MEMBER_PARTS, "last_ts"))]
+    return windows.select(columns).filter(pc.is_valid(windows[f"{metric}__n"]))
+
+
 def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
     # A partial without last ts counts as of its window start (as redis_layout.merge_windows does).
     return pc.coalesce(present[f"{metric}__last_ts"], present["window_start"])
@@ -148,7 +158,7 @@ def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | N
 
 
 def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
-    present = windows.filter(pc.is_valid(windows[f"{metric}__n"]))
+    present = _metric_rows(windows, metric)
     if present.num_rows == 0:
         return None
     return pa.table({
