@@ -42,9 +42,10 @@ import redis
 from pyspark.sql import DataFrame
 
 from aggregator import latest_values, long_lived, partition_verdicts, record_counts, window_partials
-from aggregator.batch_plan import BatchPlan, Subject
+from aggregator.batch_plan import BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
+from aggregator.latest_value_reads import HistoryRead, history_reads, latest_value
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
@@ -79,18 +80,6 @@ class SinkState:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class HistoryRead:
-    """One latest value to derive: its subject, record and the window range of history it needs."""
-
-    kind: str
-    subject: tuple[str, ...]
-    record: dict[str, Any]
-    series: layout.SeriesId
-    low_ms: int
-    high_ms: int
 
 
 def query_scope(query_name: str, query_id: str | None) -> str:
@@ -306,7 +295,7 @@ class RedisRollupSink:
                        ) -> tuple[list[LatestValue], list[LagSample], partition_verdicts.VerdictUpdates]:
         """(hash key, field, value) of every latest value the batch changes (lag verdicts and their
         summaries included), the lag in seconds among them as samples of its gauge, and the verdicts."""
-        reads = self._history_reads(plan)
+        reads = history_reads(plan.latest, self._replication_records(plan))
         self._load_history(reads)
         out, samples, judged = [], [], []
         for read in reads:
@@ -314,7 +303,7 @@ class RedisRollupSink:
                 continue
             key = finest_key(read.series)
             history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
-            out.append(_latest_value(read.kind, read.subject, read.record, history))
+            out.append(latest_value(read.kind, read.subject, read.record, history))
             seconds = out[-1][2].get("lag_seconds")
             if read.kind != "replication" and isinstance(seconds, int | float):
                 _, target, source, topic, partition, group = read.subject
@@ -342,26 +331,6 @@ class RedisRollupSink:
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("%s: skipping a stored lag verdict: %s", self.query_name, problem)
         return updates
-
-    def _history_reads(self, plan: BatchPlan) -> list[HistoryRead]:
-        reads = []
-        for subject, record in plan.latest.items():
-            kind, target, source, topic, partition, _ = subject
-            if kind in ("partition", "group"):
-                series = layout.SeriesId(target, source, topic, int(partition), "source_end_offset")
-                ts = int(record["ts"])
-                low = ts - latest_values.HISTORY_SPAN_MS
-                reads.append(HistoryRead(kind, subject, record, series, low, ts))
-                if kind == "partition":
-                    low = ts - partition_verdicts.lookback_of(record)
-                    reads += [HistoryRead("offsets", subject, record, s, low, ts)
-                              for s in partition_verdicts.offset_series(subject)]
-        for (target, source), record in self._replication_records(plan).items():
-            series = layout.SeriesId(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
-            ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))
-            reads.append(HistoryRead("replication", ("replication", target, source), record, series,
-                                     ts - latest_values.recent_span_ms(period) + 1, ts))
-        return reads
 
     def _load_history(self, reads: list[HistoryRead]) -> None:
         """Reads from Redis the history of series not kept yet (or kept over too short a range)."""
@@ -399,17 +368,3 @@ class RedisRollupSink:
             if subject not in records or records[subject]["ts"] < stored["ts"]:
                 records[subject] = stored
         return records
-
-
-def _latest_value(kind: str, subject: tuple[str, ...] | Subject, record: dict[str, Any],
-                  history: list[layout.WindowAggregate]) -> tuple[str, str, dict[str, Any]]:
-    if kind == "replication":
-        _, target, source = subject
-        return (layout.replication_status_key(target, source), "replication",
-                latest_values.replication_latest(record, history))
-    _, target, source, topic, partition, group = subject
-    if kind == "partition":
-        return (layout.partition_latest_key(target, source, topic), partition,
-                latest_values.partition_latest(record, history))
-    return (layout.group_latest_key(target, source, group),
-            layout.group_latest_field(topic, int(partition)), latest_values.group_latest(record, history))

@@ -1,0 +1,67 @@
+"""Which stored history each latest value of a batch is derived from, and where that value is kept.
+
+Pure: the sink (aggregator.redis_sink) loads the windows these reads name, from its kept history or
+Redis, then derives each value (aggregator.latest_values) and writes it where `latest_value` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aggregator import latest_values, partition_verdicts
+from aggregator.batch_plan import Subject
+from contract import redis_layout as layout
+
+
+@dataclass(frozen=True)
+class HistoryRead:
+    """One latest value to derive: its subject, record and the window range of history it needs."""
+
+    kind: str
+    subject: tuple[str, ...]
+    record: dict[str, Any]
+    series: layout.SeriesId
+    low_ms: int
+    high_ms: int
+
+
+def history_reads(latest: Mapping[Subject, dict[str, Any]],
+                  replication_records: Mapping[tuple[str, str], dict[str, Any]]) -> list[HistoryRead]:
+    """The reads of a batch: for each partition and group report in `latest` its end-offset history (and
+    for a partition the offset series its lag verdict looks back over); for each replication whose
+    latest value the batch changes (`replication_records`) its record counts."""
+    reads: list[HistoryRead] = []
+    for subject, record in latest.items():
+        kind, target, source, topic, partition, _ = subject
+        if kind in ("partition", "group"):
+            series = layout.SeriesId(target, source, topic, int(partition), "source_end_offset")
+            ts = int(record["ts"])
+            low = ts - latest_values.HISTORY_SPAN_MS
+            reads.append(HistoryRead(kind, subject, record, series, low, ts))
+            if kind == "partition":
+                low = ts - partition_verdicts.lookback_of(record)
+                reads += [HistoryRead("offsets", subject, record, s, low, ts)
+                          for s in partition_verdicts.offset_series(subject)]
+    for (target, source), record in replication_records.items():
+        series = layout.SeriesId(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
+        ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))
+        reads.append(HistoryRead("replication", ("replication", target, source), record, series,
+                                 ts - latest_values.recent_span_ms(period) + 1, ts))
+    return reads
+
+
+def latest_value(kind: str, subject: tuple[str, ...] | Subject, record: dict[str, Any],
+                 history: list[layout.WindowAggregate]) -> tuple[str, str, dict[str, Any]]:
+    """(hash key, field, value) of one subject's latest value."""
+    if kind == "replication":
+        _, target, source = subject
+        return (layout.replication_status_key(target, source), "replication",
+                latest_values.replication_latest(record, history))
+    _, target, source, topic, partition, group = subject
+    if kind == "partition":
+        return (layout.partition_latest_key(target, source, topic), partition,
+                latest_values.partition_latest(record, history))
+    return (layout.group_latest_key(target, source, group),
+            layout.group_latest_field(topic, int(partition)), latest_values.group_latest(record, history))
