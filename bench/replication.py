@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
+from contract.kafka_clients import LINGER_MS  # noqa: E402
 from driver.send_queue import FETCH_QUEUE_BACKOFF_MS as DRIVER_FETCH_QUEUE_BACKOFF_MS  # noqa: E402
 from stack import kafka_cluster, srm_properties  # noqa: E402
 from stack.jars import kafka_jars  # noqa: E402
@@ -52,7 +53,7 @@ LATENCY_RATE = 20_000
 DEADLINE_S = 600.0
 # The same batch and wait as the driver's consumer loop (driver.replication).
 POLL_BATCH, POLL_TIMEOUT_S = 2000, 0.1
-PIPE_PRODUCER = {"linger.ms": 5, "compression.type": "lz4", "enable.idempotence": True, "acks": "all"}
+PIPE_PRODUCER = {"linger.ms": LINGER_MS, "compression.type": "lz4", "enable.idempotence": True, "acks": "all"}
 
 
 @dataclass
