@@ -143,7 +143,7 @@ def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, r
 
     assert writers(), "the query merges its windows in a child process"
     query.stop()
-    wait_until(lambda: not writers(), 30, "the window writer process ending")
+    wait_until(lambda: not writers(), 90, "the window writer process ending")
 
 
 def parent_of(pid: int) -> int:

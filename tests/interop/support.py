@@ -81,7 +81,7 @@ def alter_group_offsets(bootstrap: str, group: str, topic: str, offsets: Mapping
         answers = [f.result() for f in client.alter_consumer_group_offsets([request]).values()]
         return all(tp.error is None for answer in answers for tp in answer.topic_partitions)
 
-    wait_until(altered, 30, f"group {group} to accept its offsets")
+    wait_until(altered, 90, f"group {group} to accept its offsets")
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.integration]
 PARTITIONS = 3
 FIRST_LEG_RECORDS = 1000
 GROUP_LAG = 40  # the group commits this far behind the producer
+STEADY_RECORDS = 400
 
 
 class Traffic:
@@ -160,6 +161,14 @@ def hand_over(kafka_clusters: dict[str, str], probe: MirrorProbe, tmp_path: Path
         replicators.append(second(tmp_path, bootstraps, topic, group))
         wait_until(lambda: total_records(west, remote, PARTITIONS) > sum(handed_over.values()) + 300, 150,
                    "the second replicator to copy 300 more records")
+        # MM2 keeps one due offset sync per partition while its 10 in-flight sync sends are unanswered,
+        # so in its catch-up burst after the hand-over its syncs can lie ~1,000 offsets apart (seen:
+        # 2890 then 3799), and its checkpoints are within offset.lag.max + 1 only where it copied at the
+        # producer's pace. So the traffic goes on until the successor is STEADY_RECORDS per partition
+        # past the backlog it found.
+        backlog = sum(end_offsets(east, topic, PARTITIONS).values())
+        wait_until(lambda: total_records(west, remote, PARTITIONS) >= backlog + STEADY_RECORDS * PARTITIONS,
+                   150, f"the second replicator to copy {STEADY_RECORDS} per partition past its backlog")
         final = traffic.stop()
         source_ends = end_offsets(east, topic, PARTITIONS)
         wait_until(lambda: end_offsets(west, remote, PARTITIONS) == source_ends, 60,
@@ -184,14 +193,22 @@ def hand_over(kafka_clusters: dict[str, str], probe: MirrorProbe, tmp_path: Path
 
         # Apache's RemoteClusterUtils translates the group within the bound, and the checkpoints the
         # two replicators wrote never move back.
+        last_answer: list[dict[int, int]] = []
+
         def translated() -> dict[int, int] | None:
             answer = probe("translate", west, "east", group, "15000")
             offsets = {int(k.rsplit(":", 1)[1]): v for k, v in answer.items()
                        if k.rsplit(":", 1)[0] == remote}
+            last_answer[:] = [offsets]
             within = all(final[p] - (OFFSET_LAG_MAX + 1) <= offsets.get(p, -1) <= final[p] for p in final)
             return offsets if within else None
 
-        wait_until(translated, 30, f"translateOffsets within the bound of {final}")
+        try:
+            wait_until(translated, 30, f"translateOffsets within the bound of {final}")
+        except AssertionError as timed_out:
+            successor_syncs = syncs_from(east, topic, syncs_before)
+            raise AssertionError(f"{timed_out}; Apache's last answer: {last_answer}; "
+                                 f"syncs since the hand-over: {successor_syncs}") from None
         checkpoints = probe("decode", west, "east.checkpoints.internal", "checkpoint")
         assert checkpoints["failures"] == 0
         for partition in range(PARTITIONS):
