@@ -183,6 +183,18 @@ class SrmConfig(ClientRenderings):
             self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
 
+    def offset_syncs_location(self, source: str, target: str) -> tuple[str, str]:
+        """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
+        `offset-syncs.topic.location`: on the source by default, named for the other cluster)."""
+        location = (self.setting("offset-syncs.topic.location", source, target) or "").lower()
+        policy = self.replication_policy(source, target)
+        if location == "source":
+            return source, policy.offset_syncs_topic(target)
+        if location == "target":
+            return target, policy.offset_syncs_topic(source)
+        raise self.config_error("offset-syncs.topic.location",
+                                f"expected 'source' or 'target', got {location!r}", source, target)
+
     def _lookup(self, key: str, source: str | None, target: str | None) -> _Found | None:
         candidates = [f"{source}{_ARROW}{target}.{key}"] if source and target else []
         candidates += [f"{alias}.{key}" for alias in dict.fromkeys(a for a in (target, source) if a)]

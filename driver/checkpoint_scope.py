@@ -26,7 +26,6 @@ class CheckpointSettings:
     sync_enabled: bool
     sync_interval_s: float
     metrics_period_s: float
-    syncs_on_source: bool  # offset-syncs.topic.location
     history_size: int = 0  # offset-syncs.history.size: dense recent syncs per partition
     spacing: int = 101  # offset.lag.max + 1 of this replication: how far apart kept syncs may be
     reverse_spacing: int = 101  # the same for the reverse replication's syncs (fail-back)
@@ -46,17 +45,13 @@ class CheckpointSettings:
                 raise config.config_error(key, f"must be >= 0, got {value}", *of)
             return value
 
-        location = (config.setting("offset-syncs.topic.location", source, target) or "").lower()
-        if location not in ("source", "target"):
-            raise config.config_error("offset-syncs.topic.location",
-                                      f"expected 'source' or 'target', got {location!r}", source, target)
+        config.offset_syncs_location(source, target)  # a bad location fails at start, not at first use
         return cls(
             emit_enabled=config.setting("emit.checkpoints.enabled", source, target),
             emit_interval_s=seconds("emit.checkpoints.interval.seconds"),
             sync_enabled=config.setting("sync.group.offsets.enabled", source, target),
             sync_interval_s=seconds("sync.group.offsets.interval.seconds"),
             metrics_period_s=seconds("metrics.period"),
-            syncs_on_source=location == "source",
             history_size=count("offset-syncs.history.size"),
             spacing=count("offset.lag.max") + 1,
             reverse_spacing=count("offset.lag.max", (target, source)) + 1)
@@ -65,16 +60,6 @@ class CheckpointSettings:
         """A store for this replication's offset syncs (or, with `reverse`, the reverse one's)."""
         return OffsetSyncStore(initialization_must_read_to_end, self.history_size,
                                self.reverse_spacing if reverse else self.spacing)
-
-
-def offset_syncs_location(config: SrmConfig, source: str, target: str) -> tuple[str, str]:
-    """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
-    `offset-syncs.topic.location`: on the source by default, named for the other cluster)."""
-    policy = config.replication_policy(source, target)
-    location = (config.setting("offset-syncs.topic.location", source, target) or "source").lower()
-    if location == "source":
-        return source, policy.offset_syncs_topic(target)
-    return target, policy.offset_syncs_topic(source)
 
 
 def checkpointable_topic(topic: str, topic_filter: TopicFilter, policy: ReplicationPolicy, source: str,

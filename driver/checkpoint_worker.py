@@ -44,7 +44,6 @@ from driver.checkpoint_scope import (
     CheckpointSettings,
     checkpointable_topic,
     is_failback_topic,
-    offset_syncs_location,
 )
 from driver.control_lists import AllowDenyLists
 from driver.group_offset_sync import GroupOffsetSync
@@ -150,7 +149,7 @@ class CheckpointWorker(threading.Thread):
             TopicSpec(self.checkpoints_topic, 1, COMPACTED, replicas if replicas is not None else -1),
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS)])
         # The data path creates it too; creating it here lets us read it before the first sync.
-        alias, topic = offset_syncs_location(self.config, source, target)
+        alias, topic = self.config.offset_syncs_location(source, target)
         replicas = self.config.setting("offset-syncs.topic.replication.factor", source, target)
         admin = self.source_admin if alias == source else self.target_admin
         kafka_clients.ensure_topics(admin, alias, [
@@ -188,7 +187,7 @@ class CheckpointWorker(threading.Thread):
                              checkpoint.upstream_offset, checkpoint.downstream_offset)
 
     def _start_forward_feed(self) -> None:
-        alias, topic = offset_syncs_location(self.config, self.replication.source, self.replication.target)
+        alias, topic = self.config.offset_syncs_location(self.replication.source, self.replication.target)
         feed = self._feed(alias, topic, functools.partial(_apply_sync, self.store, None), syncs=True)
         while not feed.read_to_end(self.stopping, INITIAL_READ_TIMEOUT_S):
             if self.stopping.is_set():
@@ -201,7 +200,7 @@ class CheckpointWorker(threading.Thread):
         if self._reverse_feed is not None:
             return
         # Where the reverse replication (target -> source) writes its syncs.
-        alias, topic = offset_syncs_location(self.config, self.replication.target, self.replication.source)
+        alias, topic = self.config.offset_syncs_location(self.replication.target, self.replication.source)
         admin = self.source_admin if alias == self.replication.source else self.target_admin
         if topic not in kafka_clients.partition_counts(admin, alias):
             return

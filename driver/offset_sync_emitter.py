@@ -49,15 +49,17 @@ class OffsetSyncEmitter:
         self._states: dict[tuple[str, int], PartitionState] = {}
 
     @classmethod
-    def for_replication(cls, config: SrmConfig, source: str, target: str, topic: str) -> OffsetSyncEmitter:
-        """Creates the offset-syncs topic on the source if needed and a producer for it."""
+    def for_replication(cls, config: SrmConfig, source: str, target: str) -> OffsetSyncEmitter:
+        """Creates the offset-syncs topic where `offset-syncs.topic.location` puts it (the source by
+        default) if needed, and a producer for it."""
+        cluster, topic = config.offset_syncs_location(source, target)
         lag_max = config.setting("offset.lag.max", source, target)
         if lag_max is None or lag_max < 0:
             raise config.config_error("offset.lag.max", f"must be >= 0, got {lag_max}", source, target)
         factor = config.setting("offset-syncs.topic.replication.factor", source, target) or -1
-        kafka_clients.ensure_topics(kafka_clients.admin(config, source), source,
+        kafka_clients.ensure_topics(kafka_clients.admin(config, cluster), cluster,
                                     [TopicSpec(topic, 1, OFFSET_SYNCS_TOPIC_CONFIGS, factor)])
-        producer = kafka_clients.producer(config, source, overrides=SYNC_PRODUCER_SETTINGS,
+        producer = kafka_clients.producer(config, cluster, overrides=SYNC_PRODUCER_SETTINGS,
                                           source=source, target=target)
         return cls(producer, topic, lag_max)
 

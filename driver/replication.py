@@ -153,8 +153,7 @@ class ReplicationWorker(threading.Thread):
         self.progress = ProgressReader(clients.progress_consumer(self.config, self.replication),
                                        self.target_admin, progress_topic(source), source,
                                        guard=self.progress_guard)
-        emitter = (OffsetSyncEmitter.for_replication(self.config, source, target,
-                                                     self.policy.offset_syncs_topic(target))
+        emitter = (OffsetSyncEmitter.for_replication(self.config, source, target)
                    if self.emit_offset_syncs else None)
         self.emitter = emitter
         self.writer = self._writer(emitter)

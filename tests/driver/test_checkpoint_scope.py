@@ -11,7 +11,6 @@ from driver.checkpoint_scope import (
     CheckpointSettings,
     checkpointable_topic,
     is_failback_topic,
-    offset_syncs_location,
 )
 from driver.topic_filter import TopicFilter
 
@@ -23,7 +22,7 @@ class TestSettings:
         settings = CheckpointSettings.of(parse_config(BASE), "A", "B")
         assert settings == CheckpointSettings(emit_enabled=True, emit_interval_s=60.0, sync_enabled=False,
                                               sync_interval_s=60.0, metrics_period_s=30.0,
-                                              syncs_on_source=True, history_size=1024, spacing=101,
+                                              history_size=1024, spacing=101,
                                               reverse_spacing=101)
 
     def test_history_size_and_spacing_per_direction(self):
@@ -44,13 +43,14 @@ class TestSettings:
                                      "offset-syncs.topic.location = target\n")
         settings = CheckpointSettings.of(config, "A", "B")
         assert settings.emit_interval_s == 2.5
-        assert settings.sync_enabled and not settings.syncs_on_source
+        assert settings.sync_enabled
+        assert config.offset_syncs_location("A", "B") == ("B", "mm2-offset-syncs.A.internal")
 
     def test_offset_syncs_location_per_direction(self):
         # A -> B keeps MM2's default (on its source), B -> A writes its syncs on its target (A).
         config = parse_config(BASE + "B->A.enabled = true\nB->A.offset-syncs.topic.location = target\n")
-        assert offset_syncs_location(config, "A", "B") == ("A", "mm2-offset-syncs.B.internal")
-        assert offset_syncs_location(config, "B", "A") == ("A", "mm2-offset-syncs.B.internal")
+        assert config.offset_syncs_location("A", "B") == ("A", "mm2-offset-syncs.B.internal")
+        assert config.offset_syncs_location("B", "A") == ("A", "mm2-offset-syncs.B.internal")
 
     @pytest.mark.parametrize(("line", "key"), [
         ("emit.checkpoints.interval.seconds = 0", "emit.checkpoints.interval.seconds"),

@@ -100,19 +100,19 @@ def test_lagging_group_translates_tightly_through_remote_cluster_utils(
         # of the MM2 rules (0, 101, ..., 909) is there, and the last position follows a flush.
         syncs = wait_until(lambda: (s := syncs_of(mirror_probe, east, topic, since))
                            and all(s.get(p, [(0, 0)])[-1][0] == 999 for p in range(3)) and s,
-                           15, "the last position of every partition in the offset syncs")
+                           90, "the last position of every partition in the offset syncs")
         for partition in range(3):
             assert syncs[partition][0] == (0, 0)
             assert {up for up, _ in syncs[partition]} >= set(range(0, 1000, OFFSET_LAG_MAX + 1))
 
         # (b) Apache's RemoteClusterUtils, reading our checkpoints: every partition, within the bound.
-        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 3), 30,
+        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 3), 90,
                              "translateOffsets to return all 3 partitions")
         for partition, exact in lagging.items():  # no gaps: remote offset == source offset
             assert exact - (OFFSET_LAG_MAX + 1) <= offsets[partition] <= exact, (partition, offsets)
 
         # (c) Group offset sync wrote the same offsets into the idle west group.
-        wait_until(lambda: committed(west, group, remote, 3) == offsets, 20,
+        wait_until(lambda: committed(west, group, remote, 3) == offsets, 90,
                    f"west {group} to hold the translated offsets {offsets}")
         driver.assert_running()
 
@@ -149,12 +149,45 @@ def test_transactional_source_translates_tightly(kafka_clusters: dict[str, str],
     settings = {"topics": topic, "groups": group}
     with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
         wait_until(lambda: total_records(west, remote, 1) == 1100, 90, "1,100 records on west")
-        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 1), 30,
+        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 1), 90,
                              "translateOffsets to return the partition")
         exact = 999  # the driver writes the 1,100 records contiguously: the 1,000th is at 999
         assert exact - (OFFSET_LAG_MAX + 1) <= offsets[0] <= exact, offsets
-        wait_until(lambda: committed(west, group, remote, 1) == offsets, 20, "group offset sync")
+        wait_until(lambda: committed(west, group, remote, 1) == offsets, 90, "group offset sync")
         driver.assert_running()
 
     assert_resumes_within_bound(west, group, remote, {0: exact},
                                 {0: [m.value().decode() for m in source]})
+
+
+def test_offset_syncs_on_the_target_translate_through_remote_cluster_utils(
+        kafka_clusters: dict[str, str], mirror_probe: MirrorProbe, tmp_path: Path) -> None:
+    # offset-syncs.topic.location = target: MM2 writes the syncs of east -> west on west, named for
+    # east, and its checkpoint task reads them there. The writer and the checkpoint reader must agree.
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    suffix = tag()
+    topic, group, remote = f"ledger-{suffix}", f"g1-{suffix}", f"east.ledger-{suffix}"
+    create_topic(east, topic, 1)
+    produce_values(east, topic, 1, 600)
+    alter_group_offsets(east, group, topic, {0: 450})
+
+    settings = {"topics": topic, "groups": group, "offset-syncs.topic.location": "target"}
+    since = syncs_end(east)
+    with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
+        wait_until(lambda: total_records(west, remote, 1) == 600, 90, "600 records on west")
+
+        def synced_on_west() -> list[tuple[int, int]]:
+            answer = mirror_probe("decode", west, "mm2-offset-syncs.east.internal", "offset-sync")
+            assert not answer["failedOffsets"], answer["firstError"]
+            return [(r["upstream"], r["downstream"]) for r in answer["records"] if r["topic"] == topic]
+
+        syncs = wait_until(lambda: (s := synced_on_west()) and s[-1][0] == 599 and s, 90,
+                           "the last position in the offset syncs on west")
+        assert syncs[0] == (0, 0)
+        assert {up for up, _ in syncs} >= set(range(0, 600, OFFSET_LAG_MAX + 1))
+        assert syncs_end(east) == since, "syncs written on the source too"
+
+        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 1), 90,
+                             "translateOffsets to return the partition")
+        assert 450 - (OFFSET_LAG_MAX + 1) <= offsets[0] <= 450, offsets
+        driver.assert_running()
