@@ -81,15 +81,22 @@ def assert_resumes_within_bound(west: str, group: str, remote: str, exact: dict[
         assert len(re_read) <= OFFSET_LAG_MAX + 1, f"partition {partition} re-read {len(re_read)}"
 
 
+def lagging_group(east: str, name: str, per_partition: int, lagging: dict[int, int]) -> tuple[str, str, str]:
+    """A fresh topic `name-<tag>` with `per_partition` values in each of `len(lagging)` partitions and
+    a group committed at `lagging`; returns the topic, the group and the remote topic's name."""
+    suffix = tag()
+    topic, group = f"{name}-{suffix}", f"g1-{suffix}"
+    create_topic(east, topic, len(lagging))
+    produce_values(east, topic, len(lagging), per_partition)
+    alter_group_offsets(east, group, topic, lagging)
+    return topic, group, f"east.{topic}"
+
+
 def test_lagging_group_translates_tightly_through_remote_cluster_utils(
         kafka_clusters: dict[str, str], mirror_probe: MirrorProbe, tmp_path: Path) -> None:
     east, west = kafka_clusters["east"], kafka_clusters["west"]
-    suffix = tag()
-    topic, group, remote = f"orders-{suffix}", f"g1-{suffix}", f"east.orders-{suffix}"
-    create_topic(east, topic, 3)
-    produce_values(east, topic, 3, 1000)
     lagging = {0: 300, 1: 240, 2: 517}
-    alter_group_offsets(east, group, topic, lagging)
+    topic, group, remote = lagging_group(east, "orders", 1000, lagging)
 
     settings = {"topics": topic, "groups": group}
     since = syncs_end(east)
@@ -165,11 +172,7 @@ def test_offset_syncs_on_the_target_translate_through_remote_cluster_utils(
     # offset-syncs.topic.location = target: MM2 writes the syncs of east -> west on west, named for
     # east, and its checkpoint task reads them there. The writer and the checkpoint reader must agree.
     east, west = kafka_clusters["east"], kafka_clusters["west"]
-    suffix = tag()
-    topic, group, remote = f"ledger-{suffix}", f"g1-{suffix}", f"east.ledger-{suffix}"
-    create_topic(east, topic, 1)
-    produce_values(east, topic, 1, 600)
-    alter_group_offsets(east, group, topic, {0: 450})
+    topic, group, remote = lagging_group(east, "ledger", 600, {0: 450})
 
     settings = {"topics": topic, "groups": group, "offset-syncs.topic.location": "target"}
     since = syncs_end(east)
