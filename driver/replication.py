@@ -54,7 +54,7 @@ from driver.replication_tasks import TASKS_TOPIC_CONFIGS, TaskCoordinator, task_
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
 from driver.target_writer import SHUTDOWN_FLUSH_S, TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow
-from driver.topic_sync import TopicRefusals, TopicSync
+from driver.topic_sync import TopicRefusals, TopicSync, refresh_interval_s
 from driver.transactional_writer import TransactionalWriter
 from driver.worker_census import WorkerCensus
 
@@ -76,7 +76,7 @@ class ReplicationWorker(threading.Thread):
         self.config, self.replication, self.stopping, self.control = config, replication, stopping, control
         source, target = replication.source, replication.target
         self.policy = config.replication_policy(source, target)
-        self.refresh_s = config.setting("refresh.topics.interval.seconds", source, target)
+        self.refresh_s = refresh_interval_s(config, source, target)
         self.metrics_period_s = config.setting("metrics.period", source, target)
         self.exactly_once = config.setting("exactly.once", source, target)
         self.tasks_max = config.setting("tasks.max", source, target)

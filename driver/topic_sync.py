@@ -15,6 +15,8 @@ only logs such a refusal, and its task then fails on records it cannot send, wit
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from typing import Final
@@ -66,6 +68,24 @@ def config_changes(entries: Iterable[TopicConfigEntry], excluded: Set[str],
     return ConfigChanges(set_values, frozenset(delete))
 
 
+def positive_seconds(config: SrmConfig, key: str, source: str, target: str) -> float:
+    value = config.setting(key, source, target)
+    if value is None or not value > 0:
+        raise config.config_error(key, f"must be a positive number of seconds, got {value}", source, target)
+    return value
+
+
+def refresh_interval_s(config: SrmConfig, source: str, target: str) -> float:
+    """How often a replication looks at its source topics: for new topics (refresh.topics.*) and for
+    config changes (sync.topic.configs.*), whichever is due sooner; never when neither is enabled."""
+    intervals = [math.inf]
+    if config.setting("refresh.topics.enabled", source, target):
+        intervals.append(positive_seconds(config, "refresh.topics.interval.seconds", source, target))
+    if config.setting("sync.topic.configs.enabled", source, target):
+        intervals.append(positive_seconds(config, "sync.topic.configs.interval.seconds", source, target))
+    return min(intervals)
+
+
 class TopicSync:
     """Keeps the remote topics of one replication in step with the eligible source topics."""
 
@@ -76,6 +96,12 @@ class TopicSync:
         self.topic_filter: TopicFilter = topic_filter_for(config, source, target)
         self.heartbeats = config.setting("heartbeats.replication.enabled", source, target)
         self.sync_configs = config.setting("sync.topic.configs.enabled", source, target)
+        self.configs_interval_s = positive_seconds(config, "sync.topic.configs.interval.seconds",
+                                                   source, target)
+        self._configs_due = 0.0
+        # refresh.topics.enabled = false: MM2 replicates the topics it found at start, and no new ones.
+        self.refresh_topics = config.setting("refresh.topics.enabled", source, target)
+        self._found_at_start: frozenset[str] | None = None
         defaults_from = config.setting("use.defaults.from", source, target) or "target"
         self.use_source_defaults = defaults_from.lower() == "source"
         self.excluded = frozenset(config.setting("config.properties.exclude", source, target))
@@ -100,14 +126,19 @@ class TopicSync:
         """Eligible source topic -> partition count, of the topics whose remote topic exists with that
         count; the ones the target refused are left out, and ``refusal`` says why."""
         eligible = self.eligible(kafka_clients.partition_counts(self.source_admin, self.source), allow, deny)
+        if not self.refresh_topics:
+            if self._found_at_start is None:
+                self._found_at_start = frozenset(eligible)
+            eligible = {t: n for t, n in eligible.items() if t in self._found_at_start}
         try:
             self.ensure_remote(eligible)
             self.refusal = None
         except RequestRefused as refused:
             self.refusal = refused
             eligible = {t: n for t, n in eligible.items() if self.remote(t) not in refused.resources}
-        if self.sync_configs:
+        if self.sync_configs and time.monotonic() >= self._configs_due:
             self._sync_configs(sorted(eligible))
+            self._configs_due = time.monotonic() + self.configs_interval_s
         return eligible
 
     def ensure_remote(self, counts: dict[str, int]) -> None:

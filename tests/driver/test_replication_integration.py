@@ -37,7 +37,7 @@ from tests.driver.replication_cluster_ops import (
 
 pytestmark = pytest.mark.integration
 
-FAST = {"refresh.topics.interval.seconds": 1, "metrics.period": 1}
+FAST = {"refresh.topics.interval.seconds": 1, "sync.topic.configs.interval.seconds": 1, "metrics.period": 1}
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +130,7 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
         remote = read_topic(west, f"east.{topic}", 28)
         assert {(r.partition, r.value) for r in remote if r.value in grown} == {
             (2 + i % 2, v) for i, v in enumerate(grown)}
-        alter = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-            ConfigEntry("retention.ms", "987654321", incremental_operation=AlterConfigOpType.SET)])
-        admin(east).incremental_alter_configs([alter])[alter].result(30)
+        set_retention(east, topic, "987654321")
         eventually(lambda: topic_config(west, f"east.{topic}", "retention.ms") == "987654321",
                    "the config change to reach the remote topic")
 
@@ -142,6 +140,36 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
                    "offset syncs of every partition's last record")
         report = eventually(lambda: replication_report(west, "east"), "a RUNNING replication report")
         assert report.workers >= 1 and report.tasks >= 1 and report.topics_replicated == 1
+
+
+def set_retention(bootstrap: str, topic: str, value: str) -> None:
+    alter = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+    admin(bootstrap).incremental_alter_configs([alter])[alter].result(30)
+
+
+def test_configs_keep_their_own_interval_when_new_topics_are_not_looked_for(
+        kafka_clusters: dict[str, str], tmp_path: Path) -> None:
+    # refresh.topics.enabled = false: the topics found at start are replicated, no later one; their
+    # configs still follow every sync.topic.configs.interval.seconds.
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    prefix = f"frozen-{uuid.uuid4().hex[:8]}"
+    early, late = f"{prefix}-early", f"{prefix}-late"
+    create_topic(east, early, 1)
+    config = write_config(tmp_path, kafka_clusters, [("east", "west")], {
+        "topics": f"{prefix}.*", "refresh.topics.enabled": "false", "refresh.topics.interval.seconds": 600,
+        "sync.topic.configs.interval.seconds": 1})
+    with running(config) as workers:
+        eventually(lambda: workers["east->west"].refreshes > 0, "the first refresh")
+        create_topic(east, late, 1)
+        produce(east, late, 5)
+        set_retention(east, early, "86400001")
+        eventually(lambda: topic_config(west, f"east.{early}", "retention.ms") == "86400001",
+                   "the config change to reach the remote topic")
+        values = produce(east, early, 10)
+        assert remote_values(west, f"east.{early}", 10) == sorted(values)
+        # Refreshes ran after the late topic existed (they carried the config change), and left it out.
+        assert f"east.{late}" not in admin(west).list_topics(timeout=10).topics
 
 
 def progress_offsets(bootstrap: str, source: str, topic: str) -> dict[int, int]:

@@ -1,9 +1,20 @@
-"""Which topic configs travel to remote topics (MM2 DefaultConfigPropertyFilter rules, no broker)."""
+"""Which topic configs travel to remote topics (MM2 DefaultConfigPropertyFilter rules) and how often the
+source topics are looked at (no broker)."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
+from contract.config import ConfigError, parse_config
 from contract.kafka_clients import TopicConfigEntry
-from driver.topic_sync import DEFAULT_CONFIG_PROPERTIES_EXCLUDE, config_changes, creation_configs
+from driver.topic_sync import (
+    DEFAULT_CONFIG_PROPERTIES_EXCLUDE,
+    config_changes,
+    creation_configs,
+    refresh_interval_s,
+)
 
 EXCLUDED = frozenset(DEFAULT_CONFIG_PROPERTIES_EXCLUDE)
 
@@ -39,3 +50,25 @@ def test_exclusion_list_is_configurable() -> None:
     changes = config_changes(ENTRIES, frozenset({"retention.ms"}))
     assert "retention.ms" not in changes.set_values
     assert changes.set_values["min.insync.replicas"] == "2"
+
+
+BASE = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\nA->B.enabled = true\n"
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    ("", 600.0),  # MM2's defaults: both every ten minutes
+    ("refresh.topics.interval.seconds = 5\n", 5.0),
+    ("A->B.sync.topic.configs.interval.seconds = 2\n", 2.0),  # configs due before new topics are
+    ("refresh.topics.enabled = false\nsync.topic.configs.interval.seconds = 30\n", 30.0),
+    ("refresh.topics.enabled = false\nsync.topic.configs.enabled = false\n", math.inf),
+    ("sync.topic.configs.enabled = false\nrefresh.topics.interval.seconds = 7\n", 7.0),
+])
+def test_refresh_interval_is_the_sooner_of_topics_and_configs(lines: str, expected: float) -> None:
+    assert refresh_interval_s(parse_config(BASE + lines), "A", "B") == expected
+
+
+@pytest.mark.parametrize("line", ["sync.topic.configs.interval.seconds = 0",
+                                  "A->B.refresh.topics.interval.seconds = -3"])
+def test_non_positive_interval_is_a_config_error_naming_the_key(line: str) -> None:
+    with pytest.raises(ConfigError, match=line.split(" = ")[0].replace(".", r"\.")):
+        refresh_interval_s(parse_config(BASE + line + "\n"), "A", "B")
