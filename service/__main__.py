@@ -19,6 +19,7 @@ from service.sites.advertiser import advertiser_settings, gunicorn_hooks
 from service.sites.discovered_directory import install_discovery
 
 LOG = logging.getLogger("service")
+STOP_GRACE_S = 8  # seconds workers get to finish their requests at a stop
 
 
 def app_settings(config: SrmConfig) -> dict[str, Any]:
@@ -93,6 +94,9 @@ class ServiceServer(BaseApplication):
         self.cfg.set("workers", config.setting("service.workers"))
         self.cfg.set("threads", config.setting("service.threads"))
         self.cfg.set("accesslog", None)
+        # gunicorn waits 30 s for workers by default: a slow request or a worker still booting would
+        # hold the stop past the 10 s every process promises (docs/operations.md); then it kills them.
+        self.cfg.set("graceful_timeout", STOP_GRACE_S)
         for name, hook in self.hooks.items():  # the advertiser: one per deployment, in the master
             self.cfg.set(name, hook)
 

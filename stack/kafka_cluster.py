@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,10 +39,22 @@ STANDARD_AUTHORIZER = {
 }
 
 
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now and not handed out before by this process: the kernel may give the
+    same ephemeral port to two binds in a row once the first socket closed (seen in CI: a broker's
+    PLAINTEXT and CONTROLLER listeners got one port and the broker refused to format its storage)."""
+    with _HANDING_OUT:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None = None) -> None:
