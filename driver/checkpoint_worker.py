@@ -51,6 +51,7 @@ from driver.internal_topic_feed import InternalTopicFeed, RecordHandler
 from driver.offset_sync_store import OffsetSyncStore
 from driver.reader_health import ReplicationReaders
 from driver.topic_filter import (
+    FoundAtStart,
     GroupFilter,
     TopicFilter,
     group_filter_for,
@@ -92,6 +93,7 @@ class CheckpointWorker(threading.Thread):
         self.reverse_policy = config.replication_policy(target, source)
         self.topic_filter: TopicFilter = topic_filter_for(config, source, target)
         self.group_filter: GroupFilter = group_filter_for(config, source, target)
+        self.group_scope = FoundAtStart(config.setting("refresh.groups.enabled", source, target))
         self.checkpoints_topic = self.policy.checkpoints_topic(source)
         self.decider = CheckpointDecider()
         self.stats = CheckpointStats(source, target, _now_ms())
@@ -288,12 +290,10 @@ class CheckpointWorker(threading.Thread):
             self.source_admin, self.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S))
         for error in listing.errors or []:
             LOG.warning("listing groups on %s: %s", self.replication.source, error)
-        allow, deny = self._group_lists()
-        return sorted(g.group_id for g in listing.valid
-                      if should_replicate_group(g.group_id, self.group_filter, allow, deny))
-
-    def _group_lists(self) -> tuple[Set[str], Set[str]]:
-        return self._control_lists("group_lists")
+        allow, deny = self._control_lists("group_lists")
+        eligible = (g.group_id for g in listing.valid
+                    if should_replicate_group(g.group_id, self.group_filter, allow, deny))
+        return sorted(self.group_scope.keep(eligible))
 
     def _control_lists(self, kind: str) -> tuple[Set[str], Set[str]]:
         """Live srm-control (allow, deny) lists; `kind` is `group_lists` or `topic_lists`."""

@@ -165,3 +165,20 @@ def _control_entry(entry: str) -> Callable[[str], bool]:
         # A typo in the lists must not stop the replication.
         LOG.warning("%s; matching it literally", shown(str(exc), 300))
         return entry.__eq__
+
+
+class FoundAtStart:
+    """MM2's `refresh.topics.enabled` / `refresh.groups.enabled` = false: the names the first look-up
+    found stay the scope for good; later look-ups can only drop names (deleted, denied), never add."""
+
+    def __init__(self, refresh: bool) -> None:
+        self.refresh = refresh
+        self._first: frozenset[str] | None = None
+
+    def keep(self, names: Iterable[str]) -> list[str]:
+        found = list(names)
+        if self.refresh:
+            return found
+        if self._first is None:
+            self._first = frozenset(found)
+        return [name for name in found if name in self._first]

@@ -28,7 +28,7 @@ from contract.config import SrmConfig
 from contract.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.replication_policy import ReplicationPolicy
 from contract.settings import SETTINGS
-from driver.topic_filter import TopicFilter, should_replicate_topic, topic_filter_for
+from driver.topic_filter import FoundAtStart, TopicFilter, should_replicate_topic, topic_filter_for
 
 LOG = logging.getLogger(__name__)
 
@@ -100,8 +100,7 @@ class TopicSync:
                                                    source, target)
         self._configs_due = 0.0
         # refresh.topics.enabled = false: MM2 replicates the topics it found at start, and no new ones.
-        self.refresh_topics = config.setting("refresh.topics.enabled", source, target)
-        self._found_at_start: frozenset[str] | None = None
+        self.scope = FoundAtStart(config.setting("refresh.topics.enabled", source, target))
         defaults_from = config.setting("use.defaults.from", source, target) or "target"
         self.use_source_defaults = defaults_from.lower() == "source"
         self.excluded = frozenset(config.setting("config.properties.exclude", source, target))
@@ -126,10 +125,7 @@ class TopicSync:
         """Eligible source topic -> partition count, of the topics whose remote topic exists with that
         count; the ones the target refused are left out, and ``refusal`` says why."""
         eligible = self.eligible(kafka_clients.partition_counts(self.source_admin, self.source), allow, deny)
-        if not self.refresh_topics:
-            if self._found_at_start is None:
-                self._found_at_start = frozenset(eligible)
-            eligible = {t: n for t, n in eligible.items() if t in self._found_at_start}
+        eligible = {t: eligible[t] for t in self.scope.keep(eligible)}
         try:
             self.ensure_remote(eligible)
             self.refusal = None

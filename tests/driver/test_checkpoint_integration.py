@@ -174,3 +174,26 @@ def test_restart_restores_checkpoints_and_skips_bad_records(kafka_clusters, repl
     finally:
         stop_worker(worker, stopping)
         log.close()
+
+
+def test_groups_found_at_start_only_when_group_refresh_is_off(kafka_clusters, replicated):
+    # refresh.groups.enabled = false: MM2 checkpoints the groups of its first look-up, no later one.
+    harness, tag = replicated
+    early, late = f"g-{tag}-early", f"g-{tag}-late"
+    produce(kafka_clusters["east"], harness.source_topic, PARTITIONS, 40)
+    harness.copy()
+    commit(kafka_clusters["east"], early, harness.source_topic, {0: 30, 1: 35})
+    log = CheckpointLog(kafka_clusters["west"], "east.checkpoints.internal")
+    worker, stopping = start_worker(worker_config(kafka_clusters, tag, **{"refresh.groups.enabled": "false"}))
+    try:
+        log.wait_for(early, {(harness.remote_topic, 0): 30, (harness.remote_topic, 1): 35})
+        commit(kafka_clusters["east"], late, harness.source_topic, {0: 20, 1: 20})
+        commit(kafka_clusters["east"], early, harness.source_topic, {0: 40})
+        log.wait_for(early, {(harness.remote_topic, 0): 40, (harness.remote_topic, 1): 35})
+        rounds = worker.rounds
+        wait_until(lambda: worker.rounds >= rounds + 3, 60, "three more checkpoint rounds")
+        log.drain()
+        assert log.of(late) == [], "a group committed after the first look-up was checkpointed"
+    finally:
+        stop_worker(worker, stopping)
+        log.close()

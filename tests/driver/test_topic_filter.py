@@ -10,6 +10,7 @@ import pytest
 from contract.config import ConfigError, parse_config
 from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from driver.topic_filter import (
+    FoundAtStart,
     GroupFilter,
     TopicFilter,
     group_filter_for,
@@ -228,3 +229,11 @@ def test_bad_regex_in_config_is_a_config_error_at_its_line():
     message = str(caught.value)
     assert message.startswith("srm.properties:9: B->C.topics.exclude: ")
     assert "'(unclosed'" in message
+
+
+def test_found_at_start_keeps_the_first_names_and_only_drops_later() -> None:
+    frozen = FoundAtStart(refresh=False)
+    assert frozen.keep(["a", "b"]) == ["a", "b"]
+    assert frozen.keep(["b", "c"]) == ["b"]  # c is new: left out; a is gone: dropped
+    assert frozen.keep(["a", "c"]) == ["a"]  # a came back: it was found at start
+    assert FoundAtStart(refresh=True).keep(["x"]) == ["x"]
