@@ -66,6 +66,29 @@ def translated(probe: MirrorProbe, west: str, group: str, remote: str,
     return offsets if len(offsets) == partitions else None
 
 
+def translated_within_bound(probe: MirrorProbe, west: str, group: str, remote: str,
+                            exact: dict[int, int]) -> dict[int, int]:
+    """Apache's translation once every partition is within offset.lag.max + 1 of `exact`. Checkpoints
+    emitted while the copy was under way translate from the syncs of that moment (lower); none may
+    ever pass `exact`, which would skip records."""
+    def answer() -> dict[int, int] | None:
+        offsets = translated(probe, west, group, remote, len(exact))
+        if offsets is None:
+            return None
+        assert all(offsets[p] <= e for p, e in exact.items()), f"{offsets} skips records: exact {exact}"
+        return offsets if all(e - (OFFSET_LAG_MAX + 1) <= offsets[p] for p, e in exact.items()) else None
+
+    return wait_until(answer, 90, f"translateOffsets within offset.lag.max + 1 of {exact}")  # type: ignore[return-value]
+
+
+def synced_as_translated(probe: MirrorProbe, west: str, group: str, remote: str, partitions: int) -> None:
+    """Group offset sync holds the offsets Apache translates (asked again each time: a checkpoint may
+    still improve while the last syncs arrive)."""
+    wait_until(lambda: committed(west, group, remote, partitions) == translated(probe, west, group, remote,
+                                                                                partitions),
+               90, f"west {group} to hold the translated offsets")
+
+
 def assert_resumes_within_bound(west: str, group: str, remote: str, exact: dict[int, int],
                                 values_from: dict[int, list[str]]) -> None:
     """The resumed consumer reads every value at or after the exact position, and at most
@@ -113,14 +136,11 @@ def test_lagging_group_translates_tightly_through_remote_cluster_utils(
             assert {up for up, _ in syncs[partition]} >= set(range(0, 1000, OFFSET_LAG_MAX + 1))
 
         # (b) Apache's RemoteClusterUtils, reading our checkpoints: every partition, within the bound.
-        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 3), 90,
-                             "translateOffsets to return all 3 partitions")
-        for partition, exact in lagging.items():  # no gaps: remote offset == source offset
-            assert exact - (OFFSET_LAG_MAX + 1) <= offsets[partition] <= exact, (partition, offsets)
+        # No gaps: remote offset == source offset.
+        translated_within_bound(mirror_probe, west, group, remote, lagging)
 
         # (c) Group offset sync wrote the same offsets into the idle west group.
-        wait_until(lambda: committed(west, group, remote, 3) == offsets, 90,
-                   f"west {group} to hold the translated offsets {offsets}")
+        synced_as_translated(mirror_probe, west, group, remote, 3)
         driver.assert_running()
 
     # (d) The failed-over application resumes: nothing skipped, little re-read.
@@ -156,11 +176,9 @@ def test_transactional_source_translates_tightly(kafka_clusters: dict[str, str],
     settings = {"topics": topic, "groups": group}
     with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
         wait_until(lambda: total_records(west, remote, 1) == 1100, 90, "1,100 records on west")
-        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 1), 90,
-                             "translateOffsets to return the partition")
         exact = 999  # the driver writes the 1,100 records contiguously: the 1,000th is at 999
-        assert exact - (OFFSET_LAG_MAX + 1) <= offsets[0] <= exact, offsets
-        wait_until(lambda: committed(west, group, remote, 1) == offsets, 90, "group offset sync")
+        translated_within_bound(mirror_probe, west, group, remote, {0: exact})
+        synced_as_translated(mirror_probe, west, group, remote, 1)
         driver.assert_running()
 
     assert_resumes_within_bound(west, group, remote, {0: exact},
@@ -190,7 +208,5 @@ def test_offset_syncs_on_the_target_translate_through_remote_cluster_utils(
         assert {up for up, _ in syncs} >= set(range(0, 600, OFFSET_LAG_MAX + 1))
         assert syncs_end(east) == since, "syncs written on the source too"
 
-        offsets = wait_until(lambda: translated(mirror_probe, west, group, remote, 1), 90,
-                             "translateOffsets to return the partition")
-        assert 450 - (OFFSET_LAG_MAX + 1) <= offsets[0] <= 450, offsets
+        translated_within_bound(mirror_probe, west, group, remote, {0: 450})
         driver.assert_running()
