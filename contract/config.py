@@ -183,6 +183,13 @@ class SrmConfig(ClientRenderings):
             self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
 
+    def positive_seconds(self, key: str, source: str, target: str) -> float:
+        """A duration setting of a replication; zero or less is a config error naming the key."""
+        value = self.setting(key, source, target)
+        if value is None or not value > 0:
+            raise self.config_error(key, f"must be a positive number of seconds, got {value}", source, target)
+        return value
+
     def offset_syncs_location(self, source: str, target: str) -> tuple[str, str]:
         """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
         `offset-syncs.topic.location`: on the source by default, named for the other cluster)."""

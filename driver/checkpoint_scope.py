@@ -32,13 +32,6 @@ class CheckpointSettings:
 
     @classmethod
     def of(cls, config: SrmConfig, source: str, target: str) -> CheckpointSettings:
-        def seconds(key: str) -> float:
-            value = config.setting(key, source, target)
-            if value is None or value <= 0:
-                raise config.config_error(key, f"must be a positive number of seconds, got {value}",
-                                          source, target)
-            return value
-
         def count(key: str, of: tuple[str, str] = (source, target)) -> int:
             value = config.setting(key, *of)
             if value is None or value < 0:
@@ -48,10 +41,10 @@ class CheckpointSettings:
         config.offset_syncs_location(source, target)  # a bad location fails at start, not at first use
         return cls(
             emit_enabled=config.setting("emit.checkpoints.enabled", source, target),
-            emit_interval_s=seconds("emit.checkpoints.interval.seconds"),
+            emit_interval_s=config.positive_seconds("emit.checkpoints.interval.seconds", source, target),
             sync_enabled=config.setting("sync.group.offsets.enabled", source, target),
-            sync_interval_s=seconds("sync.group.offsets.interval.seconds"),
-            metrics_period_s=seconds("metrics.period"),
+            sync_interval_s=config.positive_seconds("sync.group.offsets.interval.seconds", source, target),
+            metrics_period_s=config.positive_seconds("metrics.period", source, target),
             history_size=count("offset-syncs.history.size"),
             spacing=count("offset.lag.max") + 1,
             reverse_spacing=count("offset.lag.max", (target, source)) + 1)

@@ -68,21 +68,14 @@ def config_changes(entries: Iterable[TopicConfigEntry], excluded: Set[str],
     return ConfigChanges(set_values, frozenset(delete))
 
 
-def positive_seconds(config: SrmConfig, key: str, source: str, target: str) -> float:
-    value = config.setting(key, source, target)
-    if value is None or not value > 0:
-        raise config.config_error(key, f"must be a positive number of seconds, got {value}", source, target)
-    return value
-
-
 def refresh_interval_s(config: SrmConfig, source: str, target: str) -> float:
     """How often a replication looks at its source topics: for new topics (refresh.topics.*) and for
     config changes (sync.topic.configs.*), whichever is due sooner; never when neither is enabled."""
     intervals = [math.inf]
     if config.setting("refresh.topics.enabled", source, target):
-        intervals.append(positive_seconds(config, "refresh.topics.interval.seconds", source, target))
+        intervals.append(config.positive_seconds("refresh.topics.interval.seconds", source, target))
     if config.setting("sync.topic.configs.enabled", source, target):
-        intervals.append(positive_seconds(config, "sync.topic.configs.interval.seconds", source, target))
+        intervals.append(config.positive_seconds("sync.topic.configs.interval.seconds", source, target))
     return min(intervals)
 
 
@@ -96,8 +89,8 @@ class TopicSync:
         self.topic_filter: TopicFilter = topic_filter_for(config, source, target)
         self.heartbeats = config.setting("heartbeats.replication.enabled", source, target)
         self.sync_configs = config.setting("sync.topic.configs.enabled", source, target)
-        self.configs_interval_s = positive_seconds(config, "sync.topic.configs.interval.seconds",
-                                                   source, target)
+        self.configs_interval_s = config.positive_seconds("sync.topic.configs.interval.seconds",
+                                                          source, target)
         self._configs_due = 0.0
         # refresh.topics.enabled = false: MM2 replicates the topics it found at start, and no new ones.
         self.scope = FoundAtStart(config.setting("refresh.topics.enabled", source, target))
