@@ -48,6 +48,7 @@ from driver.checkpoint_scope import (
 from driver.control_lists import AllowDenyLists
 from driver.group_offset_sync import GroupOffsetSync
 from driver.internal_topic_feed import InternalTopicFeed, RecordHandler
+from driver.offset_sync_emitter import offset_syncs_topic
 from driver.offset_sync_store import OffsetSyncStore
 from driver.reader_health import ReplicationReaders
 from driver.topic_filter import (
@@ -150,12 +151,9 @@ class CheckpointWorker(threading.Thread):
         kafka_clients.ensure_topics(self.target_admin, target, [
             TopicSpec(self.checkpoints_topic, 1, COMPACTED, replicas if replicas is not None else -1),
             TopicSpec(metrics_topic(source), 1, raw_metrics.TOPIC_CONFIGS)])
-        # The data path creates it too; creating it here lets us read it before the first sync.
-        alias, topic = self.config.offset_syncs_location(source, target)
-        replicas = self.config.setting("offset-syncs.topic.replication.factor", source, target)
+        alias, syncs = offset_syncs_topic(self.config, source, target)  # read before the first sync
         admin = self.source_admin if alias == source else self.target_admin
-        kafka_clients.ensure_topics(admin, alias, [
-            TopicSpec(topic, 1, COMPACTED, replicas if replicas is not None else -1)])
+        kafka_clients.ensure_topics(admin, alias, [syncs])
 
     def _feed(self, alias: str, topic: str, handle: RecordHandler, syncs: bool = False) -> InternalTopicFeed:
         consumer = kafka_clients.consumer(

@@ -38,6 +38,15 @@ OFFSET_SYNCS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact"}
 SYNC_PRODUCER_SETTINGS: Final = {"linger.ms": 1, "compression.type": "none"}
 
 
+def offset_syncs_topic(config: SrmConfig, source: str, target: str) -> tuple[str, TopicSpec]:
+    """The cluster holding replication `source -> target`'s offset-syncs topic and the topic to ensure
+    there: the sync writer and the checkpoint reader (which reads it before the first sync) both
+    create it, so they must create the same one."""
+    cluster, topic = config.offset_syncs_location(source, target)
+    replicas = config.setting("offset-syncs.topic.replication.factor", source, target)
+    return cluster, TopicSpec(topic, 1, OFFSET_SYNCS_TOPIC_CONFIGS, replicas if replicas is not None else -1)
+
+
 class OffsetSyncEmitter:
     def __init__(self, producer: Producer, topic: str, offset_lag_max: int = DEFAULT_OFFSET_LAG_MAX) -> None:
         self.producer, self.topic = producer, topic
@@ -52,16 +61,14 @@ class OffsetSyncEmitter:
     def for_replication(cls, config: SrmConfig, source: str, target: str) -> OffsetSyncEmitter:
         """Creates the offset-syncs topic where `offset-syncs.topic.location` puts it (the source by
         default) if needed, and a producer for it."""
-        cluster, topic = config.offset_syncs_location(source, target)
+        cluster, spec = offset_syncs_topic(config, source, target)
         lag_max = config.setting("offset.lag.max", source, target)
         if lag_max is None or lag_max < 0:
             raise config.config_error("offset.lag.max", f"must be >= 0, got {lag_max}", source, target)
-        factor = config.setting("offset-syncs.topic.replication.factor", source, target) or -1
-        kafka_clients.ensure_topics(kafka_clients.admin(config, cluster), cluster,
-                                    [TopicSpec(topic, 1, OFFSET_SYNCS_TOPIC_CONFIGS, factor)])
+        kafka_clients.ensure_topics(kafka_clients.admin(config, cluster), cluster, [spec])
         producer = kafka_clients.producer(config, cluster, overrides=SYNC_PRODUCER_SETTINGS,
                                           source=source, target=target)
-        return cls(producer, topic, lag_max)
+        return cls(producer, spec.name, lag_max)
 
     def acknowledged(self, topic: str, partition: int, upstream_offset: int, downstream_offset: int) -> None:
         """A record the target acknowledged (committed, in exactly-once mode), as MM2's commitRecord.
