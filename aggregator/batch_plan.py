@@ -30,6 +30,7 @@ MEMBER_PARTS = ("n", "sum", "min", "max", "last")
 # Metrics whose windows latest values read: end offsets of partitions (lag in seconds), their offsets and
 # lag (lag verdicts), record counts of replications.
 HISTORY_METRICS = ("source_end_offset", "upstream_offset", "records_lag", "record_count")
+PYTHON_ROWS_AT_ONCE = 16_384
 
 
 @dataclass
@@ -81,19 +82,21 @@ class BatchPlan:
         # Partitions' series for lag in seconds and verdicts; recent record counts a replication's.
         wanted = (pc.equal(present["topic"], layout.ALL_TOPICS) if metric == "record_count"
                   else pc.greater_equal(present["partition"], 0))
-        rows = present.append_column("last_ts", last_ts).filter(wanted)
-        columns = rows.select(["target", "source", "topic", "partition", "group", "window_start",
-                               *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"]).to_pydict()
+        rows = present.append_column("last_ts", last_ts).filter(wanted).select(
+            ["target", "source", "topic", "partition", "group", "window_start",
+             *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"])
         # A series' windows come in a run: one SeriesId (a Python-level hash) per run, not per window.
         subject: tuple | None = None
         windows: list[layout.WindowAggregate] = []
-        for target, source, topic, partition, group, start, n, total, low, high, last, last_ts in zip(
-                *columns.values(), strict=True):
-            if subject != (target, source, topic, partition, group):
-                subject = (target, source, topic, partition, group)
-                series = layout.SeriesId(target, source, topic, partition, metric, group or None)
-                windows = self.history.setdefault(series, [])
-            windows.append(layout.WindowAggregate(start, n, total, low, high, last, last_ts))
+        # In slices: a batch's columns as Python objects at once were ~10^6 numbers, the driver's peak.
+        for chunk in rows.to_batches(max_chunksize=PYTHON_ROWS_AT_ONCE):
+            for target, source, topic, partition, group, start, n, total, low, high, last, last_ts in zip(
+                    *chunk.to_pydict().values(), strict=True):
+                if subject != (target, source, topic, partition, group):
+                    subject = (target, source, topic, partition, group)
+                    series = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                    windows = self.history.setdefault(series, [])
+                windows.append(layout.WindowAggregate(start, n, total, low, high, last, last_ts))
 
     def _add_invalid(self, windows: pa.Table, excerpts: Mapping[tuple[str, str, int, int], str]) -> None:
         invalid = windows.filter(pc.equal(windows["kind"], INVALID_KIND))

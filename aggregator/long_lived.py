@@ -1,4 +1,5 @@
-"""The garbage collector and the objects that live as long as the process: kept out of its full passes.
+"""The garbage collector and the objects that live as long as the process: kept out of its full passes,
+and the memory a batch freed handed back to the system.
 
 A full collection walks every tracked object. Both kinds of aggregator process hold many that never become
 garbage: an executor's Python worker its imports (pyspark, pyarrow, pandas), the driver the sink's window
@@ -9,16 +10,37 @@ full collections over the bench's ~30 batches.
 gc.freeze() moves the objects alive at that moment out of the collector's sight. Objects frozen and later
 dropped are still freed by their reference counts; only cyclic garbage among them would stay, so the
 driver thaws and collects everything once every THAW_EVERY batches.
+
+Freed memory stays with the allocators: Arrow's (mimalloc) keeps pages for reuse, and glibc's malloc keeps
+the heap top and its arenas (the py4j threads each have one). A driver that once held a large batch would
+keep its size. Measured on bench/aggregator.py (8 batches of 200k records, 2,000 partitions): RSS 427 MB
+after the run with neither returned, 393 MB with both, for ~5 ms a batch.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import sys
+
+import pyarrow as pa
 
 THAW_EVERY = 500  # batches: at the default 2 s trigger, one full collection every ~17 minutes
 
 _worker_frozen: list[bool] = []
+
+
+def _malloc_trim() -> ctypes._CFuncPtr | None:
+    """glibc's malloc_trim, or None on a C library without it (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
 
 
 def freeze_worker_imports() -> None:
@@ -35,3 +57,11 @@ def settle_after_batch(batches_done: int) -> None:
         gc.unfreeze()
         gc.collect()
     gc.freeze()
+    return_freed_memory()
+
+
+def return_freed_memory() -> None:
+    """What the batch freed goes back to the system; the next batch allocates afresh in a few ms."""
+    pa.default_memory_pool().release_unused()
+    if _TRIM is not None:
+        _TRIM(0)

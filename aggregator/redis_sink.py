@@ -173,9 +173,6 @@ class RedisRollupSink:
                   batch_partials.windows.num_rows, collected.latest_candidates, collected.bytes,
                   collected.tasks, (computed - began) * 1000, (time.monotonic() - computed) * 1000)
         self.write(batch_partials, batch_id, state, require_state=batch_id > 0)
-        # Arrow's allocator keeps freed pages for reuse: a driver that once held a large batch would
-        # keep its size. The partials of the next batch are allocated afresh in a few ms.
-        pa.default_memory_pool().release_unused()
         self._batches_done += 1
         long_lived.settle_after_batch(self._batches_done)
 

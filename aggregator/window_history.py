@@ -10,9 +10,11 @@ first time it is needed (or when an older range is asked for), and after that fo
 committed. Only committed batches change it, and a failed write clears it, so it always equals what
 Redis holds over its range; a restarted process starts empty and reads Redis again.
 
-A series is kept over twice the span it was first read for (at most `keep_ms`): a verdict reads
-~20 periods of offsets, lag in seconds 10 minutes of end offsets, and at 2,000 partitions keeping every
-series for the longest span held ~10^6 windows in the driver.
+A series is kept over the span it was first read for and as much again, at most KEEP_SLACK_MS more (and
+at most `keep_ms` in all): a verdict reads ~20 periods of offsets, lag in seconds 10 minutes of end
+offsets, and at 2,000 partitions keeping every series for the longest span held ~10^6 windows in the
+driver. The room past the span lets a report older than the series' newest window (by up to the slack) be
+read from what is kept; an older one reads Redis again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from contract.redis_layout import FINEST_WINDOW, SeriesId, WindowAggregate, merge_windows, series_key
+
+# Kept past a series' read span: twice the default watermark delay, and a window.
+KEEP_SLACK_MS = 120_000
 
 
 @lru_cache(maxsize=1 << 17)  # named for every partition of every batch: a few thousand series
@@ -48,9 +53,10 @@ class WindowHistory:
 
     def load(self, key: str, low_ms: int, stored: Iterable[WindowAggregate],
              span_ms: int | None = None) -> None:
-        """What Redis holds of a series from `low_ms` on; `span_ms`: the span it is read over (kept twice
-        that, up to keep_ms; a read further back loads it again)."""
-        keep = None if span_ms is None else min(self.keep_ms, 2 * span_ms)
+        """What Redis holds of a series from `low_ms` on; `span_ms`: the span it is read over (kept over
+        that and as much again, at most KEEP_SLACK_MS more and keep_ms in all; a read further back loads
+        it again)."""
+        keep = None if span_ms is None else min(self.keep_ms, span_ms + min(span_ms, KEEP_SLACK_MS))
         windows = {w.start_ms: w for w in stored if w.start_ms >= low_ms}
         self.series[key] = SeriesHistory(low_ms, windows, keep)
 
