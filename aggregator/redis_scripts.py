@@ -6,16 +6,7 @@ writer changes them atomically inside a batch's MULTI.
 
 from __future__ import annotations
 
-from contract.redis_layout import LATEST_TTL_MS, encode_latest, key_ttl_ms
-
-
-def replace_args(key: str, windows: int, replaced: int, trim_before: int | None) -> list:
-    """The head of one key's part of REPLACE_WINDOWS_LUA's ARGV: its number of windows and of stored
-    members they replace, then (when the batch created a window there) the retention cut-off, which also
-    resets the key's lifetime. The windows follow as start and new member each, then the replaced
-    members."""
-    window = key.rsplit(":", 1)[1]
-    return [windows, replaced, "" if trim_before is None else str(trim_before), key_ttl_ms(window)]
+from contract.redis_layout import LATEST_TTL_MS, encode_latest
 
 
 def latest_args(fields: list[tuple[str, dict]]) -> list[str]:
@@ -57,8 +48,9 @@ return written
 # are added first and the members they replace removed after, so a key is never empty for a moment
 # (Redis would delete it and its TTL). Runs in the batch's MULTI after the batch-id check. Retention is
 # trimmed relative to the newest window written (when one is created), not the clock, so a replay of the
-# same input leaves the same members. ARGV: per key, in KEYS order, replace_args, its windows (start,
-# member) and the members they replace: runs of ARGV handed to ZADD and ZREM as they are (building Lua
+# same input leaves the same members. ARGV: per key, in KEYS order, its head (windows, replaced members,
+# cut-off or "", lifetime; stored_windows.redis_calls lays it out), its windows (start, member) and the
+# members they replace: runs of ARGV handed to ZADD and ZREM as they are (building Lua
 # tables of them cost more than the commands).
 REPLACE_WINDOWS_LUA = """
 local CHUNK = 1000

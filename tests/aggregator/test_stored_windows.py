@@ -111,10 +111,12 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     calls = redis_calls([WindowUpdates("10s", changed, {2: -5, 1: -7})], keys)
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    ttl = layout.key_ttl_ms("10s")
-    assert calls[0][1] == [1, 1, "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
-                           1, 0, "-5", ttl, "0", "0:1:9:9:9:9:1"]
-    assert calls[1][1] == [1, 0, "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
+    # Head of a key: its windows, the members they replace, the retention cut-off (when the batch created a
+    # window there: it also resets the key's lifetime) and the lifetime.
+    ttl = str(layout.key_ttl_ms("10s"))
+    assert calls[0][1] == ["1", "1", "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
+                           "1", "0", "-5", ttl, "0", "0:1:9:9:9:9:1"]
+    assert calls[1][1] == ["1", "0", "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
 
 
 def test_redis_calls_give_each_key_its_windows_in_order():
@@ -128,8 +130,8 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}), WindowUpdates("1h", changed.slice(1, 1),
                                                                                    {ids[0]: 0})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
-    ttl_1m, ttl_1h = layout.key_ttl_ms("1m"), layout.key_ttl_ms("1h")
-    assert argv == [1, 0, "", ttl_1m, "0", "m0-0",
-                    1, 0, "0", ttl_1h, "0", "m0-0",
-                    1, 0, "", ttl_1m, "0", "m1-0",
-                    3, 0, "", ttl_1m, "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
+    ttl_1m, ttl_1h = str(layout.key_ttl_ms("1m")), str(layout.key_ttl_ms("1h"))
+    assert argv == ["1", "0", "", ttl_1m, "0", "m0-0",
+                    "1", "0", "0", ttl_1h, "0", "m0-0",
+                    "1", "0", "", ttl_1m, "0", "m1-0",
+                    "3", "0", "", ttl_1m, "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
