@@ -17,6 +17,8 @@
    The driver's peak RSS (VmHWM) is printed after the throughput run.
 3. Freshness: records are produced live at RATE records/s (ts = now); a probe partition's latest
    value is polled in Redis, freshness = when its new `ts` became readable - that ts.
+Both inputs are produced by a process of its own (in_child): the bench's process is the Spark driver
+and holds only what an aggregator holds.
 
 Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms> driver_bytes_per_record=<b>
 driver_cpu_growth=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000 records/s and growth 1.25,
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import logging
+import multiprocessing
 import os
 import statistics
 import sys
@@ -95,6 +98,56 @@ def produce(producer: Producer, topic: str, payloads: list[tuple[bytes, bytes]])
             except BufferError:
                 producer.poll(0.05)
     producer.poll(0)
+
+
+def in_child(produce_input, *args):  # noqa: ANN001, ANN201
+    """Runs a producer of the query's input in a process of its own and returns its answer: the Spark
+    driver's process (whose CPU and RSS the bench reports) holds only what an aggregator holds, and the
+    producer's loop does not take the driver's GIL while batches run."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(produce_input, args)
+
+
+def produce_backlog(bootstrap: str, source: str, series: int, periods: int, every: int) -> None:
+    """S series x P periods of reports (a report every `every` periods), ts one period apart, ending now."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "lz4"})
+    base = int(time.time() * 1000) - periods * 1000
+    keys = [record_key(source, s) for s in range(series)]
+    for p in range(0, periods, every):
+        payloads = [(keys[s], record(source, s, base + p * 1000, p)) for s in range(series)]
+        produce(producer, metrics_topic(source), payloads)
+    if producer.flush(120):
+        raise RuntimeError("the backlog was not all produced in 120 s")
+
+
+def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: int) -> list[int]:
+    """RATE records/s for SECONDS, ts = now, in ticks of 100 ms; the probe (series 0) reports each tick,
+    the others fill up the rate round-robin. Returns the probe reports' ts."""
+    keys = [record_key(source, s) for s in range(series)]
+    topic = metrics_topic(source)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    began, sent, seq = time.time(), 0, 0
+    produced_ts: list[int] = []
+    while time.time() - began < seconds:
+        tick = time.time()
+        per_tick = rate // 10
+        now_ms = int(tick * 1000)
+        batch = [(keys[0], record(source, 0, now_ms, seq))]
+        for i in range(per_tick - 1):
+            s = 1 + (sent + i) % (series - 1)
+            batch.append((keys[s], record(source, s, now_ms, seq)))
+        produce(producer, topic, batch)
+        produced_ts.append(now_ms)
+        sent += per_tick
+        seq += 1
+        time.sleep(max(0.0, 0.1 - (time.time() - tick)))
+    producer.flush(60)
+    achieved = sent / (time.time() - began)
+    print(f"freshness: produced {sent} records at {achieved:.0f} records/s, probe reports {len(produced_ts)}",
+          flush=True)
+    return produced_ts
 
 
 class DriverLoad:
@@ -218,14 +271,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
                max_offsets: int, every: int = 1) -> Drained:
     """Drains S series x P periods (a report every `every` periods) in batches of `max_offsets`."""
     load = DriverLoad()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4"})
-    base = int(time.time() * 1000) - periods * 1000
-    keys = [record_key(source, s) for s in range(series)]
-    for p in range(0, periods, every):
-        payloads = [(keys[s], record(source, s, base + p * 1000, p)) for s in range(series)]
-        produce(producer, metrics_topic(source), payloads)
-    producer.flush(120)
+    in_child(produce_backlog, bootstrap, source, series, periods, every)
     query = start_rollup_query(spark, RollupQuerySpec(
         target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / source),
         trigger_interval="100 milliseconds", watermark_delay_ms=3_600_000,
@@ -275,7 +321,6 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
 def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,
               seconds: int) -> list[float]:
     source = "fresh"
-    keys = [record_key(source, s) for s in range(series)]
     topic = metrics_topic(source)
     query = start_rollup_query(spark, RollupQuerySpec(
         target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "fresh"),
@@ -295,31 +340,11 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
             time.sleep(0.01)
 
     poller = threading.Thread(target=poll, daemon=True)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     try:
         time.sleep(5)  # let the query start before timing anything
         poller.start()
-        began, sent, seq = time.time(), 0, 0
-        produced_ts: list[int] = []
-        while time.time() - began < seconds:
-            tick = time.time()
-            per_tick = rate // 10
-            now_ms = int(tick * 1000)
-            # The probe (series 0) reports each tick; the others fill up the rate round-robin.
-            batch = [(keys[0], record(source, 0, now_ms, seq))]
-            for i in range(per_tick - 1):
-                s = 1 + (sent + i) % (series - 1)
-                batch.append((keys[s], record(source, s, now_ms, seq)))
-            produce(producer, topic, batch)
-            produced_ts.append(now_ms)
-            sent += per_tick
-            seq += 1
-            time.sleep(max(0.0, 0.1 - (time.time() - tick)))
-        producer.flush(60)
-        achieved = sent / (time.time() - began)
+        produced_ts = in_child(produce_live, bootstrap, source, series, rate, seconds)
         time.sleep(5)
-        print(f"freshness: produced {sent} records at {achieved:.0f} records/s, "
-              f"probe reports {len(produced_ts)}")
     finally:
         stop.set()
         query.stop()
