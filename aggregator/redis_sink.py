@@ -152,6 +152,7 @@ class RedisRollupSink:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
         self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
+        self.last_collected = None  # not held while the next batch's partials arrive
         state = self.state()
         if batch_id > 0 and state.batch_id is None:
             self._lose_state(batch_id)
