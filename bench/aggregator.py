@@ -113,7 +113,8 @@ def produce_backlog(bootstrap: str, source: str, series: int, periods: int, ever
     """S series x P periods of reports (a report every `every` periods), ts one period apart, ending now."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "compression.type": "lz4"})
-    base = int(time.time() * 1000) - periods * 1000
+    # On a window boundary: each batch then spans the same windows, run after run.
+    base = int(time.time() * 1000) // 10_000 * 10_000 - periods * 1000
     keys = [record_key(source, s) for s in range(series)]
     for p in range(0, periods, every):
         payloads = [(keys[s], record(source, s, base + p * 1000, p)) for s in range(series)]
