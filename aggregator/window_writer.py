@@ -7,20 +7,25 @@ the batch as committed, and a WindowWriter merges them: at once (`WindowWriter`:
 child process (`BackgroundWindowWriter`: the streaming query) while Spark reads the next batch. A process,
 not a thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs.
 
-Batches are merged in order, each in one MULTI that also deletes its staged copy and advances the applied
-batch id (redis_layout.applied_batch_key). A batch staged but not merged when the process died is merged
-when a writer of the same query starts (recover). Merging is not idempotent, so the applied id is WATCHed:
-a batch another writer merged meanwhile (a query restarted in the same process) is not merged twice.
+Batches are merged in order. Redis runs a MULTI whole, blocking every other client meanwhile (the sink's
+next commit, the service's reads): one MULTI for the ~50k keys of 2,000 partitions blocked Redis ~0.5 s,
+and ~1.2 s for a 200k-record batch. So a merge goes in MERGE_PARTS transactions, the topics split between
+them by a hash of their name; each records its part as done (redis_layout.merging_batches_key) and the
+last one also deletes the staged copies and advances the applied batch id (applied_batch_key). A batch
+staged but not merged when the process died is merged when a writer of the same query starts (recover);
+a merge cut off part-way is finished as it was grouped, its parts done skipped. Merging is not
+idempotent, so the applied id and the parts done are WATCHed: what another writer merged meanwhile (a
+query restarted in the same process) is not merged twice.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing
 import signal
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -41,6 +46,9 @@ WATCH_RETRIES = 5
 # finest window (10 s); at 20k records/s merging every batch (~0.6 s) took ~40 % of a core.
 MERGE_INTERVAL_S = 2.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+# Transactions a merge is cut into: at 2,000 partitions ~60 ms of Redis each (~150 ms at 200k-record
+# batches). Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
+MERGE_PARTS = 8
 CHILD_PREFIX = "srm-windows-"
 # A child answers each batch within a merge (a few seconds) or, when Redis hangs, once its socket timeout
 # (redis.socket.timeout.ms, 10 s per call, a few calls per merge) fails the merge. One silent for longer
@@ -100,13 +108,20 @@ class WindowWriter:
         """A failed merge raised from submit."""
 
     def recover(self, committed: int | None) -> None:
-        """Merge, now, the batches up to `committed` that were staged but never merged."""
+        """Merge, now, the batches up to `committed` that were staged but never merged: first a merge cut
+        off part-way, grouped as it was."""
         raw = self.client.get(layout.applied_batch_key(self.scope))
         if committed is None or raw is None or int(raw) >= committed:
             return
-        LOG.info("%s: merging the windows of batches %d..%d, staged before a restart", self.scope,
-                 int(raw) + 1, committed)
-        self.merge_staged(list(range(int(raw) + 1, committed + 1)))
+        first = int(raw) + 1
+        LOG.info("%s: merging the windows of batches %d..%d, staged before a restart", self.scope, first,
+                 committed)
+        cut_off = _merging(self.client.hgetall(layout.merging_batches_key(self.scope)))
+        if cut_off is not None and cut_off[0] == first and cut_off[1] <= committed:
+            self.merge_staged(list(range(first, cut_off[1] + 1)))
+            first = cut_off[1] + 1
+        if first <= committed:
+            self.merge_staged(list(range(first, committed + 1)))
 
     def merge_staged(self, batch_ids: list[int]) -> None:
         """Merge staged batches from their staged copies; one without a copy was merged already (by
@@ -132,7 +147,7 @@ class WindowWriter:
         for _ in range(WATCH_RETRIES):
             try:
                 with self.client.pipeline(transaction=True) as pipe:
-                    pipe.watch(applied_key)
+                    pipe.watch(applied_key, layout.merging_batches_key(self.scope))
                     applied = pipe.get(applied_key)
                     if staged and applied is None:
                         LOG.warning("%s: batches %s not merged: the query's state is gone from Redis",
@@ -153,23 +168,57 @@ class WindowWriter:
         raise RuntimeError(f"{self.scope}: batches {ids}: the applied batch id kept changing")
 
     def _merge(self, pipe: redis.client.Pipeline, batch_ids: list[int], windows: pa.Table) -> None:
+        """Merges the batches in parts (pipe WATCHes the applied id and the parts done, read as `applied`)."""
         began = time.monotonic()
+        merging_key = layout.merging_batches_key(self.scope)
+        group = (batch_ids[0], batch_ids[-1])
+        done = self._parts_done(pipe, group)
+        resumed = bool(done)
+        if resumed:  # Redis holds these parts merged already: kept windows would count them twice
+            self.stored.clear()
         finest, series = numbered_partials(windows, self.series_keys)
         numbered = time.monotonic()
         updates = self._updates(finest)
         merged = time.monotonic()
-        pipe.multi()
-        for keys, argv in redis_calls(updates, self.series_keys):
-            self._replace(keys=keys, args=argv, client=pipe)
-        pipe.set(layout.applied_batch_key(self.scope), batch_ids[-1], px=layout.INDEX_TTL_MS)
-        pipe.delete(*(layout.staged_batch_key(self.scope, i) for i in batch_ids))
+        parts = merge_parts(redis_calls(updates, self.series_keys))
+        applied_key = layout.applied_batch_key(self.scope)
+        applied = pipe.get(applied_key)
+        for part, calls in sorted(parts.items()):
+            if part in done:
+                continue
+            pipe.multi()
+            for keys, argv in calls:
+                self._replace(keys=keys, args=argv, client=pipe)
+            done.add(part)
+            pipe.hset(merging_key, mapping={"first": group[0], "last": group[1],
+                                            "parts": ",".join(map(str, sorted(done)))})
+            pipe.pexpire(merging_key, layout.INDEX_TTL_MS)
+            pipe.execute()
+            # The next part WATCHes again: what another writer did in between aborts it.
+            pipe.watch(applied_key, merging_key)
+            if pipe.get(applied_key) != applied or self._parts_done(pipe, group) != done:
+                raise redis.WatchError(f"{self.scope}: another writer merged batches {group} meanwhile")
         queued = time.monotonic()
+        pipe.multi()
+        pipe.set(applied_key, batch_ids[-1], px=layout.INDEX_TTL_MS)
+        pipe.delete(merging_key, *(layout.staged_batch_key(self.scope, i) for i in batch_ids))
         pipe.execute()
+        if resumed:  # the skipped parts' kept windows were merged from Redis, where they were already
+            self.stored.clear()
         LOG.debug("%s: batches %s: windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
-                  "queued %.0f, Redis %.0f)", self.scope, batch_ids, series,
-                  (time.monotonic() - began) * 1000,
-                  *((b - a) * 1000 for a, b in itertools.pairwise((began, numbered, merged, queued,
-                                                                    time.monotonic()))))
+                  "Redis in %d parts %.0f, done %.0f)", self.scope, batch_ids, series,
+                  (time.monotonic() - began) * 1000, (numbered - began) * 1000, (merged - numbered) * 1000,
+                  len(parts), (queued - merged) * 1000, (time.monotonic() - queued) * 1000)
+
+    def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
+        """The parts of a merge of `group` (first, last batch) already in Redis."""
+        cut_off = _merging(pipe.hgetall(layout.merging_batches_key(self.scope)))
+        if cut_off is None:
+            return set()
+        if cut_off[:2] != group:
+            raise RuntimeError(f"{self.scope}: batches {cut_off[0]}..{cut_off[1]} were being merged "
+                               f"together, not {group[0]}..{group[1]}")
+        return set(cut_off[2])
 
     def _updates(self, finest: pa.Table | None) -> list[WindowUpdates]:
         """The batch's partials merged at every window size with the stored windows (read from Redis
@@ -188,6 +237,29 @@ class WindowWriter:
                 self.stored.load(window, {series: (low, members) for (series, low), members in replies})
             updates.append(self.stored.apply(partials, window))
         return updates
+
+
+def merge_parts(calls: list[tuple[list[str], list[str]]]) -> dict[int, list[tuple[list[str], list[str]]]]:
+    """The REPLACE_WINDOWS_LUA calls (one per topic) by merge part: a hash of the topic's hash tag."""
+    parts: dict[int, list[tuple[list[str], list[str]]]] = {}
+    for keys, argv in calls:
+        key = keys[0]
+        tag = key[key.index("{"):key.index("}") + 1]
+        parts.setdefault(zlib.crc32(tag.encode()) % MERGE_PARTS, []).append((keys, argv))
+    return parts
+
+
+def _merging(raw: dict) -> tuple[int, int, frozenset[int]] | None:
+    """(first, last, parts done) of a merge in progress, from its hash; None when there is none."""
+    if not raw:
+        return None
+    fields = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+              for k, v in raw.items()}
+    try:
+        parts = frozenset(int(p) for p in fields.get("parts", "").split(",") if p)
+        return int(fields["first"]), int(fields["last"]), parts
+    except (KeyError, ValueError) as exc:
+        raise RuntimeError(f"unreadable merge in progress {fields!r}: {exc}") from exc
 
 
 class BackgroundWindowWriter:

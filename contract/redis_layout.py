@@ -207,6 +207,14 @@ def applied_batch_key(query_name: str) -> str:
     return f"{batch_key(query_name)}:applied"
 
 
+def merging_batches_key(query_name: str) -> str:
+    """Hash of a merge in progress (window_writer): `first` and `last`, the batches merged together, and
+    `parts`, the merge's parts already in Redis (comma-separated numbers). Written with each part, deleted
+    with the last one (which advances applied_batch_key), so a merge cut off part-way is finished on
+    restart without merging a part twice."""
+    return f"{batch_key(query_name)}:merging"
+
+
 INDEX_TTL_MS = WINDOWS["1h"].retention_ms + TTL_SLACK_MS
 
 

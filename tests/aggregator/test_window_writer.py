@@ -8,9 +8,17 @@ import uuid
 import pytest
 from streaming_input import snapshot
 
+from aggregator import window_writer
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
-from aggregator.window_writer import WindowWriter, decode_partials, encode_partials, stage
+from aggregator.window_writer import (
+    MERGE_PARTS,
+    WindowWriter,
+    decode_partials,
+    encode_partials,
+    merge_parts,
+    stage,
+)
 from contract import redis_layout as layout
 
 pytestmark = pytest.mark.integration
@@ -101,3 +109,62 @@ def test_staging_the_next_batch_does_not_abort_a_merge_in_progress(redis_url: st
         merge.multi()
         merge.set(applied, 1)
         assert merge.execute() == [True]  # a WatchError had the staging touched the applied id
+
+
+def topics_batch(prefix: str, topics: int, first_window: int):
+    """Record counts of one partition of each of `topics` topics: spread over the merge's parts."""
+    return of_windows([
+        {"target": "west", "source": "east", "topic": f"{prefix}{t}", "upstream_topic": f"t{t}",
+         "partition": 0, "metric": "record_count", "window_start": HOUR + (first_window + i) * 10_000,
+         "count": 1, "sum": i + t, "min": i + t, "max": i + t, "last": i + t}
+        for i in range(4) for t in range(topics)])
+
+
+def test_a_merge_is_cut_into_parts_by_topic():
+    calls = [([f"srm:ts:{{west|east|east.t{t}}}:0::record_count:10s"], ["1"]) for t in range(40)]
+    parts = merge_parts(calls)
+    assert 1 < len(parts) <= MERGE_PARTS and sum(len(c) for c in parts.values()) == 40
+    # A topic's part depends on its name only, not on the order of the calls.
+    assert merge_parts(list(reversed(calls))).keys() == parts.keys()
+
+
+def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_twice(redis_url: str,
+                                                                                     monkeypatch):
+    prefixes = [f"east.t{uuid.uuid4().hex[:6]}-" for _ in range(2)]
+    whole, cut = new_sink(redis_url, background=False), new_sink(redis_url, background=False)
+    for batch_id in range(2):
+        whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
+    cut.write(topics_batch(prefixes[1], 24, 0), 0)
+    merged: list[list] = []
+    real_parts = window_writer.merge_parts
+
+    def seen_parts(calls):  # noqa: ANN001, ANN202
+        parts = real_parts(calls)
+        merged.extend(parts[p] for p in sorted(parts))
+        return parts
+
+    monkeypatch.setattr(window_writer, "merge_parts", seen_parts)
+    replace = cut.windows._replace
+
+    def dies_in_the_third_part(keys, args, client):  # noqa: ANN001, ANN202
+        if keys is merged[2][0][0]:
+            raise ConnectionError("the process died between the merge's second and third part")
+        return replace(keys=keys, args=args, client=client)
+
+    cut.windows._replace = dies_in_the_third_part
+    with pytest.raises(ConnectionError):
+        cut.write(topics_batch(prefixes[1], 24, 4), 1)
+    progress = cut.client.hgetall(layout.merging_batches_key(cut.batch_scope))
+    assert (progress[b"first"], progress[b"last"]) == (b"1", b"1")
+    assert len(progress[b"parts"].split(b",")) == 2  # the first two parts are in Redis
+    assert cut.client.get(layout.applied_batch_key(cut.batch_scope)) == b"0"
+
+    restarted = WindowWriter(cut.client, cut.batch_scope)  # a new process: nothing kept
+    restarted.recover(1)
+
+    def renamed(sink: RedisRollupSink, prefix: str) -> dict:
+        return {k.replace(prefix, "P"): v for k, v in snapshot(sink.client, match=f"*{prefix}*").items()}
+
+    assert renamed(cut, prefixes[1]) == renamed(whole, prefixes[0])
+    assert not cut.client.exists(layout.merging_batches_key(cut.batch_scope))
+    assert cut.client.get(layout.applied_batch_key(cut.batch_scope)) == b"1"
