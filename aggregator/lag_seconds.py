@@ -79,7 +79,14 @@ class OffsetTimeTable:
                 if len(kept) == capacity:
                     del kept[0]
             kept.append(point)
-        return cls(capacity, tuple(kept))
+        if capacity < _POINTS_PER_LINE:
+            raise ValueError(f"capacity must be at least {_POINTS_PER_LINE}, got {capacity}")
+        # In order and within capacity by construction: __post_init__'s check of every pair again cost
+        # as much as a third of building the table.
+        table = object.__new__(cls)
+        object.__setattr__(table, "capacity", capacity)
+        object.__setattr__(table, "points", tuple(kept))
+        return table
 
     @property
     def newest(self) -> OffsetPoint | None:

@@ -8,6 +8,7 @@ Lag in seconds is evaluated at the report's own `ts`; the reader can age it furt
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY, OffsetPoint, OffsetTimeTable, lag_seconds
@@ -29,7 +30,7 @@ def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
     skip_from = window_start(newest.timestamp_ms, FINEST_WINDOW.name) if newest else now_ms + 1
     points = [
         OffsetPoint(int(w.last), min(w.start_ms + _MID_WINDOW_MS, now_ms))
-        for w in sorted(windows, key=lambda w: w.start_ms)
+        for w in sorted(windows, key=attrgetter("start_ms"))
         if w.start_ms <= now_ms and w.start_ms < skip_from
     ]
     if newest is not None:
