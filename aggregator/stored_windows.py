@@ -223,23 +223,24 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
 
 def _heads(windows: np.ndarray, replaced: np.ndarray, run_series: np.ndarray, run_size: np.ndarray,
            updates: list[WindowUpdates], sizes: dict[str, int]) -> pa.Array:
-    """Each key's head, four strings a key: windows, replaced, cut-off or "", lifetime."""
+    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime."""
     trims = {(sizes[u.window], s): str(cut) for u in updates for s, cut in u.trims.items()}
     cuts = [trims.get((size, series), "") for series, size in zip(run_series.tolist(), run_size.tolist(),
                                                                    strict=True)]
     lifetimes = np.array([layout.key_ttl_ms(w) for w in layout.WINDOWS], np.int64)[run_size]
     numbers = [pc.cast(pa.array(column), pa.string()) for column in (windows, replaced)]
-    columns = [*numbers, pa.array(cuts, pa.string()), pc.cast(pa.array(lifetimes), pa.string())]
-    return pc.take(pa.concat_arrays(columns), _interleaved_indices(len(windows), 4))
+    return pa.concat_arrays([*numbers, pa.array(cuts, pa.string()),
+                             pc.cast(pa.array(lifetimes), pa.string())])
 
 
 def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has_old: np.ndarray,
                 olds_before: np.ndarray) -> pa.Array:
-    """Indices into [heads (4 a key), starts, members, olds (a row each)] in ARGV order; `offsets`: where
-    each key's part starts."""
+    """Indices into [heads (_heads: 4 columns of a row a key), starts, members, olds (a row each)] in ARGV
+    order; `offsets`: where each key's part starts."""
     keys, rows = len(begins), len(has_old)
     order = np.empty(int(offsets[-1]), np.int64)
-    order[(offsets[:-1, None] + np.arange(4)).ravel()] = np.arange(4 * keys)
+    order[(offsets[:-1, None] + np.arange(4)).ravel()] = (np.arange(4)[None, :] * keys
+                                                          + np.arange(keys)[:, None]).ravel()
     row = np.arange(rows)
     run = np.repeat(np.arange(keys), counts)
     pair_at = offsets[run] + 4 + 2 * (row - begins[run])
@@ -250,11 +251,6 @@ def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has
     rank = olds_before[old_rows] - olds_before[begins[old_run]]
     order[offsets[old_run] + 4 + 2 * counts[old_run] + rank] = 4 * keys + 2 * rows + old_rows
     return pa.array(order)
-
-
-def _interleaved_indices(rows: int, columns: int = 2) -> pa.Array:
-    """Indices taking row r of `columns` concatenated columns to elements columns*r, ..., columns*r + c."""
-    return pa.array((np.arange(columns)[None, :] * rows + np.arange(rows)[:, None]).ravel())
 
 
 def _merged(joined: pa.Table) -> pa.Table:
