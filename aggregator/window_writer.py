@@ -155,7 +155,8 @@ class WindowWriter:
                         return
                     todo = [(i, w) for i, w in batches if applied is None or i > int(applied)]
                     if todo:
-                        self._merge(pipe, [i for i, _ in todo], pa.concat_tables([w for _, w in todo]))
+                        self._merge(pipe, [i for i, _ in todo], pa.concat_tables([w for _, w in todo]),
+                                    applied)
                     return
             except redis.WatchError:
                 self.stored.clear()  # merged from Redis as it was before another writer's batch
@@ -167,8 +168,9 @@ class WindowWriter:
         ids = [i for i, _ in batches]
         raise RuntimeError(f"{self.scope}: batches {ids}: the applied batch id kept changing")
 
-    def _merge(self, pipe: redis.client.Pipeline, batch_ids: list[int], windows: pa.Table) -> None:
-        """Merges the batches in parts (pipe WATCHes the applied id and the parts done, read as `applied`)."""
+    def _merge(self, pipe: redis.client.Pipeline, batch_ids: list[int], windows: pa.Table,
+               applied: bytes | None) -> None:
+        """Merges the batches in parts; pipe WATCHes the applied id (read as `applied`) and the parts done."""
         began = time.monotonic()
         merging_key = layout.merging_batches_key(self.scope)
         group = (batch_ids[0], batch_ids[-1])
@@ -182,7 +184,6 @@ class WindowWriter:
         merged = time.monotonic()
         parts = merge_parts(redis_calls(updates, self.series_keys))
         applied_key = layout.applied_batch_key(self.scope)
-        applied = pipe.get(applied_key)
         for part, calls in sorted(parts.items()):
             if part in done:
                 continue
