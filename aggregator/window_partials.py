@@ -86,7 +86,7 @@ def merge_partials(parts: list[pa.Table]) -> pa.Table:
     order of the parts."""
     if not parts:
         return partials_schema().empty_table()
-    whole = pa.concat_tables([_with_schema(part) for part in parts])
+    whole = pa.concat_tables([with_schema(part) for part in parts])
     if len(parts) < 2 or whole.num_rows == 0:
         return whole
     keys = [*KEY_COLUMNS, "window_start"]
@@ -98,7 +98,7 @@ def merge_partials(parts: list[pa.Table]) -> pa.Table:
         return whole
     rows = whole.filter(shared)
     metrics = [m for m in ALL_METRICS if rows[f"{m}__n"].null_count < rows.num_rows]
-    return pa.concat_tables([whole.filter(pc.invert(shared)), _with_schema(_roll_up(rows, metrics))])
+    return pa.concat_tables([whole.filter(pc.invert(shared)), with_schema(roll_up(rows, metrics))])
 
 
 def _present_metrics(flat: pa.Table) -> list[str]:
@@ -139,7 +139,7 @@ def _own_rows(flat: pa.Table, metrics: list[str]) -> pa.Table:
     return pa.table(base | _samples(flat, metrics) | {"level": pa.array(["p"] * flat.num_rows, pa.string())})
 
 
-def _relabel(table: pa.Table, **values: Any) -> pa.Table:
+def relabel(table: pa.Table, **values: Any) -> pa.Table:
     """`table` with the named columns set to one value (same types)."""
     for name, value in values.items():
         i = table.schema.get_field_index(name)
@@ -173,14 +173,14 @@ def window_partials(flat: pa.Table) -> pa.Table:
     those (a topic's partitions are a few partials a window, not every record again)."""
     metrics = _present_metrics(flat)
     own = _subject_windows(_own_rows(flat, metrics), metrics)
-    topic = _roll_up(_relabel(own.filter(pc.is_in(own["kind"], pa.array(["partition", "group"]))),
+    topic = roll_up(relabel(own.filter(pc.is_in(own["kind"], pa.array(["partition", "group"]))),
                               level="t", partition=WHOLE_TOPIC), metrics)
     # Merged across topics as a reader merges topic series (offsets are left out: they do not add up).
     counters = [m for m in metrics if m in REPLICATION_LEVEL_METRICS]
     dropped = [f"{m}__{s}" for m in metrics if m not in counters for s in (*STATS, "last_ts")]
     partition_topics = topic.filter(pc.equal(topic["kind"], "partition")).drop_columns(dropped)
-    whole = _roll_up(_relabel(partition_topics, level="r", topic=ALL_TOPICS, upstream_topic=None), counters)
-    return pa.concat_tables([_with_schema(t) for t in (own, topic, whole)])
+    whole = roll_up(relabel(partition_topics, level="r", topic=ALL_TOPICS, upstream_topic=None), counters)
+    return pa.concat_tables([with_schema(t) for t in (own, topic, whole)])
 
 
 def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
@@ -232,7 +232,7 @@ def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa
     return subjects, rows.drop_columns(columns).append_column("subject", pc.cast(encoded.indices, pa.int64()))
 
 
-def _roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
+def roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
     """Partials of several subjects relabelled as one -> one partial per (subject, window): each metric's
     `last` the one of greatest (last ts, value), as redis_layout.merge_windows merges. Grouped by one
     number per (subject, window); only the three columns a metric's `last` is chosen by are sorted."""
@@ -256,7 +256,7 @@ def _roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
     return out.sort_by([(k, "ascending") for k in keys])  # in key order, as before numbering
 
 
-def _with_schema(table: pa.Table) -> pa.Table:
+def with_schema(table: pa.Table) -> pa.Table:
     """The columns of partials_schema, absent metrics as nulls."""
     schema = partials_schema()
     return pa.table({f.name: table[f.name].cast(f.type) if f.name in table.column_names

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import quote
 
+import orjson
+
 PREFIX = "srm"
 WHOLE_TOPIC = -1  # partition number of a topic-level series (all partitions merged)
 ALL_TOPICS = "*"  # topic of a replication-level series (all topics merged; partition WHOLE_TOPIC)
@@ -336,7 +338,12 @@ def late_records_key(target: str, source: str) -> str:
 
 
 def encode_latest(value: dict) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    """Compact JSON, keys sorted. orjson: the sink encodes a few thousand a batch, ~7 us each with json.
+    What orjson refuses (an integer past 64 bits, a key not a string) goes through json as before."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def decode_latest(raw: str | bytes) -> dict:
