@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -112,22 +113,32 @@ class BatchPlan:
     def _add_index(self, windows: pa.Table) -> None:
         columns = ["target", "source", "topic", "partition", "group", "upstream_topic"]
         distinct = windows.group_by(columns, use_threads=False).aggregate([])
-        for r in distinct.to_pylist():
-            self._index(r["target"], r["source"], r["topic"], r["partition"], r["group"] or None,
-                        r["upstream_topic"])
+        for row in zip(*distinct.to_pydict().values(), strict=True):
+            topic_entry, set_entries = _index_entries(*row)
+            if topic_entry is not None:
+                key, topic, upstream_topic = topic_entry
+                self.index_hashes.setdefault(key, {})[topic] = upstream_topic
+            for key, member in set_entries:
+                self.index_sets.setdefault(key, set()).add(member)
 
-    def _index(self, target: str, source: str, topic: str, partition: int, group: str | None,
-               upstream_topic: str | None) -> None:
-        if upstream_topic and topic != layout.ALL_TOPICS:
-            self.index_hashes.setdefault(layout.topics_key(target, source), {})[topic] = upstream_topic
-        entries = [(layout.targets_key(), target), (layout.sources_key(target), source)]
-        if group is not None:
-            entries.append((layout.groups_key(target, source), group))
-        if partition != layout.WHOLE_TOPIC and topic != layout.ALL_TOPICS:
-            entries.append((layout.partitions_key(target, source, topic), str(partition)))
-        for key, member in entries:
-            self.index_sets.setdefault(key, set()).add(member)
 
+# The same few thousand subjects every batch: their keys are named once.
+@lru_cache(maxsize=1 << 16)
+def _index_entries(target: str, source: str, topic: str, partition: int, group: str | None,
+                   upstream_topic: str | None
+                   ) -> tuple[tuple[str, str, str] | None, tuple[tuple[str, str], ...]]:
+    """The index entries of a subject: its topic's upstream name (key, topic, upstream topic) and the
+    (set key, member) pairs naming it."""
+    group = group or None
+    topic_entry = None
+    if upstream_topic and topic != layout.ALL_TOPICS:
+        topic_entry = (layout.topics_key(target, source), topic, upstream_topic)
+    entries = [(layout.targets_key(), target), (layout.sources_key(target), source)]
+    if group is not None:
+        entries.append((layout.groups_key(target, source), group))
+    if partition != layout.WHOLE_TOPIC and topic != layout.ALL_TOPICS:
+        entries.append((layout.partitions_key(target, source, topic), str(partition)))
+    return topic_entry, tuple(entries)
 
 
 _ROW_COLUMNS = ("kind", "target", "source", "topic", "partition", "group", "window_start")
