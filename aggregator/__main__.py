@@ -125,9 +125,9 @@ def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: th
 
 
 def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
+    from aggregator.merge_child import join_window_writers
     from aggregator.query import close_sinks
     from aggregator.supervisor import STALL_INTERVALS, QuerySupervisor
-    from aggregator.window_writer import join_window_writers
 
     stall_intervals = config.setting("aggregator.stall.trigger.intervals") if config is not None else None
     if config is not None and (stall_intervals is None or stall_intervals < 1):

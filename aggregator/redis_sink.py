@@ -46,12 +46,13 @@ from aggregator.batch_plan import BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, history_reads, latest_value
+from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
 from aggregator.window_history import WindowHistory, finest_key
 from aggregator.window_partials import BatchPartials
-from aggregator.window_writer import BackgroundWindowWriter, WindowWriter, stage
+from aggregator.window_writer import WindowWriter, stage
 from contract import redis_connection
 from contract import redis_layout as layout
 

@@ -10,7 +10,7 @@ A query can also hang rather than fail (a Redis call without an answer, a stuck 
 current batch has made no progress for ``stall_intervals`` trigger intervals while input is waiting is
 restarted: its sink's Redis connections are cut and the query stopped, so the batch fails and is replayed
 from the checkpoint by the new query (the sink skips what Redis has). Restarts of queries and of merge
-children (window_writer) are counted in Redis (redis_layout.aggregator_restarts_key) for the service's
+children (merge_child) are counted in Redis (redis_layout.aggregator_restarts_key) for the service's
 /metrics; counts Redis did not take yet (it may be what failed) are kept and written later.
 
 A query whose state is gone from Redis while its checkpoint has progress (Redis flushed or replaced) is
@@ -31,7 +31,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import rebuild, window_writer
+from aggregator import merge_child, rebuild
 from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from aggregator.redis_sink import RedisRollupSink
 from contract import redis_connection
@@ -195,7 +195,7 @@ class QuerySupervisor:
 
     def _count_child_restarts(self) -> None:
         targets = {spec.query_name: spec.target for spec in self.specs}
-        for name, times in window_writer.take_child_restarts().items():
+        for name, times in merge_child.take_child_restarts().items():
             if name in targets:
                 self._count(targets[name], "merge_child", times)
 

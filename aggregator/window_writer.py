@@ -3,9 +3,8 @@
 Spark starts the next micro-batch only when the sink returns, and merging a batch's windows (~0.6 s for
 15k series whatever the batch's size, ~1-2 s for a 200k-record batch) was most of a batch's time. So the
 sink stages the batch's partial windows (Arrow IPC, one Redis string; `stage`) in the MULTI that records
-the batch as committed, and a WindowWriter merges them: at once (`WindowWriter`: tests, tools) or in a
-child process (`BackgroundWindowWriter`: the streaming query) while Spark reads the next batch. A process,
-not a thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs.
+the batch as committed, and a WindowWriter merges them: at once (tests, tools) or in a child process
+(merge_child.BackgroundWindowWriter: the streaming query) while Spark reads the next batch.
 
 Batches are merged in order. Redis runs a MULTI whole, blocking every other client meanwhile (the sink's
 next commit, the service's reads): one MULTI for the ~50k keys of 2,000 partitions blocked Redis ~0.5 s,
@@ -21,14 +20,8 @@ query restarted in the same process) is not merged twice.
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import signal
-import threading
 import time
 import zlib
-from collections import Counter
-from collections.abc import Callable
-from multiprocessing.connection import Connection
 
 import pyarrow as pa
 import redis
@@ -36,37 +29,14 @@ import redis
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
-from contract import redis_connection
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
-# A merge costs per series it touches, whatever the batch's size: batches the query commits faster than
-# this are merged together, so windows trail latest values by up to this much more. Under a fifth of the
-# finest window (10 s); at 20k records/s merging every batch (~0.6 s) took ~40 % of a core.
-MERGE_INTERVAL_S = 2.0
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 # Transactions a merge is cut into: at 2,000 partitions ~60 ms of Redis each (~150 ms at 200k-record
 # batches). Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
 MERGE_PARTS = 8
-CHILD_PREFIX = "srm-windows-"
-# A child answers each batch within a merge (a few seconds) or, when Redis hangs, once its socket timeout
-# (redis.socket.timeout.ms, 10 s per call, a few calls per merge) fails the merge. One silent for longer
-# is stuck (stopped, deadlocked): it is killed and a new child merges what it left staged.
-ANSWER_TIMEOUT_S = 90.0
-
-# Merge children restarted because they stopped answering, per query name; the supervisor takes them
-# (take_child_restarts) and counts them in Redis for /metrics.
-_CHILD_RESTARTS: Counter[str] = Counter()
-_CHILD_RESTARTS_LOCK = threading.Lock()
-
-
-def take_child_restarts() -> dict[str, int]:
-    """The merge-child restarts since the last call, per query name."""
-    with _CHILD_RESTARTS_LOCK:
-        taken = dict(_CHILD_RESTARTS)
-        _CHILD_RESTARTS.clear()
-    return taken
 
 
 def encode_partials(windows: pa.Table) -> bytes:
@@ -261,154 +231,3 @@ def _merging(raw: dict) -> tuple[int, int, frozenset[int]] | None:
         return int(fields["first"]), int(fields["last"]), parts
     except (KeyError, ValueError) as exc:
         raise RuntimeError(f"unreadable merge in progress {fields!r}: {exc}") from exc
-
-
-class BackgroundWindowWriter:
-    """Merges staged batches in a child process, in the order submitted, a few batches behind at most.
-
-    A child that leaves a batch unanswered for `answer_timeout_s` is killed and replaced: the new child
-    merges every batch staged up to the last one submitted (recover), and the applied batch id, WATCHed by
-    each merge, keeps a merge the old child had already sent to Redis from being applied twice."""
-
-    MAX_BEHIND = 16  # staged batches waiting: enough for a merge interval of the smallest batches
-
-    def __init__(self, redis_url: str, scope: str, committed: int | None,
-                 answer_timeout_s: float | None = None) -> None:
-        self.scope = scope
-        self.redis_url = redis_url
-        self.answer_timeout_s = ANSWER_TIMEOUT_S if answer_timeout_s is None else answer_timeout_s
-        self.restarts = 0
-        self._last_submitted = committed
-        self._failure: str | None = None
-        self._start_child(committed)
-
-    def _start_child(self, committed: int | None) -> None:
-        # spawn: the parent holds a JVM gateway and threads, which a forked child must not inherit.
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        level = logging.getLogger(__name__).getEffectiveLevel()
-        self._process = context.Process(target=_serve, args=(self.redis_url, self.scope, committed, child,
-                                                             level),
-                                        name=f"{CHILD_PREFIX}{self.scope}", daemon=True)
-        self._process.start()
-        child.close()
-        self._pending = 1  # the recovery of what a crash left staged
-        self._waiting_since = time.monotonic()  # the last answer, or the first request after none pending
-
-    def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
-        self.raise_failure()
-        while self._pending >= self.MAX_BEHIND:
-            self._receive()
-        if not self._pending:
-            self._waiting_since = time.monotonic()
-        self._conn.send(batch_id)
-        self._pending += 1
-        self._last_submitted = batch_id
-
-    def wait_idle(self) -> None:
-        while self._pending:
-            self._receive()
-        self.raise_failure()
-
-    def raise_failure(self) -> None:
-        while self._pending and self._conn.poll():
-            self._receive()
-        if self._pending and time.monotonic() - self._waiting_since > self.answer_timeout_s:
-            self._replace_child()
-        if self._failure is not None:
-            raise RuntimeError(f"{self.scope}: merging windows failed ({self._failure}); the staged batches "
-                               "are merged when the query restarts")
-
-    def close(self, wait_s: float = 0.0) -> None:
-        """The child ends once its merge in progress is done (waited for up to `wait_s`); batches still
-        staged are merged by the next writer of the query (recover)."""
-        self._conn.close()
-        if wait_s > 0:
-            self._process.join(wait_s)
-
-    def _receive(self) -> None:
-        wait_s = self._waiting_since + self.answer_timeout_s - time.monotonic()
-        if not self._conn.poll(max(0.0, wait_s)):
-            self._replace_child()
-            return
-        try:
-            failure = self._conn.recv()
-            self._pending -= 1
-            self._waiting_since = time.monotonic()
-        except EOFError:
-            self._process.join(10)
-            failure = f"the window writer process exited with {self._process.exitcode}"
-            self._pending = 0
-        if failure is not None:
-            self._failure = self._failure or failure
-
-    def _replace_child(self) -> None:
-        LOG.error("%s: the window writer process (pid %s) did not answer for %.0f s with %d batch(es) "
-                  "pending; killing it and starting another, which merges what it left staged", self.scope,
-                  self._process.pid, time.monotonic() - self._waiting_since, self._pending)
-        self._conn.close()
-        self._process.kill()  # SIGKILL: a stopped process takes no other signal
-        self._process.join(10)
-        self.restarts += 1
-        with _CHILD_RESTARTS_LOCK:
-            _CHILD_RESTARTS[self.scope.split(":", 1)[0]] += 1
-        # Every batch submitted was committed (staged) before it was submitted.
-        self._start_child(self._last_submitted)
-
-
-def join_window_writers(timeout_s: float) -> list[str]:
-    """Waits up to `timeout_s` for the merge children whose query ended (they finish the batches they
-    were handed, then exit); returns the names of those still running."""
-    deadline = time.monotonic() + timeout_s
-    children = [c for c in multiprocessing.active_children() if c.name.startswith(CHILD_PREFIX)]
-    for child in children:
-        child.join(max(0.0, deadline - time.monotonic()))
-    return [c.name for c in children if c.is_alive()]
-
-
-def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, level: int) -> None:
-    """The child: recover, then merge the submitted batches from their staged copies, those that come
-    within MERGE_INTERVAL_S of the last merge together; answer each with None or what failed. After a
-    failure nothing more is merged (later batches build on it): the query restarts."""
-    # A stop signal sent to the whole process group (systemd's default, a Ctrl-C, `kill -- -pgid`) must
-    # not end the child between a committed batch and its merge: the parent closing its end ends it.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    writer = WindowWriter(redis_connection.connect(redis_url), scope)
-    failure = _attempt(lambda: writer.recover(committed))
-    last_merge = 0.0
-    try:
-        conn.send(failure)
-        while True:
-            batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
-            last_merge = time.monotonic()
-            if batch_ids and failure is None:
-                failure = _attempt(lambda: writer.merge_staged(batch_ids))  # noqa: B023 (called at once)
-            if ended:
-                return
-            for _ in batch_ids:
-                conn.send(failure)
-    except OSError:  # the parent closed its end (the query ended) or died
-        return
-
-
-def _submitted(conn: Connection, not_before: float) -> tuple[list[int], bool]:
-    """The next batch ids submitted, and more until `not_before`; whether the parent is gone."""
-    batch_ids: list[int] = []
-    try:
-        batch_ids.append(conn.recv())
-        while conn.poll(max(0.0, not_before - time.monotonic())):
-            batch_ids.append(conn.recv())
-    except EOFError:
-        return batch_ids, True
-    return batch_ids, False
-
-
-def _attempt(work: Callable[[], None]) -> str | None:
-    try:
-        work()
-    except Exception as exc:
-        LOG.exception("%s", exc)
-        return f"{type(exc).__name__}: {exc}"
-    return None

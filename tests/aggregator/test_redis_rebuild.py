@@ -23,10 +23,10 @@ from streaming_input import (
     wait_until,
 )
 
+from aggregator.merge_child import join_window_writers
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.redis_sink import windows_merged
 from aggregator.supervisor import QuerySupervisor
-from aggregator.window_writer import join_window_writers
 from contract import redis_layout as layout
 from contract.records.raw_metrics import LatencySummary, PartitionMetrics, RawMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic

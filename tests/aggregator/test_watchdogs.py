@@ -21,7 +21,7 @@ from streaming_input import (
     wait_until,
 )
 
-from aggregator import window_writer
+from aggregator import merge_child
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.supervisor import QuerySupervisor, RestartCounter, trigger_seconds
 from contract import redis_layout as layout
@@ -127,7 +127,7 @@ def test_redis_stopped_for_two_minutes_then_recovered_within_30_s_with_identical
 @pytest.mark.integration
 def test_a_merge_child_that_stops_answering_is_replaced_and_counted(spark, kafka_clusters, tmp_path,
                                                                     monkeypatch):
-    monkeypatch.setattr(window_writer, "ANSWER_TIMEOUT_S", 4.0)
+    monkeypatch.setattr(merge_child, "ANSWER_TIMEOUT_S", 4.0)
     bootstrap, source = kafka_clusters["east"], new_source()
     create_topic(bootstrap, metrics_topic(source))
     produce(bootstrap, source, [report(source, T0, 1)])
@@ -138,7 +138,7 @@ def test_a_merge_child_that_stops_answering_is_replaced_and_counted(spark, kafka
     try:
         wait_until(lambda: total(client, source) == 1, what="first rollups")
         children = [c for c in multiprocessing.active_children()
-                    if c.name.startswith(f"{window_writer.CHILD_PREFIX}rollup_east:")]
+                    if c.name.startswith(f"{merge_child.CHILD_PREFIX}rollup_east:")]
         assert len(children) == 1
         os.kill(children[0].pid, signal.SIGSTOP)
         began = time.monotonic()
