@@ -6,40 +6,71 @@ writer changes them atomically inside a batch's MULTI.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from contract.redis_layout import LATEST_TTL_MS, encode_latest
 
-
-def latest_args(fields: list[tuple[str, dict]]) -> list[str]:
-    """ARGV of UPSERT_LATEST_LUA for one hash: its fields and their values; each value must carry an
-    integer `ts`."""
-    argv = [str(LATEST_TTL_MS)]
-    for name, value in fields:
-        argv += [name, encode_latest(value), str(int(value["ts"]))]
-    return argv
+# ARGV entries per UPSERT_LATEST_LUA call at most: a batch of a few thousand partitions takes one call,
+# a larger one several (each a few ms of Redis, well under a multibulk's limits).
+LATEST_ARGS_PER_CALL = 30_000
 
 
-# Replaces each latest-value field of one hash only when the stored one is not newer: a replayed or late
-# record cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through. One
-# call per hash, not per field: a batch writes a few thousand fields into a few hundred hashes (a topic's
-# partitions, a replication's verdicts), and a call per field cost ~0.2 s a batch. ARGV: the TTL, then
-# field, value and ts of each.
+def latest_calls(hashes: Mapping[str, list[tuple[str, dict]]], args_per_call: int | None = None
+                 ) -> list[tuple[list[str], list[str]]]:
+    """KEYS and ARGV of the UPSERT_LATEST_LUA calls that write `hashes` (key -> its fields and their
+    values; each value must carry an integer `ts`), up to `args_per_call` ARGV entries a call
+    (LATEST_ARGS_PER_CALL by default) but for a hash larger than that, which goes alone."""
+    limit = LATEST_ARGS_PER_CALL if args_per_call is None else args_per_call
+    calls: list[tuple[list[str], list[str]]] = []
+    keys: list[str] = []
+    argv: list[str] = []
+    for key, fields in hashes.items():
+        if keys and len(argv) + 1 + 3 * len(fields) > limit:
+            calls.append((keys, argv))
+            keys, argv = [], []
+        if not argv:
+            argv.append(str(LATEST_TTL_MS))
+        keys.append(key)
+        argv.append(str(len(fields)))
+        for name, value in fields:
+            argv += [name, encode_latest(value), str(int(value["ts"]))]
+    if keys:
+        calls.append((keys, argv))
+    return calls
+
+
+# Replaces each latest-value field only when the stored one is not newer: a replayed or late record
+# cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through. Many hashes
+# a call: a batch writes a few thousand fields into a few hundred hashes (a topic's partitions, a
+# replication's verdicts), and a call per field cost ~0.2 s a batch, a call per hash ~20 ms. ARGV: the
+# TTL, then per key in KEYS order its number of fields and their field, value and ts.
 UPSERT_LATEST_LUA = """
+local ttl = ARGV[1]
+local pos = 2
 local written = 0
-for i = 2, #ARGV, 3 do
-  local current = redis.call('HGET', KEYS[1], ARGV[i])
-  local newer = false
-  if current then
-    local ok, stored = pcall(cjson.decode, current)
-    newer = ok and type(stored) == 'table' and tonumber(stored.ts) ~= nil
-      and tonumber(stored.ts) > tonumber(ARGV[i + 2])
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local fields = tonumber(ARGV[pos])
+  pos = pos + 1
+  local wrote = false
+  for i = pos, pos + 3 * fields - 1, 3 do
+    local current = redis.call('HGET', key, ARGV[i])
+    local newer = false
+    if current then
+      local ok, stored = pcall(cjson.decode, current)
+      newer = ok and type(stored) == 'table' and tonumber(stored.ts) ~= nil
+        and tonumber(stored.ts) > tonumber(ARGV[i + 2])
+    end
+    if not newer then
+      redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+      written = written + 1
+      wrote = true
+    end
   end
-  if not newer then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-    written = written + 1
+  pos = pos + 3 * fields
+  if wrote then
+    redis.call('PEXPIRE', key, ttl)
   end
-end
-if written > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return written
 """

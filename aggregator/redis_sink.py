@@ -49,7 +49,7 @@ from aggregator.latest_value_reads import HistoryRead, history_reads, latest_val
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
-from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_args
+from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_calls
 from aggregator.window_history import WindowHistory, finest_key
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -272,8 +272,8 @@ class RedisRollupSink:
         for key, hash_field, value in latest:
             by_key.setdefault(key, []).append((hash_field, value))
         pipe = self.client.pipeline(transaction=True)
-        for key, fields in by_key.items():
-            self._latest(keys=[key], args=latest_args(fields), client=pipe)
+        for keys, argv in latest_calls(by_key):
+            self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 
     # --- indexes ------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ import pytest
 import redis
 from streaming_input import snapshot
 
+from aggregator import redis_scripts
 from aggregator.raw_records import INVALID_KIND
+from aggregator.redis_scripts import latest_calls
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from contract import redis_layout as layout
@@ -175,6 +177,27 @@ def test_a_stale_field_is_left_while_its_neighbours_in_the_hash_are_written(sink
     stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in sink.client.hgetall(key).items()}
     assert stored == {"0": HOUR + 25_000, "1": HOUR + 35_000}
     assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
+
+
+def test_latest_values_of_several_hashes_share_a_call_up_to_its_size():
+    hashes = {"a": [("0", {"ts": 1})], "b": [("0", {"ts": 2}), ("1", {"ts": 3})]}
+    ttl = str(layout.LATEST_TTL_MS)
+    assert latest_calls(hashes) == [(["a", "b"], [ttl, "1", "0", '{"ts":1}', "1",
+                                                  "2", "0", '{"ts":2}', "2", "1", '{"ts":3}', "3"])]
+    assert [keys for keys, _ in latest_calls(hashes | {"c": [("0", {"ts": 4})]}, args_per_call=10)] == [
+        ["a"], ["b"], ["c"]]  # a hash larger than a call's size still goes, alone
+
+
+def test_latest_values_split_into_calls_keep_each_fields_rule(sink: RedisRollupSink,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(redis_scripts, "LATEST_ARGS_PER_CALL", 8)  # a call or two per hash
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    write(sink, [latest_row(partition_report(HOUR + 25_000, t, 300, 0), t, 0) for t in topics], batch_id=0)
+    write(sink, [latest_row(partition_report(HOUR + (15_000 if i == 1 else 35_000), t, 400, 0), t, 0)
+                 for i, t in enumerate(topics)], batch_id=1)  # the second topic's report is late
+    keys = [layout.partition_latest_key("west", "east", t) for t in topics]
+    stored = [layout.decode_latest(sink.client.hget(key, "0"))["ts"] for key in keys]
+    assert stored == [HOUR + 35_000, HOUR + 25_000, HOUR + 35_000]
 
 def test_replication_counts_follow_windows_that_come_after_the_report(sink: RedisRollupSink):
     source = f"s{uuid.uuid4().hex[:6]}"
