@@ -76,7 +76,10 @@ class SeriesId:
     group: str | None = None  # set for checkpoint (consumer-group) series
 
 
-@dataclass(frozen=True, slots=True)
+# A value: never changed once made, and hashable. Not frozen: a frozen dataclass sets each field through
+# object.__setattr__ (1.1 us a window against 0.24), and the sink makes ~7 * 10^4 of these a batch of
+# 200k records, the service one per window member it reads.
+@dataclass(slots=True, unsafe_hash=True)
 class WindowAggregate:
     start_ms: int
     count: float
