@@ -2,18 +2,20 @@
 
 A sink hands each committed batch's id to a BackgroundWindowWriter; its child process merges the batch's
 staged copy (window_writer.WindowWriter.merge_staged) while Spark reads the next batch. A process, not a
-thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs. The child
-runs at a lower CPU priority (MERGE_NICENESS): its merges may trail by a batch or two, while the query's
-batch, whose latest values readers wait for, needs the machine's cores now. Batches that come within
-MERGE_INTERVAL_S are merged together: a merge costs per series it touches, so a child that falls behind
-catches up in fewer, larger merges.
+thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs. Batches
+that come within MERGE_INTERVAL_S are merged together: a merge costs per series it touches, so a child that
+falls behind catches up in fewer, larger merges.
+
+The child runs at the query's CPU priority. Tried at nice +10 (so that the batch in flight goes first on a
+busy machine), a stopping aggregator could no longer count on its last merge: under load the child got a
+sliver of a core and was cut off at the stop deadline (tests/e2e/test_stop_time.py failed in CI), and an
+unprivileged process cannot raise its priority back when asked to finish.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import signal
 import threading
 import time
@@ -31,9 +33,6 @@ LOG = logging.getLogger(__name__)
 # this are merged together, so windows trail latest values by up to this much more. Under a fifth of the
 # finest window (10 s); at 20k records/s merging every batch (~0.6 s) took ~40 % of a core.
 MERGE_INTERVAL_S = 2.0
-# Added to the child's nice value: on a machine the query shares with Redis (the bench's local[2]), a
-# merge took ~40 % of a core in bursts of ~1 s, each time delaying the batch in flight.
-MERGE_NICENESS = 10
 CHILD_PREFIX = "srm-windows-"
 # A child answers each batch within a merge (a few seconds) or, when Redis hangs, once its socket timeout
 # (redis.socket.timeout.ms, 10 s per call, a few calls per merge) fails the merge. One silent for longer
@@ -166,7 +165,6 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.nice(MERGE_NICENESS)
     writer = WindowWriter(redis_connection.connect(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
     last_merge = 0.0
