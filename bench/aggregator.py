@@ -59,6 +59,7 @@ from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
+from bench.process_cpu import CLOCK_TICKS, CpuBudget, budget_line, children, ticks  # noqa: E402
 from contract import redis_layout as layout  # noqa: E402
 from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
 from contract.replication_policy import metrics_topic  # noqa: E402
@@ -68,7 +69,6 @@ from stack.redis_server import RedisServer  # noqa: E402
 LOG = logging.getLogger("bench.aggregator")
 TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH = 100_000, 1_000, 1.25
 GROWTH = 4  # records per series of the throughput run / of the growth baseline
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WARM_UP_BATCHES = 2
 TEMPLATE = ('{"v":1,"kind":"partition","ts":%d,"period_ms":1000,"source":"%s","target":"bench",'
             '"topic":"%s.t%d","upstream_topic":"t%d","partition":%d,"record_count":%d,"byte_count":%d,'
@@ -165,6 +165,8 @@ class DriverLoad:
     def __init__(self) -> None:
         self._collected_before = DriverLoad.collected_total
         self.excluded_tids: set[int] = set()
+        self._children: list[int] = []
+        self._children_at = -1e9
 
     @property
     def collected_bytes(self) -> int:
@@ -184,11 +186,13 @@ class DriverLoad:
         ClassicDataFrame.toArrow = counted  # type: ignore[method-assign]
 
     def cpu_seconds(self) -> float:
-        ticks = _ticks(Path("/proc/self/stat"))
-        ticks -= sum(_ticks(Path(f"/proc/self/task/{tid}/stat")) for tid in self.excluded_tids)
-        for child in _children(os.getpid()):
-            ticks += _ticks(Path(f"/proc/{child}/stat"))
-        return ticks / CLOCK_TICKS
+        used = ticks(Path("/proc/self/stat"))
+        used -= sum(ticks(Path(f"/proc/self/task/{tid}/stat")) for tid in list(self.excluded_tids))
+        # The children (the merge child) are looked up once a second, not at every sample: a scan of
+        # /proc took 1-2 ms, and the clock samples every 50 ms.
+        if time.monotonic() - self._children_at > 1.0:
+            self._children, self._children_at = children(os.getpid()), time.monotonic()
+        return (used + sum(ticks(Path(f"/proc/{child}/stat")) for child in self._children)) / CLOCK_TICKS
 
     @staticmethod
     def rss_mb(field: str = "VmHWM") -> float:
@@ -196,38 +200,6 @@ class DriverLoad:
         status = Path("/proc/self/status").read_text()
         line = next(line for line in status.splitlines() if line.startswith(f"{field}:"))
         return int(line.split()[1]) / 1024
-
-
-def _stat_fields(path: Path) -> list[str]:
-    try:
-        text = path.read_text()
-    except OSError:  # the process or thread ended
-        return []
-    return text[text.rindex(")") + 2:].split()
-
-
-def _ticks(path: Path) -> int:
-    fields = _stat_fields(path)
-    return int(fields[11]) + int(fields[12]) if fields else 0  # utime + stime
-
-
-def _children(pid: int) -> list[int]:
-    """Child processes but the JVM (the Spark driver's window writer; in local mode the JVM is a child
-    too, and it runs the executors)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _stat_fields(entry / "stat")
-            if fields and int(fields[1]) == pid and b"java" not in _program(entry):
-                out.append(int(entry.name))
-    return out
-
-
-def _program(entry: Path) -> bytes:
-    try:
-        return (entry / "cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return b""
 
 
 class MergeClock:
@@ -293,6 +265,9 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
         max_offsets_per_trigger=max_offsets,
         topics_pattern=metrics_topic(source).replace(".", r"\.")))
     client = redis.Redis.from_url(redis_url)
+    budget = CpuBudget()
+    budget.excluded_tids = load.excluded_tids  # the bench's threads, left out of the driver's CPU
+    budget.start()
     merges = MergeClock(client, query, load)
     try:
         query.processAllAvailable()
@@ -302,6 +277,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     finally:
         merges.stop()
+        budget.stop()
         query.stop()
     rows = sum(p["numInputRows"] for p in batches)
     # Warm-up, reported apart: the first batch pays for JVM code warm-up and for numbering and reading
@@ -331,6 +307,8 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
           f"merges of batch {first} and {last}: {merged_rows / (ended - since):.0f} rows/s); driver CPU "
           f"{cpu_per_batch * 1000:.0f} ms per batch, {load.collected_bytes / 1e6:.1f} MB collected "
           f"({bytes_per_record:.1f} B per record)")
+    print(f"{source}: CPU s per batch over the same span, by part: "
+          f"{budget_line(budget.between(began, ended), len(steady), 'CPU s')}")
     return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows)
 
 
@@ -356,14 +334,21 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
             time.sleep(0.01)
 
     poller = threading.Thread(target=poll, daemon=True)
+    budget = CpuBudget()
     try:
         time.sleep(5)  # let the query start before timing anything
         poller.start()
+        budget.excluded_tids.add(poller.native_id or 0)
+        budget.start()
         produced_ts = in_child(produce_live, bootstrap, source, series, rate, warm_up_s + seconds)
         time.sleep(5)
     finally:
         stop.set()
+        budget.stop()
         query.stop()
+    measured = (produced_ts[0] / 1000 + warm_up_s, produced_ts[-1] / 1000)
+    print(f"freshness: cores used while measured, by part: "
+          f"{budget_line(budget.between(*measured), measured[1] - measured[0], 'cores')}")
     warm = [ts for ts in produced_ts if ts >= produced_ts[0] + warm_up_s * 1000]
     gave_up = time.time() * 1000
     # A report is readable once it or any newer one is: one batch may carry several probe reports.

@@ -1,0 +1,182 @@
+"""Where a bench's CPU goes, by process (and the Spark JVM by thread), read from /proc.
+
+The aggregator bench runs every part on one 2-core machine: the Spark JVM (driver and executors in
+local mode), the executors' Python workers, the Spark driver's Python process and its merge child, Redis,
+the Kafka broker. What limits a figure is often not one stage but the machine's CPU: CpuBudget samples
+each part's CPU seconds so a span (the steady batches) can be split by part.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import multiprocessing
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+from aggregator.merge_child import CHILD_PREFIX
+
+LOG = logging.getLogger(__name__)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Spark JVM threads by what they do (/proc comm names, cut at 15 characters).
+JVM_THREADS = (("executor tasks", "^Executor task"), ("JIT compilers", "^C[12] Compiler"),
+               ("GC", "^(G1|GC) "), ("streaming query", "^stream exec"))
+
+
+def stat_fields(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except OSError:  # the process or thread ended
+        return []
+    return text[text.rindex(")") + 2:].split()
+
+
+def ticks(path: Path) -> int:
+    fields = stat_fields(path)
+    return int(fields[11]) + int(fields[12]) if fields else 0  # utime + stime
+
+
+def command(entry: Path) -> list[bytes]:
+    try:
+        return (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return [b""]
+
+
+def children(pid: int) -> list[int]:
+    """Child processes but the JVM (the Spark driver's window writer; in local mode the JVM is a child
+    too, and it runs the executors)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = stat_fields(entry / "stat")
+            if fields and int(fields[1]) == pid and b"java" not in command(entry)[0]:
+                out.append(int(entry.name))
+    return out
+
+
+def part_of(pid: int, driver: int) -> str | None:
+    """Which part of the bench a process is, or None for what is not the bench's."""
+    if pid == driver:
+        return "driver"
+    argv = command(Path(f"/proc/{pid}"))
+    cmd = b" ".join(argv)
+    if b"java" in argv[0]:
+        if b"SparkSubmit" in cmd:
+            return "spark JVM"
+        return "kafka broker" if b"kafka" in cmd.lower() else None
+    if b"redis-server" in argv[0]:
+        return "redis"
+    if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+        return "python workers"
+    # The driver's own children: the sink's merge child (aggregator.merge_child names it) or the
+    # bench's input producer (a pool worker).
+    name = next((child.name for child in multiprocessing.active_children() if child.pid == pid), None)
+    if name is None:
+        return None
+    return "merge child" if name.startswith(CHILD_PREFIX) else "input producer"
+
+
+class CpuBudget:
+    """Samples every EVERY_S, in a thread of its own, each part's CPU seconds (a process that ended keeps
+    what it used); `between(a, b)` is what each part used from time a to time b."""
+
+    EVERY_S = 0.5
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._ticks: dict[tuple[str, int], int] = {}  # (part, pid or JVM thread id) -> ticks
+        self._parts: dict[int, str | None] = {}
+        # The bench's own threads in the driver process (polling Redis, this sampler): left out of it.
+        self.excluded_tids: set[int] = set()
+        self._excluded_ticks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> CpuBudget:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        self.excluded_tids.add(threading.get_native_id())
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except Exception as error:  # noqa: BLE001  a sample lost, not the whole split
+                LOG.warning("CPU sample failed: %s", error)
+            self._stop.wait(self.EVERY_S)
+
+    def sample(self) -> None:
+        driver = os.getpid()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            if pid not in self._parts:
+                self._parts[pid] = part_of(pid, driver)
+            part = self._parts[pid]
+            if part is None:
+                continue
+            used = ticks(entry / "stat")
+            if part == "driver":
+                used -= self._bench_threads(entry)
+            self._ticks[(part, pid)] = max(self._ticks.get((part, pid), 0), used)
+            if part == "spark JVM":
+                self._jvm_threads(entry)
+        totals: dict[str, float] = {}
+        for (part, _), used in self._ticks.items():
+            totals[part] = totals.get(part, 0.0) + used / CLOCK_TICKS
+        self.samples.append((time.time(), totals))
+
+    def _bench_threads(self, process: Path) -> int:
+        """Ticks of the excluded threads, the last read kept once one ended (the process's ticks keep
+        what its ended threads used)."""
+        for tid in list(self.excluded_tids):  # the bench's threads add theirs meanwhile
+            used = ticks(process / "task" / str(tid) / "stat")
+            self._excluded_ticks[tid] = max(self._excluded_ticks.get(tid, 0), used)
+        return sum(self._excluded_ticks.values())
+
+    def _jvm_threads(self, process: Path) -> None:
+        try:
+            threads = list((process / "task").iterdir())
+        except OSError:
+            return
+        for thread in threads:
+            try:
+                name = (thread / "comm").read_text().strip()
+            except OSError:
+                continue
+            kind = next((kind for kind, pattern in JVM_THREADS if re.match(pattern, name)), "other threads")
+            key = (f"spark JVM: {kind}", -int(thread.name))
+            self._ticks[key] = max(self._ticks.get(key, 0), ticks(thread / "stat"))
+
+    def at(self, when: float) -> dict[str, float]:
+        """Each part's CPU s at the last sample taken at or before `when`."""
+        i = bisect.bisect_right([t for t, _ in self.samples], when) - 1
+        return self.samples[max(0, i)][1]
+
+    def between(self, began: float, ended: float) -> dict[str, float]:
+        if not self.samples:
+            return {}
+        before, after = self.at(began), self.at(ended)
+        return {part: used - before.get(part, 0.0) for part, used in after.items()}
+
+
+def budget_line(used: dict[str, float], per: float, unit: str) -> str:
+    """`used` (CPU s by part) divided by `per`, largest first; the JVM's threads follow the JVM."""
+    parts = sorted((p for p in used if ": " not in p), key=lambda p: -used[p])
+    shown = []
+    for part in parts:
+        shown.append(f"{part} {used[part] / per:.2f}")
+        threads = sorted((p for p in used if p.startswith(f"{part}: ")), key=lambda p: -used[p])
+        if threads:
+            shown[-1] += " (" + ", ".join(f"{p.split(': ')[1]} {used[p] / per:.2f}" for p in threads) + ")"
+    total = sum(used[p] for p in parts)
+    return f"total {total / per:.2f} {unit}: " + ", ".join(shown)
