@@ -22,6 +22,10 @@
    executors' Python workers and the merge child and reads every series (3-4 s), and the input that
    piles up meanwhile took ~10 s to drain (before, a fifth of a 30 s run was skipped and the drain
    set the p99).
+4. Where the CPU goes (bench/process_cpu.py): each part's CPU (the Spark JVM and its threads, the Python
+   workers, the driver, its merge child, Redis, the broker) per steady throughput batch and in cores
+   over the measured freshness span: on 2 cores the parts compete, so the limiting stage is often the
+   machine, not one part.
 Both inputs are produced by a process of its own (in_child): the bench's process is the Spark driver
 and holds only what an aggregator holds.
 
