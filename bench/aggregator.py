@@ -63,7 +63,7 @@ from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
-from bench.process_cpu import CLOCK_TICKS, CpuBudget, budget_line, children, ticks  # noqa: E402
+from bench.process_cpu import CLOCK_TICKS, BenchThreads, CpuBudget, budget_line, children, ticks  # noqa: E402
 from contract import redis_layout as layout  # noqa: E402
 from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
 from contract.replication_policy import metrics_topic  # noqa: E402
@@ -168,7 +168,7 @@ class DriverLoad:
 
     def __init__(self) -> None:
         self._collected_before = DriverLoad.collected_total
-        self.excluded_tids: set[int] = set()
+        self.bench_threads = BenchThreads()  # the bench's threads, left out of the driver's CPU
         self._children: list[int] = []
         self._children_at = -1e9
 
@@ -190,8 +190,7 @@ class DriverLoad:
         ClassicDataFrame.toArrow = counted  # type: ignore[method-assign]
 
     def cpu_seconds(self) -> float:
-        used = ticks(Path("/proc/self/stat"))
-        used -= sum(ticks(Path(f"/proc/self/task/{tid}/stat")) for tid in list(self.excluded_tids))
+        used = ticks(Path("/proc/self/stat")) - self.bench_threads.ticks()
         # The children (the merge child) are looked up once a second, not at every sample: a scan of
         # /proc took 1-2 ms, and the clock samples every 50 ms.
         if time.monotonic() - self._children_at > 1.0:
@@ -224,7 +223,7 @@ class MergeClock:
 
     def _poll(self) -> None:
         tid = threading.get_native_id()
-        self.load.excluded_tids.add(tid)
+        self.load.bench_threads.tids.add(tid)
         try:
             while not self._stop.is_set():
                 raw = self.client.get(self.key)
@@ -234,7 +233,7 @@ class MergeClock:
                     self.cpu.append((time.time(), self.load.cpu_seconds()))
                 time.sleep(0.005)
         finally:
-            self.load.excluded_tids.discard(tid)
+            self.load.bench_threads.tids.discard(tid)
 
     def stop(self) -> None:
         self._stop.set()
@@ -270,7 +269,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
         topics_pattern=metrics_topic(source).replace(".", r"\.")))
     client = redis.Redis.from_url(redis_url)
     budget = CpuBudget()
-    budget.excluded_tids = load.excluded_tids  # the bench's threads, left out of the driver's CPU
+    budget.bench_threads = load.bench_threads  # one account of the bench's threads for both clocks
     budget.start()
     merges = MergeClock(client, query, load)
     try:
@@ -342,7 +341,7 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
     try:
         time.sleep(5)  # let the query start before timing anything
         poller.start()
-        budget.excluded_tids.add(poller.native_id or 0)
+        budget.bench_threads.tids.add(poller.native_id or 0)
         budget.start()
         produced_ts = in_child(produce_live, bootstrap, source, series, rate, warm_up_s + seconds)
         time.sleep(5)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
+from bench.process_cpu import stat_ticks  # noqa: E402
 from contract import redis_layout as layout  # noqa: E402
 from stack import srm_properties  # noqa: E402
 from stack.kafka_cluster import free_port, wait_for_port  # noqa: E402
@@ -207,15 +208,6 @@ def run_python_load(port: int, sample: list[str], connections: int, duration_s: 
     return len(latencies) / duration_s, cuts[49] * 1000, cuts[98] * 1000
 
 
-def _ticks(pid: int) -> tuple[int, int]:
-    """(utime, stime) of one process, in clock ticks (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0, 0
-    return int(fields[11]), int(fields[12])
-
-
 def _process_tree(pid: int) -> list[int]:
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
@@ -235,8 +227,8 @@ class CpuMeter:
 
     def sample(self) -> dict[str, tuple[float, float]]:
         tick = os.sysconf("SC_CLK_TCK")
-        service = [_ticks(p) for p in _process_tree(self.service_pid)]
-        redis_user, redis_kernel = _ticks(self.redis_pid)
+        service = [stat_ticks(Path(f"/proc/{p}/stat")) for p in _process_tree(self.service_pid)]
+        redis_user, redis_kernel = stat_ticks(Path(f"/proc/{self.redis_pid}/stat"))
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
             "service": (sum(u for u, _ in service) / tick, sum(k for _, k in service) / tick),

@@ -17,8 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-from aggregator.merge_child import CHILD_PREFIX
-
 LOG = logging.getLogger(__name__)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Spark JVM threads by what they do (/proc comm names, cut at 15 characters).
@@ -34,9 +32,14 @@ def stat_fields(path: Path) -> list[str]:
     return text[text.rindex(")") + 2:].split()
 
 
-def ticks(path: Path) -> int:
+def stat_ticks(path: Path) -> tuple[int, int]:
+    """(utime, stime) of a process or thread's stat file, in clock ticks; (0, 0) once it ended."""
     fields = stat_fields(path)
-    return int(fields[11]) + int(fields[12]) if fields else 0  # utime + stime
+    return (int(fields[11]), int(fields[12])) if fields else (0, 0)
+
+
+def ticks(path: Path) -> int:
+    return sum(stat_ticks(path))
 
 
 def command(entry: Path) -> list[bytes]:
@@ -73,11 +76,28 @@ def part_of(pid: int, driver: int) -> str | None:
     if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
         return "python workers"
     # The driver's own children: the sink's merge child (aggregator.merge_child names it) or the
-    # bench's input producer (a pool worker).
+    # bench's input producer (a pool worker). Imported here: bench/api.py reads /proc through this
+    # module too and has no aggregator to load.
+    from aggregator.merge_child import CHILD_PREFIX
+
     name = next((child.name for child in multiprocessing.active_children() if child.pid == pid), None)
     if name is None:
         return None
     return "merge child" if name.startswith(CHILD_PREFIX) else "input producer"
+
+
+class BenchThreads:
+    """The bench's own threads in the driver process (polling Redis, sampling CPU), left out of its CPU:
+    the last ticks read of each is kept once it ends, as the process's ticks keep what it used."""
+
+    def __init__(self) -> None:
+        self.tids: set[int] = set()
+        self._ticks: dict[int, int] = {}
+
+    def ticks(self) -> int:
+        for tid in list(self.tids):  # the bench's threads add theirs meanwhile
+            self._ticks[tid] = max(self._ticks.get(tid, 0), ticks(Path(f"/proc/self/task/{tid}/stat")))
+        return sum(self._ticks.values())
 
 
 class CpuBudget:
@@ -90,22 +110,20 @@ class CpuBudget:
         self.samples: list[tuple[float, dict[str, float]]] = []
         self._ticks: dict[tuple[str, int], int] = {}  # (part, pid or JVM thread id) -> ticks
         self._parts: dict[int, str | None] = {}
-        # The bench's own threads in the driver process (polling Redis, this sampler): left out of it.
-        self.excluded_tids: set[int] = set()
-        self._excluded_ticks: dict[int, int] = {}
+        self._thread_kinds: dict[int, str] = {}  # JVM thread id -> what it does (named once, at start)
+        self.bench_threads = BenchThreads()  # shared with the bench's other CPU clock (bench/aggregator.py)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> CpuBudget:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
     def _run(self) -> None:
-        self.excluded_tids.add(threading.get_native_id())
+        self.bench_threads.tids.add(threading.get_native_id())
         while not self._stop.is_set():
             try:
                 self.sample()
@@ -126,7 +144,7 @@ class CpuBudget:
                 continue
             used = ticks(entry / "stat")
             if part == "driver":
-                used -= self._bench_threads(entry)
+                used -= self.bench_threads.ticks()
             self._ticks[(part, pid)] = max(self._ticks.get((part, pid), 0), used)
             if part == "spark JVM":
                 self._jvm_threads(entry)
@@ -135,26 +153,22 @@ class CpuBudget:
             totals[part] = totals.get(part, 0.0) + used / CLOCK_TICKS
         self.samples.append((time.time(), totals))
 
-    def _bench_threads(self, process: Path) -> int:
-        """Ticks of the excluded threads, the last read kept once one ended (the process's ticks keep
-        what its ended threads used)."""
-        for tid in list(self.excluded_tids):  # the bench's threads add theirs meanwhile
-            used = ticks(process / "task" / str(tid) / "stat")
-            self._excluded_ticks[tid] = max(self._excluded_ticks.get(tid, 0), used)
-        return sum(self._excluded_ticks.values())
-
     def _jvm_threads(self, process: Path) -> None:
         try:
             threads = list((process / "task").iterdir())
         except OSError:
             return
         for thread in threads:
-            try:
-                name = (thread / "comm").read_text().strip()
-            except OSError:
-                continue
-            kind = next((kind for kind, pattern in JVM_THREADS if re.match(pattern, name)), "other threads")
-            key = (f"spark JVM: {kind}", -int(thread.name))
+            tid = int(thread.name)
+            kind = self._thread_kinds.get(tid)
+            if kind is None:
+                try:
+                    name = (thread / "comm").read_text().strip()
+                except OSError:
+                    continue
+                kind = self._thread_kinds[tid] = next(
+                    (kind for kind, pattern in JVM_THREADS if re.match(pattern, name)), "other threads")
+            key = (f"spark JVM: {kind}", -tid)
             self._ticks[key] = max(self._ticks.get(key, 0), ticks(thread / "stat"))
 
     def at(self, when: float) -> dict[str, float]:
