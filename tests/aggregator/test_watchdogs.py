@@ -127,7 +127,8 @@ def test_redis_stopped_for_two_minutes_then_recovered_within_30_s_with_identical
 @pytest.mark.integration
 def test_a_merge_child_that_stops_answering_is_replaced_and_counted(spark, kafka_clusters, tmp_path,
                                                                     monkeypatch):
-    monkeypatch.setattr(merge_child, "ANSWER_TIMEOUT_S", 4.0)
+    # Longer than the merge interval: a child waiting to merge is not a stuck one.
+    monkeypatch.setattr(merge_child, "ANSWER_TIMEOUT_S", merge_child.MERGE_INTERVAL_S + 4.0)
     bootstrap, source = kafka_clusters["east"], new_source()
     create_topic(bootstrap, metrics_topic(source))
     produce(bootstrap, source, [report(source, T0, 1)])
