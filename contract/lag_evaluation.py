@@ -154,7 +154,10 @@ class EvaluationPolicy:
 DEFAULT_POLICY: Final = EvaluationPolicy()
 
 
-@dataclass(frozen=True, slots=True)
+# Values, never changed once made, but not frozen: a frozen dataclass sets each field through
+# object.__setattr__, and the aggregator makes a few of these and one evaluation per partition of every
+# batch (the same choice as redis_layout.WindowAggregate).
+@dataclass(slots=True, unsafe_hash=True)
 class OffsetObservation:
     """A committed or replicated offset seen at ``ts_ms``, and its lag behind the end offset."""
 
@@ -163,7 +166,7 @@ class OffsetObservation:
     lag: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PartitionEvaluation:
     """Verdict on one partition; ``start``/``end`` are the window's oldest and newest entries."""
 
