@@ -7,7 +7,7 @@ Lag in seconds is evaluated at the report's own `ts`; the reader can age it furt
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
@@ -38,12 +38,14 @@ def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
     return OffsetTimeTable.from_points(points)
 
 
-def _lag_seconds(lag: Any, position: Any, table: OffsetTimeTable, now_ms: int) -> float | None:
+def _lag_seconds(lag: Any, position: Any, table: Callable[[], OffsetTimeTable], now_ms: int) -> float | None:
+    """`table` is built only when asked: a caught-up partition (most of them, usually) needs none, and
+    building one from 60 windows is most of a latest value's cost."""
     if lag is not None and lag <= 0:
         return 0.0
     if position is None:
         return None
-    return lag_seconds(table, int(position), now_ms)
+    return lag_seconds(table(), int(position), now_ms)
 
 
 def partition_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggregate]) -> dict[str, Any]:
@@ -51,7 +53,9 @@ def partition_latest(record: dict[str, Any], end_offset_windows: Iterable[Window
     ts, end, lag = int(record["ts"]), record.get("source_end_offset"), record.get("records_lag")
     newest = OffsetPoint(int(end), ts) if end is not None else None
     position = end - lag if end is not None and lag is not None else None
-    table = end_offset_table(end_offset_windows, ts, newest)
+    def table() -> OffsetTimeTable:
+        return end_offset_table(end_offset_windows, ts, newest)
+
     return {
         "ts": ts, "records_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "source_end_offset": end, "upstream_offset": record.get("upstream_offset"),
@@ -64,7 +68,9 @@ def group_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggr
     offsets of the group's topic-partition (see redis_layout.group_latest_key)."""
     ts, lag = int(record["ts"]), record.get("group_lag")
     position = record.get("group_upstream_offset")
-    table = end_offset_table(end_offset_windows, ts)
+    def table() -> OffsetTimeTable:
+        return end_offset_table(end_offset_windows, ts)
+
     return {
         "ts": ts, "group_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "upstream_offset": position, "downstream_offset": record.get("group_downstream_offset"),
