@@ -3,9 +3,11 @@
 A sink hands each committed batch's id to a BackgroundWindowWriter; its child process merges the batch's
 staged copy (window_writer.WindowWriter.merge_staged) while Spark reads the next batch. A process, not a
 thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs. Batches
-that come within MERGE_INTERVAL_S are merged together: a merge costs per series it touches, so a child that
-falls behind catches up in fewer, larger merges. A sink that needs Redis to hold every batch handed over
-(wait_idle) has the child merge at once.
+that come quickly (under BATCH_GAP_S apart, a live query's) are merged together, up to MERGE_INTERVAL_S
+after the last merge: a merge costs per series it touches, so a child that falls behind catches up in fewer,
+larger merges. A backlog's batches, further apart, are merged as they come: each brings windows of its own,
+so waiting would only delay them. A sink that needs Redis to hold every batch handed over (wait_idle) has
+the child merge at once.
 
 The child runs at the query's CPU priority. Tried at nice +10 (so that the batch in flight goes first on a
 busy machine), a stopping aggregator could no longer count on its last merge: under load the child got a
@@ -30,12 +32,15 @@ from aggregator.window_writer import WindowWriter
 from contract import redis_connection
 
 LOG = logging.getLogger(__name__)
-# A merge costs per series it touches, whatever the batch's size: batches the query commits faster than
-# this are merged together, so windows trail latest values by up to this much more (half the finest
-# window, 10 s). At 20k records/s from 2,000 partitions, merging every batch (~0.6 s) took ~40 % of a
-# core; every 2 s, the merge child and Redis took ~0.4 of the 2 cores and every 5 s ~0.23, which cut the
-# latest values' freshness by ~10 % (p99) to ~12 % (p50) (bench/aggregator.py's freshness part).
+# A merge costs per series it touches, whatever the batch's size: batches a live query commits quickly
+# are merged together, up to this long after the last merge, so windows trail latest values by up to this
+# much more (half the finest window, 10 s). At 20k records/s from 2,000 partitions, merging every batch
+# (~0.6 s) took ~40 % of a core; every 2 s, the merge child and Redis took ~0.4 of the 2 cores and every
+# 5 s ~0.23, which cut the latest values' freshness by ~10 % (p99) to ~12 % (p50) (bench/aggregator.py).
 MERGE_INTERVAL_S = 5.0
+# Batches that come further apart than this are merged as they come: a backlog's (~3 s apart at 200k
+# records a batch), whose windows seldom overlap, and a quiet query's.
+BATCH_GAP_S = 2.0
 # Sent instead of a batch id: merge what was handed over now, without waiting for the interval.
 FLUSH = "flush"
 CHILD_PREFIX = "srm-windows-"
@@ -165,7 +170,7 @@ def join_window_writers(timeout_s: float) -> list[str]:
 
 def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, level: int) -> None:
     """The child: recover, then merge the submitted batches from their staged copies, those that come
-    within MERGE_INTERVAL_S of the last merge together; answer each with None or what failed. After a
+    quickly together (_submitted); answer each with None or what failed. After a
     failure nothing more is merged (later batches build on it): the query restarts."""
     # A stop signal sent to the whole process group (systemd's default, a Ctrl-C, `kill -- -pgid`) must
     # not end the child between a committed batch and its merge: the parent closing its end ends it.
@@ -174,11 +179,11 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     writer = WindowWriter(redis_connection.connect(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
-    last_merge = 0.0
+    last_merge, last_arrival = 0.0, None
     try:
         conn.send(failure)
         while True:
-            batch_ids, ended = _submitted(conn, last_merge + MERGE_INTERVAL_S)
+            batch_ids, ended, last_arrival = _submitted(conn, last_merge, last_arrival)
             last_merge = time.monotonic()
             if batch_ids and failure is None:
                 failure = _attempt(lambda: writer.merge_staged(batch_ids))  # noqa: B023 (called at once)
@@ -190,23 +195,31 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
         return
 
 
-def _submitted(conn: Connection, not_before: float) -> tuple[list[int], bool]:
-    """The next batch ids submitted, and more until `not_before` or a FLUSH; whether the parent is gone.
-    A FLUSH with nothing submitted (what it asked for was merged meanwhile) is not waited on."""
+def _submitted(conn: Connection, last_merge: float, last_arrival: float | None
+               ) -> tuple[list[int], bool, float | None]:
+    """The next batch ids submitted, with those already waiting and, when they come quickly (under
+    BATCH_GAP_S after the one before), more until MERGE_INTERVAL_S after `last_merge` or a FLUSH. Also
+    whether the parent is gone, and when the last one came. A FLUSH with nothing submitted (what it asked
+    for was merged meanwhile) is not waited on."""
     batch_ids: list[int] = []
     try:
         while not batch_ids:
             message = conn.recv()
             if message != FLUSH:
                 batch_ids.append(message)
+        now = time.monotonic()
+        quick = last_arrival is not None and now - last_arrival < BATCH_GAP_S
+        last_arrival = now
+        not_before = last_merge + MERGE_INTERVAL_S if quick else now
         while conn.poll(max(0.0, not_before - time.monotonic())):
             message = conn.recv()
             if message == FLUSH:
                 break
             batch_ids.append(message)
+            last_arrival = time.monotonic()
     except EOFError:
-        return batch_ids, True
-    return batch_ids, False
+        return batch_ids, True, last_arrival
+    return batch_ids, False, last_arrival
 
 
 def _attempt(work: Callable[[], None]) -> str | None:

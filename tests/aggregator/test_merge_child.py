@@ -1,4 +1,5 @@
-"""The merge child's batching of submitted batches: merged together within the interval, at once on FLUSH."""
+"""The merge child's rounds: a live query's quick batches merged together within the interval, a backlog's
+as they come, and at once on FLUSH."""
 
 from __future__ import annotations
 
@@ -6,45 +7,63 @@ import multiprocessing
 import threading
 import time
 
-from aggregator.merge_child import FLUSH, _submitted
+from aggregator.merge_child import BATCH_GAP_S, FLUSH, MERGE_INTERVAL_S, _submitted
 
 FAR = 3_600.0  # an interval no test waits out: returning at all means it was not waited for
 
 
-def submitted_in_thread(conn, not_before: float) -> list:
+def submitted_in_thread(conn, last_merge: float, last_arrival: float | None) -> tuple:
     out: list = []
-    worker = threading.Thread(target=lambda: out.append(_submitted(conn, not_before)), daemon=True)
+    worker = threading.Thread(target=lambda: out.append(_submitted(conn, last_merge, last_arrival)),
+                              daemon=True)
     worker.start()
     worker.join(30)
     assert not worker.is_alive(), "waited for the merge interval"
     return out[0]
 
 
-def test_batches_handed_over_within_the_interval_are_merged_together():
+def pipe_with(*messages):
     parent, child = multiprocessing.Pipe()
-    for batch_id in (3, 4, 5):
-        parent.send(batch_id)
-    assert _submitted(child, time.monotonic() + 0.2) == ([3, 4, 5], False)
+    for message in messages:
+        parent.send(message)
+    return parent, child
+
+
+def test_quick_batches_are_merged_together_until_the_interval_after_the_last_merge():
+    parent, child = pipe_with(3, 4)
+    now = time.monotonic()
+    threading.Timer(0.3, lambda: parent.send(5)).start()
+    ids, ended, last_arrival = _submitted(child, now - MERGE_INTERVAL_S + 1.0, now)
+    assert (ids, ended) == ([3, 4, 5], False)
+    assert last_arrival >= now + 0.3  # when 5 came
+
+
+def test_a_batch_after_a_long_gap_is_merged_at_once_with_those_already_waiting():
+    _, child = pipe_with(3, 4)
+    now = time.monotonic()
+    ids, ended, _ = submitted_in_thread(child, now + FAR, now - BATCH_GAP_S - 1.0)
+    assert (ids, ended) == ([3, 4], False)
+
+
+def test_the_first_batch_is_merged_at_once():
+    _, child = pipe_with(1)
+    assert submitted_in_thread(child, time.monotonic() + FAR, None)[:2] == ([1], False)
 
 
 def test_a_flush_ends_the_wait_for_the_interval():
-    parent, child = multiprocessing.Pipe()
-    for message in (3, 4, FLUSH, 5):
-        parent.send(message)
-    assert submitted_in_thread(child, time.monotonic() + FAR) == ([3, 4], False)
+    parent, child = pipe_with(3, 4, FLUSH, 5)
+    now = time.monotonic()
+    assert submitted_in_thread(child, now + FAR, now)[:2] == ([3, 4], False)
     parent.send(FLUSH)
-    assert submitted_in_thread(child, time.monotonic() + FAR) == ([5], False)
+    assert submitted_in_thread(child, now + FAR, time.monotonic())[:2] == ([5], False)
 
 
 def test_a_flush_with_nothing_submitted_is_not_a_merge():
-    parent, child = multiprocessing.Pipe()
-    for message in (FLUSH, FLUSH, 7):
-        parent.send(message)
-    assert _submitted(child, time.monotonic()) == ([7], False)
+    _, child = pipe_with(FLUSH, FLUSH, 7)
+    assert submitted_in_thread(child, time.monotonic(), None)[:2] == ([7], False)
 
 
 def test_the_parent_closing_its_end_ends_the_child_after_what_it_handed_over():
-    parent, child = multiprocessing.Pipe()
-    parent.send(9)
+    parent, child = pipe_with(9)
     parent.close()
-    assert submitted_in_thread(child, time.monotonic() + FAR) == ([9], True)
+    assert submitted_in_thread(child, time.monotonic() + FAR, time.monotonic())[:2] == ([9], True)
