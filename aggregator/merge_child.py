@@ -2,12 +2,13 @@
 
 A sink hands each committed batch's id to a BackgroundWindowWriter; its child process merges the batch's
 staged copy (window_writer.WindowWriter.merge_staged) while Spark reads the next batch. A process, not a
-thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs. Batches
-that come quickly (under BATCH_GAP_S apart, a live query's) are merged together, up to MERGE_INTERVAL_S
-after the last merge: a merge costs per series it touches, so a child that falls behind catches up in fewer,
-larger merges. A backlog's batches, further apart, are merged as they come: each brings windows of its own,
-so waiting would only delay them. A sink that needs Redis to hold every batch handed over (wait_idle) has
-the child merge at once.
+thread: merging is mostly Python, and a thread would hold the GIL the next batch's parsing needs.
+
+A merge costs per series it touches, so batches that come quickly (under BATCH_GAP_S apart: a query with
+a short trigger, under load) are merged together, up to MERGE_INTERVAL_S after the last merge, and a
+child that falls behind catches up in fewer, larger merges. Batches further apart (the default trigger, a
+backlog's) are merged as they come: waiting would only delay their windows. A sink that needs Redis to
+hold every batch handed over (wait_idle), or a child too far behind, has the child merge at once.
 
 The child runs at the query's CPU priority. Tried at nice +10 (so that the batch in flight goes first on a
 busy machine), a stopping aggregator could no longer count on its last merge: under load the child got a
@@ -38,9 +39,11 @@ LOG = logging.getLogger(__name__)
 # (~0.6 s) took ~40 % of a core; every 2 s, the merge child and Redis took ~0.4 of the 2 cores and every
 # 5 s ~0.23, which cut the latest values' freshness by ~10 % (p99) to ~12 % (p50) (bench/aggregator.py).
 MERGE_INTERVAL_S = 5.0
-# Batches that come further apart than this are merged as they come: a backlog's (~3 s apart at 200k
-# records a batch), whose windows seldom overlap, and a quiet query's.
-BATCH_GAP_S = 2.0
+# Batches that come further apart than this are merged as they come: a query at the default 2 s trigger
+# (aggregator.trigger.interval.ms), a backlog's (~3.4 s apart at 200k records a batch here, ~2 s at the
+# 100k records/s aimed at), whose windows seldom overlap and whose last batch would wait for nothing. A
+# query triggered more often than that, for fresher latest values, gets its windows merged together.
+BATCH_GAP_S = 1.5
 # Sent instead of a batch id: merge what was handed over now, without waiting for the interval.
 FLUSH = "flush"
 CHILD_PREFIX = "srm-windows-"
@@ -70,7 +73,9 @@ class BackgroundWindowWriter:
     merges every batch staged up to the last one submitted (recover), and the applied batch id, WATCHed by
     each merge, keeps a merge the old child had already sent to Redis from being applied twice."""
 
-    MAX_BEHIND = 16  # staged batches waiting: enough for a merge interval of the smallest batches
+    # Staged batches waiting: a live query's batches come ~0.3 s apart at the quickest, so a merge interval
+    # holds ~17 of them. More (a child that fell behind) and the query waits for a merge, asked at once.
+    MAX_BEHIND = 64
 
     def __init__(self, redis_url: str, scope: str, committed: int | None,
                  answer_timeout_s: float | None = None) -> None:
@@ -97,6 +102,8 @@ class BackgroundWindowWriter:
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
         self.raise_failure()
+        if self._pending >= self.MAX_BEHIND:
+            self._conn.send(FLUSH)
         while self._pending >= self.MAX_BEHIND:
             self._receive()
         if not self._pending:
