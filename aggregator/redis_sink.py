@@ -10,7 +10,7 @@ batch with the offsets it logged, so a run killed mid-batch and restarted leaves
 uninterrupted run does. The staged windows are merged into the windows of every size by the window writer
 (for the streaming query a child process, while Spark reads the next batch), in batch order, exactly once
 (a crash leaves them staged; they are merged on restart). Latest values are idempotent and go first, in
-their own transaction (_write_latest).
+their own transactions (_write_latest): the values, then the lag verdicts derived from them.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -215,8 +215,14 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
-        latest, lag_samples, verdicts = self._latest_values(plan)
-        self._write_latest(latest)  # a failure fails the query: its restart reads the verdicts anew
+        latest, lag_samples, judged = self._latest_values(plan)
+        # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
+        # verdicts after (Burrow's rules over every reported partition): a partition's lag is readable
+        # that much sooner, and its verdict no later than before.
+        self._write_latest(latest)
+        verdicts = self._verdicts(plan, judged)
+        verdict_values = self._verdict_values(verdicts)
+        self._write_latest(verdict_values)
         self.verdicts.commit(verdicts)
         if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
             batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
@@ -256,7 +262,8 @@ class RedisRollupSink:
             self.history.commit(finest_key(series), history)
         windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
-                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, len(latest),
+                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id,
+                  len(latest) + len(verdict_values),
                   (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
@@ -291,9 +298,10 @@ class RedisRollupSink:
     # --- latest values --------------------------------------------------------------------------------
 
     def _latest_values(self, plan: BatchPlan
-                       ) -> tuple[list[LatestValue], list[LagSample], partition_verdicts.VerdictUpdates]:
-        """(hash key, field, value) of every latest value the batch changes (lag verdicts and their
-        summaries included), the lag in seconds among them as samples of its gauge, and the verdicts."""
+                       ) -> tuple[list[LatestValue], list[LagSample], list[tuple[HistoryRead, Any]]]:
+        """(hash key, field, value) of every latest value the batch changes but lag verdicts, the lag in
+        seconds among them as samples of its gauge, and the partition reports to judge (with their lag in
+        seconds)."""
         reads = history_reads(plan.latest, self._replication_records(plan))
         self._load_history(reads)
         out, samples, judged = [], [], []
@@ -310,12 +318,14 @@ class RedisRollupSink:
                                          int(read.record["ts"]), float(seconds)))
             if read.kind == "partition":
                 judged.append((read, seconds))
-        verdicts = self._verdicts(plan, judged)
+        return out, samples, judged
+
+    def _verdict_values(self, verdicts: partition_verdicts.VerdictUpdates) -> list[LatestValue]:
+        """The lag verdicts of the batch's partitions and their replications' summaries, as latest values."""
         summaries = self.verdicts.summaries(verdicts, _now_ms())
-        out += [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in verdicts.items()
-                for name, v in fresh.items()]
-        out += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
-        return out, samples, verdicts
+        out = [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in verdicts.items()
+               for name, v in fresh.items()]
+        return out + [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
 
     def _verdicts(self, plan: BatchPlan, judged: list[tuple[HistoryRead, Any]]
                   ) -> partition_verdicts.VerdictUpdates:
