@@ -8,6 +8,7 @@ Lag in seconds is evaluated at the report's own `ts`; the reader can age it furt
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -53,9 +54,7 @@ def partition_latest(record: dict[str, Any], end_offset_windows: Iterable[Window
     ts, end, lag = int(record["ts"]), record.get("source_end_offset"), record.get("records_lag")
     newest = OffsetPoint(int(end), ts) if end is not None else None
     position = end - lag if end is not None and lag is not None else None
-    def table() -> OffsetTimeTable:
-        return end_offset_table(end_offset_windows, ts, newest)
-
+    table = partial(end_offset_table, end_offset_windows, ts, newest)
     return {
         "ts": ts, "records_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "source_end_offset": end, "upstream_offset": record.get("upstream_offset"),
@@ -68,9 +67,7 @@ def group_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggr
     offsets of the group's topic-partition (see redis_layout.group_latest_key)."""
     ts, lag = int(record["ts"]), record.get("group_lag")
     position = record.get("group_upstream_offset")
-    def table() -> OffsetTimeTable:
-        return end_offset_table(end_offset_windows, ts)
-
+    table = partial(end_offset_table, end_offset_windows, ts)
     return {
         "ts": ts, "group_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "upstream_offset": position, "downstream_offset": record.get("group_downstream_offset"),

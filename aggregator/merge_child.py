@@ -102,10 +102,7 @@ class BackgroundWindowWriter:
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
         self.raise_failure()
-        if self._pending >= self.MAX_BEHIND:
-            self._conn.send(FLUSH)
-        while self._pending >= self.MAX_BEHIND:
-            self._receive()
+        self._merged_down_to(self.MAX_BEHIND - 1)
         if not self._pending:
             self._waiting_since = time.monotonic()
         self._conn.send(batch_id)
@@ -113,11 +110,15 @@ class BackgroundWindowWriter:
         self._last_submitted = batch_id
 
     def wait_idle(self) -> None:
-        if self._pending:
-            self._conn.send(FLUSH)
-        while self._pending:
-            self._receive()
+        self._merged_down_to(0)
         self.raise_failure()
+
+    def _merged_down_to(self, most: int) -> None:
+        """Waits until at most `most` batches are pending, the child asked to merge at once (FLUSH)."""
+        if self._pending > most:
+            self._conn.send(FLUSH)
+        while self._pending > most:
+            self._receive()
 
     def raise_failure(self) -> None:
         while self._pending and self._conn.poll():

@@ -38,15 +38,12 @@ def stat_ticks(path: Path) -> tuple[int, int]:
     return (int(fields[11]), int(fields[12])) if fields else (0, 0)
 
 
-def ticks(path: Path) -> int:
-    return sum(stat_ticks(path))
-
-
-def ticks_with_children(path: Path) -> int:
-    """utime + stime + the children's it waited for: Redis's AOF rewrites run in a child that renames itself
-    (`redis-aof-rewrite`), so is not told as Redis while it runs, and ends within a sample or two."""
+def ticks(path: Path, with_children: bool = False) -> int:
+    """utime + stime, and with `with_children` those of the children it waited for: Redis's AOF rewrites
+    run in a child that renames itself (`redis-aof-rewrite`), so is not told as Redis while it runs, and
+    ends within a sample or two."""
     fields = stat_fields(path)
-    return sum(int(f) for f in fields[11:15]) if fields else 0
+    return sum(int(f) for f in fields[11:15 if with_children else 13]) if fields else 0
 
 
 def command(entry: Path) -> list[bytes]:
@@ -149,7 +146,7 @@ class CpuBudget:
             part = self._parts[pid]
             if part is None:
                 continue
-            used = ticks_with_children(entry / "stat") if part == "redis" else ticks(entry / "stat")
+            used = ticks(entry / "stat", with_children=part == "redis")
             if part == "driver":
                 used -= self.bench_threads.ticks()
             self._ticks[(part, pid)] = max(self._ticks.get((part, pid), 0), used)
