@@ -28,7 +28,7 @@ from contract import redis_layout as layout
 LOG = logging.getLogger(__name__)
 
 Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, partition, group
-SERIES_COLUMNS = ["target", "source", "topic", "partition", "group", "metric"]
+SUBJECT_COLUMNS = ["target", "source", "topic", "partition", "group"]
 MEMBER_PARTS = ("n", "sum", "min", "max", "last")
 # Metrics whose windows latest values read: end offsets of partitions (lag in seconds), their offsets and
 # lag (lag verdicts), record counts of replications.
@@ -159,18 +159,19 @@ def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
 
 
 def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | None, int]:
-    """A batch's partial windows (window_partials) one metric a row, each series by its number: series,
-    start, n, sum, min, max, last, last_ts (stored_windows merges them into every size); and how many
-    series there are. None when the batch has no metric windows (e.g. only replication reports)."""
+    """A batch's partial windows (window_partials) one metric a row, each subject by its number and each
+    metric by its index in redis_layout.WINDOW_METRICS: series, metric, start, n, sum, min, max, last,
+    last_ts (stored_windows merges them into every size); and how many subjects there are. None when the
+    batch has no metric windows (e.g. only replication reports)."""
     narrow = [t for m in ALL_METRICS if (t := _metric_partials(windows, m)) is not None]
     if not narrow:
         return None, 0
     table = pa.concat_tables(narrow)
-    series = table.select(SERIES_COLUMNS).group_by(SERIES_COLUMNS, use_threads=False).aggregate([])
-    numbered = series.append_column("series", pa.array(
-        keys.number(zip(*series.to_pydict().values(), strict=True)), pa.int64()))
-    joined = table.join(numbered, SERIES_COLUMNS, use_threads=False)
-    return joined.drop_columns(SERIES_COLUMNS), series.num_rows
+    subjects = table.select(SUBJECT_COLUMNS).group_by(SUBJECT_COLUMNS, use_threads=False).aggregate([])
+    numbered = subjects.append_column("series", pa.array(
+        keys.number(zip(*subjects.to_pydict().values(), strict=True)), pa.int64()))
+    joined = table.join(numbered, SUBJECT_COLUMNS, use_threads=False)
+    return joined.drop_columns(SUBJECT_COLUMNS), subjects.num_rows
 
 
 def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
@@ -180,7 +181,7 @@ def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
     return pa.table({
         "target": present["target"], "source": present["source"], "topic": present["topic"],
         "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
-        "metric": pa.array([metric] * present.num_rows, pa.string()),
+        "metric": pa.repeat(pa.scalar(layout.METRIC_INDEX[metric], pa.int64()), present.num_rows),
         "start": present["window_start"],
         **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
         "last_ts": _last_ts(present, metric),

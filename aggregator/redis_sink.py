@@ -50,7 +50,7 @@ from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_calls
-from aggregator.window_history import WindowHistory, finest_key
+from aggregator.window_history import WindowHistory, finest_key, stored_windows
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_connection
@@ -259,7 +259,7 @@ class RedisRollupSink:
             raise
         staged = time.monotonic()
         for series, history in plan.history.items():
-            self.history.commit(finest_key(series), history)
+            self.history.commit(series, history)
         windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
                   "staged %.0f, windows handed over %.0f)", self.query_name, batch_id,
@@ -308,8 +308,7 @@ class RedisRollupSink:
         for read in reads:
             if read.kind == "offsets":  # windows for the partition's verdict, below
                 continue
-            key = finest_key(read.series)
-            history = self.history.view(key, read.low_ms, read.high_ms, plan.windows_of(read.series))
+            history = self.history.view(read.series, read.low_ms, read.high_ms, plan.windows_of(read.series))
             out.append(latest_value(read.kind, read.subject, read.record, history))
             seconds = out[-1][2].get("lag_seconds")
             if read.kind != "replication" and isinstance(seconds, int | float):
@@ -332,8 +331,7 @@ class RedisRollupSink:
         """The lag verdicts of the partitions reported in the batch, per replication (each replication
         loaded from Redis first when this process has not met it yet)."""
         def view(series: layout.SeriesId, low_ms: int, high_ms: int) -> list[layout.WindowAggregate]:
-            return self.history.view(finest_key(series), low_ms, high_ms,
-                                     plan.windows_of(series))
+            return self.history.view(series, low_ms, high_ms, plan.windows_of(series))
 
         reports = [(r.subject, r.record, seconds) for r, seconds in judged]
         updates = partition_verdicts.batch_verdicts(reports, view)
@@ -342,22 +340,29 @@ class RedisRollupSink:
         return updates
 
     def _load_history(self, reads: list[HistoryRead]) -> None:
-        """Reads from Redis the history of series not kept yet (or kept over too short a range)."""
-        wanted: dict[str, tuple[int, int]] = {}  # key -> (low, span) of the widest read
+        """Reads from Redis the history of series not kept yet (or kept over too short a range): one read
+        a key, for every metric of its subject wanted."""
+        wanted: dict[layout.SeriesId, tuple[int, int]] = {}  # series -> (low, span) of the widest read
         for read in reads:
-            key = finest_key(read.series)
-            low, span = wanted.get(key, (read.low_ms, 0))
+            low, span = wanted.get(read.series, (read.low_ms, 0))
             low, span = min(low, read.low_ms), max(span, read.high_ms - read.low_ms)
-            if not self.history.covers(key, low):
-                wanted[key] = (low, span)
+            if not self.history.covers(read.series, low):
+                wanted[read.series] = (low, span)
         if not wanted:
             return
         self.windows.wait_idle()  # Redis holds every staged batch's windows
+        by_key: dict[str, list[layout.SeriesId]] = {}
+        for series in wanted:
+            by_key.setdefault(finest_key(series), []).append(series)
         pipe = self.client.pipeline(transaction=False)
-        for key, (low, _) in wanted.items():
-            pipe.zrangebyscore(key, low, "+inf")
-        for (key, (low, span)), members in zip(wanted.items(), pipe.execute(), strict=True):
-            self.history.load(key, low, map(layout.decode_member, members), span)
+        for key, metrics in by_key.items():
+            pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
+        for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
+            windows = stored_windows(key, members)
+            for series in metrics:
+                low, span = wanted[series]
+                held = (w[series.metric] for w in windows if series.metric in w)
+                self.history.load(series, low, held, span)
 
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows

@@ -5,12 +5,15 @@ cost 15–20 us a window, the sink's slowest stage by far. One query is the only
 series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
 on Arrow; Redis then only replaces members (redis_scripts.REPLACE_WINDOWS_LUA).
 
-Series are numbered once per process (SeriesKeys), so joins and sorts run on integers, and key names are
-made once per series, not per window. Per window size a table holds (series, start, value columns,
-member as stored). A series is *covered from* a start when every stored window from that start on is in
-the table: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
+Subjects (the sorted set of a partition, topic, replication or group at one window size, holding all
+their metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on
+integers, and key names are made once per subject, not per window; in the tables `series` is a subject's
+number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
+metric's windows (series, metric, start, value columns) and another the members as stored (series, start,
+member). A subject is *covered from* a start when every stored window from that start on is in the
+tables: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
 restarted process or a late record for an old window reads Redis once. Only committed batches change
-the table, and a failed write clears it, so over its covered range it always equals Redis.
+the tables, and a failed write clears them, so over their covered range they always equal Redis.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ from contract import redis_layout as layout
 LOG = logging.getLogger(__name__)
 
 VALUES = ("n", "sum", "min", "max", "last")
-SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
-                    *(pa.field(v, pa.float64()) for v in VALUES), pa.field("last_ts", pa.int64()),
-                    pa.field("member", pa.string())])
+SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("metric", pa.int64()),
+                    pa.field("start", pa.int64()), *(pa.field(v, pa.float64()) for v in VALUES),
+                    pa.field("last_ts", pa.int64())])
+MEMBERS = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
+                     pa.field("member", pa.string())])
+WINDOW_KEY = ["series", "metric", "start"]
 # How far behind a series' newest window its windows stay here: the window before the newest, and at
 # least the usual lateness (older windows are read from Redis when a late record needs them). Every kept
 # window is joined with each batch, so keeping more costs more than the rare read.
@@ -43,26 +49,26 @@ def keep_ms(window: str) -> int:
     return max(layout.WINDOWS[window].size_ms, MIN_KEEP_MS)
 
 
-SeriesColumns = tuple[str, str, str, int, str, str]  # target, source, topic, partition, group, metric
+SubjectColumns = tuple[str, str, str, int, str]  # target, source, topic, partition, group ("" for none)
 
 
 @dataclass
 class SeriesKeys:
-    """Series numbers of this process, with each series' key at every window size and its hash tag."""
+    """Subject numbers of this process, with each subject's key at every window size and its hash tag."""
 
-    ids: dict[SeriesColumns, int] = field(default_factory=dict)
-    keys: list[tuple[str, ...]] = field(default_factory=list)  # by series: key per size (WINDOWS order)
-    tags: list[int] = field(default_factory=list)  # by series: its hash tag's number
+    ids: dict[SubjectColumns, int] = field(default_factory=dict)
+    keys: list[tuple[str, ...]] = field(default_factory=list)  # by subject: key per size (WINDOWS order)
+    tags: list[int] = field(default_factory=list)  # by subject: its hash tag's number
     tag_ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
-    def number(self, series: Iterable[SeriesColumns]) -> list[int]:
+    def number(self, subjects: Iterable[SubjectColumns]) -> list[int]:
         out = []
-        for s in series:
+        for s in subjects:
             known = self.ids.get(s)
             if known is None:
                 known = self.ids[s] = len(self.keys)
-                target, source, topic, partition, group, metric = s
-                named = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                target, source, topic, partition, group = s
+                named = layout.SeriesId(target, source, topic, partition, "", group or None)
                 self.keys.append(tuple(layout.series_key(named, w) for w in layout.WINDOWS))
                 self.tags.append(self.tag_ids.setdefault((target, source, topic), len(self.tag_ids)))
             out.append(known)
@@ -70,28 +76,36 @@ class SeriesKeys:
 
 
 def size_partials(finest: pa.Table, window: str) -> pa.Table:
-    """Partial finest windows (series, start, values, last_ts; one metric each) merged per window of
-    `window` size and series: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
+    """Partial finest windows (series, metric, start, values, last_ts) merged per window of `window` size,
+    series and metric: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
     size = layout.WINDOWS[window].size_ms
-    table = pa.table({"series": finest["series"], "start": window_starts(finest["start"], size),
+    table = pa.table({"series": finest["series"], "metric": finest["metric"],
+                      "start": window_starts(finest["start"], size),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
     if size == layout.FINEST_WINDOW.size_ms and \
-            table.group_by(["series", "start"], use_threads=False).aggregate([]).num_rows == table.num_rows:
+            table.group_by(WINDOW_KEY, use_threads=False).aggregate([]).num_rows == table.num_rows:
         return table  # one partial a window already, as window_partials gives them
-    ordered = table.sort_by([("series", "ascending"), ("start", "ascending"), ("last_ts", "ascending"),
-                             ("last", "ascending")])
+    ordered = table.sort_by([(c, "ascending") for c in (*WINDOW_KEY, "last_ts", "last")])
     aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
                   ("last_ts", "last")]
-    out = ordered.group_by(["series", "start"], use_threads=False).aggregate(aggregates)
+    out = ordered.group_by(WINDOW_KEY, use_threads=False).aggregate(aggregates)
     names = {f"{column}_{function}": column for column, function in aggregates}
     return out.rename_columns([names.get(c, c) for c in out.column_names])
 
 
-def member_column(table: pa.Table) -> pa.ChunkedArray:
-    """`<start>:<n>:<sum>:<min>:<max>:<last>:<last ts>` (redis_layout.encode_member's fields; numbers in
-    their shortest round-trip form)."""
-    parts = [table[c] for c in ("start", *VALUES, "last_ts")]
-    return pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+def member_column(windows: pa.Table) -> pa.Table:
+    """The member of each window (series, start, member) of `windows` (one metric a row, every metric of
+    each window): `<start>;<metric>:<n>:<sum>:<min>:<max>:<last>:<last ts>;...` in metric order
+    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form)."""
+    ordered = windows.sort_by([(c, "ascending") for c in WINDOW_KEY])
+    parts = [ordered[c] for c in ("metric", *VALUES, "last_ts")]
+    segments = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+    # One thread keeps each window's segments in the sorted (metric) order.
+    grouped = pa.table({"series": ordered["series"], "start": ordered["start"], "segment": segments}) \
+        .group_by(["series", "start"], use_threads=False).aggregate([("segment", "list")])
+    member = pc.binary_join_element_wise(pc.cast(grouped["start"], pa.string()),
+                                         pc.binary_join(grouped["segment_list"], ";"), ";")
+    return pa.table({"series": grouped["series"], "start": grouped["start"], "member": member})
 
 
 @dataclass
@@ -106,11 +120,12 @@ class WindowUpdates:
 
 @dataclass
 class StoredWindows:
-    tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> stored windows kept here
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
+    members: dict[str, pa.Table] = field(default_factory=dict)  # window size -> members as stored
     covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
 
     def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
-        """Series whose stored windows the batch may touch but are not all here -> from which start Redis
+        """Subjects whose stored windows the batch may touch but are not all here -> from which start Redis
         must be read."""
         firsts = partials.group_by("series", use_threads=False).aggregate([("start", "min")])
         covered = self.covered_from.get(window, {})
@@ -122,29 +137,32 @@ class StoredWindows:
         return out
 
     def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
-        """What Redis holds of some series at one window size: series -> (from start, its members there)."""
-        rows = []
-        for key, (_, members) in stored.items():
-            for raw in members:
+        """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
+        rows: list[dict] = []
+        members: list[dict] = []
+        for series, (_, raw_members) in stored.items():
+            for raw in raw_members:
                 member = raw.decode() if isinstance(raw, bytes) else raw
                 try:
-                    w = layout.decode_member(member)
+                    start, windows = layout.decode_member(member)
                 except ValueError as exc:
-                    # Kept as a member to replace, with no value: the batch's partial becomes the window.
-                    LOG.warning("replacing %s in %s", exc, key)
-                    rows.append({"series": key, "start": _member_start(member), "member": member})
+                    # Kept as a member to replace, with no value: the batch's partials become the window.
+                    LOG.warning("replacing %s in %s", exc, series)
+                    members.append({"series": series, "start": _member_start(member), "member": member})
                     continue
-                rows.append({"series": key, "start": w.start_ms, "n": w.count, "sum": w.sum, "min": w.min,
-                             "max": w.max, "last": w.last,
-                             "last_ts": w.start_ms if w.last_ts is None else w.last_ts, "member": member})
+                members.append({"series": series, "start": start, "member": member})
+                rows.extend({"series": series, "metric": layout.METRIC_INDEX[metric], "start": start,
+                             "n": w.count, "sum": w.sum, "min": w.min, "max": w.max, "last": w.last,
+                             "last_ts": w.last_ts} for metric, w in windows.items())
         lows = pa.table({"series": pa.array(list(stored), pa.int64()),
                          "low": pa.array([low for low, _ in stored.values()], pa.int64())})
-        kept = self.tables.get(window, SCHEMA.empty_table())
-        # Windows of these series from their low on come from Redis now; older ones stay as kept.
-        joined = kept.join(lows, "series", join_type="left outer", use_threads=False)
-        older = joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True))
-        loaded = pa.Table.from_pylist(rows, schema=SCHEMA)
-        self.tables[window] = pa.concat_tables([older.select(SCHEMA.names).cast(SCHEMA), loaded])
+        # Windows of these subjects from their low on come from Redis now; older ones stay as kept.
+        self.tables[window] = pa.concat_tables([
+            _older(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA),
+            pa.Table.from_pylist(rows, schema=SCHEMA)])
+        self.members[window] = pa.concat_tables([
+            _older(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS),
+            pa.Table.from_pylist(members, schema=MEMBERS)])
         covered = self.covered_from.setdefault(window, {})
         for series, (low, _) in stored.items():
             covered[series] = min(low, covered.get(series, low))
@@ -152,34 +170,54 @@ class StoredWindows:
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
-        old = kept.rename_columns([c if c in ("series", "start") else f"old_{c}" for c in kept.column_names])
-        joined = partials.join(old, ["series", "start"], join_type="left outer", use_threads=False)
-        merged = _merged(joined)
-        merged = merged.append_column("member", member_column(merged))
-        created = pc.is_null(joined["old_member"])
-        changed = pc.or_kleene(created, pc.not_equal(merged["member"], joined["old_member"]))
-        updates = pa.table({"series": merged["series"], "start": merged["start"], "member": merged["member"],
-                            "old": joined["old_member"]}).filter(changed)
-        self._keep(kept, merged.select(SCHEMA.names), window)
-        return WindowUpdates(window, updates, _trims(merged.filter(created), merged, window))
-
-    def _keep(self, kept: pa.Table, merged: pa.Table, window: str) -> None:
-        rest = kept.join(merged.select(["series", "start"]), ["series", "start"], join_type="left anti",
-                         use_threads=False)
+        old = kept.rename_columns([c if c in WINDOW_KEY else f"old_{c}" for c in kept.column_names])
+        merged = _merged(partials.join(old, WINDOW_KEY, join_type="left outer", use_threads=False))
+        rest = kept.join(merged.select(WINDOW_KEY), WINDOW_KEY, join_type="left anti", use_threads=False)
         table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
+        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        touched = merged.group_by(["series", "start"], use_threads=False).aggregate([])
+        fresh = member_column(table.join(touched, ["series", "start"], join_type="left semi",
+                                         use_threads=False))
+        stored = self.members.get(window, MEMBERS.empty_table())
+        joined = fresh.join(stored.rename_columns(["series", "start", "old"]), ["series", "start"],
+                            join_type="left outer", use_threads=False)
+        created = pc.is_null(joined["old"])
+        updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
+        unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
+        members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
+        self._keep(table, members, merged, window)
+        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
+                             _trims(joined.filter(created), merged, window))
+
+    def _keep(self, table: pa.Table, members: pa.Table, merged: pa.Table, window: str) -> None:
+        """Keeps the windows of each merged subject from its newest one less keep_ms on."""
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        joined = table.join(floors, "series", join_type="left outer", use_threads=False)
-        self.tables[window] = joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]),
-                                                         True)).select(SCHEMA.names)
+        self.tables[window] = _from_floor(table, floors, SCHEMA)
+        self.members[window] = _from_floor(members, floors, MEMBERS)
         covered = self.covered_from.setdefault(window, {})
         for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
             covered[series] = max(floor, covered.get(series, floor))
 
     def clear(self) -> None:
         self.tables.clear()
+        self.members.clear()
         self.covered_from.clear()
+
+
+def _older(table: pa.Table, lows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows of `table` before their subject's low (all rows of subjects without one)."""
+    joined = table.join(lows, "series", join_type="left outer", use_threads=False)
+    return joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True)).select(schema.names) \
+        .cast(schema)
+
+
+def _from_floor(table: pa.Table, floors: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows of `table` at or after their subject's floor (all rows of subjects without one)."""
+    joined = table.join(floors, "series", join_type="left outer", use_threads=False)
+    return joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]), True)) \
+        .select(schema.names)
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
@@ -263,7 +301,8 @@ def _merged(joined: pa.Table) -> pa.Table:
         pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
                                                                               joined["last"]))), False)
     return pa.table({
-        "series": joined["series"], "start": joined["start"], "n": add("n"), "sum": add("sum"),
+        "series": joined["series"], "metric": joined["metric"], "start": joined["start"], "n": add("n"),
+        "sum": add("sum"),
         "min": pc.min_element_wise(joined["min"], joined["old_min"]),
         "max": pc.max_element_wise(joined["max"], joined["old_max"]),
         "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
@@ -285,7 +324,7 @@ def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
 
 
 def _member_start(member: str) -> int:
-    head = member.split(":", 1)[0]
+    head = member.split(";", 1)[0]
     try:
         return int(float(head))
     except ValueError:

@@ -19,11 +19,21 @@ read from what is kept; an older one reads Redis again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from contract.redis_layout import FINEST_WINDOW, SeriesId, WindowAggregate, merge_windows, series_key
+from contract.redis_layout import (
+    FINEST_WINDOW,
+    SeriesId,
+    WindowAggregate,
+    decode_member,
+    merge_windows,
+    series_key,
+)
+
+LOG = logging.getLogger(__name__)
 
 # Kept past a series' read span: twice the default watermark delay, and a window.
 KEEP_SLACK_MS = 120_000
@@ -31,8 +41,20 @@ KEEP_SLACK_MS = 120_000
 
 @lru_cache(maxsize=1 << 17)  # named for every partition of every batch: a few thousand series
 def finest_key(series: SeriesId) -> str:
-    """The Redis key of a series' finest windows, the key its history is kept under."""
+    """The Redis key of a series' finest windows (shared with the other metrics of its subject)."""
     return series_key(series, FINEST_WINDOW.name)
+
+
+def stored_windows(key: str, members: Iterable[bytes | str]) -> list[dict[str, WindowAggregate]]:
+    """Each member of `key`'s reply as metric -> window; one that does not decode is logged and left out
+    (the merge replaces it when a batch touches its window)."""
+    out = []
+    for member in members:
+        try:
+            out.append(decode_member(member)[1])
+        except ValueError as exc:
+            LOG.warning("skipping %s in %s", exc, key)
+    return out
 
 
 @dataclass
@@ -45,13 +67,13 @@ class SeriesHistory:
 @dataclass
 class WindowHistory:
     keep_ms: int  # how far behind a series' newest window its history is kept
-    series: dict[str, SeriesHistory] = field(default_factory=dict)
+    series: dict[SeriesId, SeriesHistory] = field(default_factory=dict)
 
-    def covers(self, key: str, low_ms: int) -> bool:
+    def covers(self, key: SeriesId, low_ms: int) -> bool:
         known = self.series.get(key)
         return known is not None and known.low_ms <= low_ms
 
-    def load(self, key: str, low_ms: int, stored: Iterable[WindowAggregate],
+    def load(self, key: SeriesId, low_ms: int, stored: Iterable[WindowAggregate],
              span_ms: int | None = None) -> None:
         """What Redis holds of a series from `low_ms` on; `span_ms`: the span it is read over (kept over
         that and as much again, at most KEEP_SLACK_MS more and keep_ms in all; a read further back loads
@@ -60,7 +82,7 @@ class WindowHistory:
         windows = {w.start_ms: w for w in stored if w.start_ms >= low_ms}
         self.series[key] = SeriesHistory(low_ms, windows, keep)
 
-    def view(self, key: str, low_ms: int, high_ms: int,
+    def view(self, key: SeriesId, low_ms: int, high_ms: int,
              partials: Iterable[WindowAggregate] = ()) -> list[WindowAggregate]:
         """Windows in [low, high] as they will be once `partials` (not committed yet) are merged."""
         known = self.series[key].windows
@@ -70,7 +92,7 @@ class WindowHistory:
                 merged[p.start_ms] = merge_windows(merged[p.start_ms], p) if p.start_ms in merged else p
         return [merged[start] for start in sorted(merged)]
 
-    def commit(self, key: str, partials: Iterable[WindowAggregate]) -> None:
+    def commit(self, key: SeriesId, partials: Iterable[WindowAggregate]) -> None:
         """A committed batch merged `partials` into the series (no-op for series not kept)."""
         known = self.series.get(key)
         if known is None:

@@ -51,7 +51,8 @@ def topic_pattern(*sources: str) -> str:
 
 
 def members(client: redis.Redis, series: layout.SeriesId, window: str) -> list[layout.WindowAggregate]:
-    return [layout.decode_member(m) for m in client.zrange(layout.series_key(series, window), 0, -1)]
+    replies = client.zrange(layout.series_key(series, window), 0, -1)
+    return [w for m in replies if (w := layout.metric_window(m, series.metric)) is not None]
 
 
 def wait_until(check: Callable[[], object], timeout_s: float = 90.0, what: str = "condition") -> object:

@@ -15,16 +15,18 @@ from aggregator.stored_windows import (
 )
 from contract import redis_layout as layout
 
-KEY = 0  # the series' number
+KEY = 0  # the subject's number
+COUNT, LAG = layout.METRIC_INDEX["record_count"], layout.METRIC_INDEX["records_lag"]
 
 
-def finest(*windows: tuple[int, float, float, float, float, float, int]) -> pa.Table:
-    """Partial 10 s windows of one series: (start, n, sum, min, max, last, last_ts)."""
+def finest(*windows: tuple[int, float, float, float, float, float, int], metric: int = COUNT) -> pa.Table:
+    """Partial 10 s windows of one metric of one subject: (start, n, sum, min, max, last, last_ts)."""
     columns = list(zip(*windows, strict=True))
     names = ("start", "n", "sum", "min", "max", "last", "last_ts")
     table = {name: pa.array(values, pa.int64() if name in ("start", "last_ts") else pa.float64())
              for name, values in zip(names, columns, strict=True)}
-    return pa.table({"series": pa.array([KEY] * len(windows), pa.int64()), **table})
+    return pa.table({"series": pa.array([KEY] * len(windows), pa.int64()),
+                     "metric": pa.array([metric] * len(windows), pa.int64()), **table})
 
 
 def values(table: pa.Table) -> list[tuple]:
@@ -50,33 +52,48 @@ def test_partials_roll_up_per_window_size_with_the_newest_last():
 def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
     store = StoredWindows()
     first = store.apply(size_partials(finest((0, 1, 5, 5, 5, 5, 1_000)), "1m"), "1m")
-    assert members(first) == {0: ("0:1:5:5:5:5:1000", None)}
+    assert members(first) == {0: ("0;0:1:5:5:5:5:1000", None)}
     assert first.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
     later = store.apply(size_partials(finest((10_000, 1, 2.5, 2.5, 2.5, 2.5, 500)), "1m"), "1m")
     # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
-    assert members(later) == {0: ("0:2:7.5:2.5:5:5:1000", "0:1:5:5:5:5:1000")}
+    assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", "0;0:1:5:5:5:5:1000")}
     assert later.trims == {}
+
+
+def test_a_window_member_holds_every_metric_of_the_subject():
+    store = StoredWindows()
+    store.load("10s", {KEY: (0, [b"0;0:1:5:5:5:5:1000;4:1:7:7:7:7:1000"])})
+    # The batch brings one metric only: the member is written whole, the other metric as stored.
+    updates = store.apply(size_partials(finest((0, 1, 3, 3, 3, 3, 2_000), metric=LAG), "10s"), "10s")
+    new = "0;0:1:5:5:5:5:1000;4:2:10:3:7:3:2000"
+    assert members(updates) == {0: (new, "0;0:1:5:5:5:5:1000;4:1:7:7:7:7:1000")}
+    start, windows = layout.decode_member(new)
+    assert start == 0 and windows["records_lag"] == layout.WindowAggregate(0, 2, 10, 3, 7, 3, 2_000)
+    # A metric the window did not hold yet joins it, in WINDOW_METRICS order.
+    both = pa.concat_tables([finest((10_000, 1, 1, 1, 1, 1, 10_000), metric=LAG),
+                             finest((10_000, 1, 2, 2, 2, 2, 10_000))])
+    assert members(store.apply(size_partials(both, "10s"), "10s")) == {
+        10_000: ("10000;0:1:2:2:2:2:10000;4:1:1:1:1:1:10000", None)}
 
 
 def test_a_stored_member_is_removed_as_redis_holds_it():
     store = StoredWindows()
     # Written by the former in-Redis merge (17 significant digits): removed byte for byte.
-    store.load("10s", {KEY: (0, [b"0:1:0.10000000000000001:0.10000000000000001:0.10000000000000001:"
-                                 b"0.10000000000000001:10"])})
+    stored = "0;0:1:0.10000000000000001:0.10000000000000001:0.10000000000000001:0.10000000000000001:10"
+    store.load("10s", {KEY: (0, [stored.encode()])})
     updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
-    assert members(updates) == {0: ("0:2:1.1:0.1:1:0.1:10", "0:1:0.10000000000000001:0.10000000000000001:"
-                                    "0.10000000000000001:0.10000000000000001:10")}
+    assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", stored)}
 
 
 def test_what_is_not_kept_is_read_from_redis_first():
     store = StoredWindows()
     partials = size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "10s")
     assert store.uncovered(partials, "10s") == {KEY: 20_000}
-    store.load("10s", {KEY: (20_000, [b"20000:3:30:5:15:10:25000"])})
+    store.load("10s", {KEY: (20_000, [b"20000;0:3:30:5:15:10:25000"])})
     assert store.uncovered(partials, "10s") == {}
     assert store.uncovered(size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "1m"), "1m") == {KEY: 0}
     assert members(store.apply(partials, "10s")) == {
-        20_000: ("20000:4:31:1:15:10:25000", "20000:3:30:5:15:10:25000")}
+        20_000: ("20000;0:4:31:1:15:10:25000", "20000;0:3:30:5:15:10:25000")}
     # A late record for a window older than what is kept: that range is read again.
     late = size_partials(finest((0, 1, 1, 1, 1, 1, 1)), "10s")
     assert store.uncovered(late, "10s") == {KEY: 0}
@@ -94,16 +111,15 @@ def test_windows_older_than_the_kept_span_leave_memory_not_redis():
 
 def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
     store = StoredWindows()
-    store.load("10s", {KEY: (0, [b"0:not:a:window"])})
+    store.load("10s", {KEY: (0, [b"0;not:a:window"])})
     updates = store.apply(size_partials(finest((0, 1, 2, 2, 2, 2, 3)), "10s"), "10s")
-    assert members(updates) == {0: ("0:1:2:2:2:2:3", "0:not:a:window")}
+    assert members(updates) == {0: ("0;0:1:2:2:2:2:3", "0;not:a:window")}
 
 
 def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     keys = SeriesKeys()
-    orders = ("west", "east", "east.orders", 0, "", "record_count")
-    ids = keys.number([orders, ("west", "east", "east.clicks", 0, "", "record_count"),
-                       orders[:5] + ("byte_count",)])
+    orders = ("west", "east", "east.orders", 0, "")
+    ids = keys.number([orders, ("west", "east", "east.clicks", 0, ""), orders[:3] + (1, "")])
     assert ids == [0, 1, 2] and keys.number([orders]) == [0]
     changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
                         "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
@@ -121,7 +137,7 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
 
 def test_redis_calls_give_each_key_its_windows_in_order():
     keys = SeriesKeys()
-    ids = keys.number([("west", "east", "east.orders", p, "", "record_count") for p in range(3)])
+    ids = keys.number([("west", "east", "east.orders", p, "") for p in range(3)])
     starts = [30_000, 0, 10_000, 0, 20_000]
     series = [ids[2], ids[0], ids[2], ids[1], ids[2]]
     changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),

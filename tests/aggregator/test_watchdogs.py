@@ -43,7 +43,8 @@ def report(source: str, ts: int, count: int, partition: int = 0) -> PartitionMet
 
 def total(client: redis.Redis, source: str) -> float:
     series = layout.SeriesId("east", source, f"{source}.t", layout.WHOLE_TOPIC, "record_count")
-    return sum(layout.decode_member(m).sum for m in client.zrange(layout.series_key(series, "1h"), 0, -1))
+    replies = client.zrange(layout.series_key(series, "1h"), 0, -1)
+    return sum(w.sum for m in replies if (w := layout.metric_window(m, series.metric)) is not None)
 
 
 def spec_for(bootstrap: str, url: str, source: str, checkpoints: str) -> RollupQuerySpec:

@@ -121,7 +121,7 @@ def topics_batch(prefix: str, topics: int, first_window: int):
 
 
 def test_a_merge_is_cut_into_parts_by_topic():
-    calls = [([f"srm:ts:{{west|east|east.t{t}}}:0::record_count:10s"], ["1"]) for t in range(40)]
+    calls = [([f"srm:win:{{west|east|east.t{t}}}:0::10s"], ["1"]) for t in range(40)]
     parts = merge_parts(calls)
     assert 1 < len(parts) <= MERGE_PARTS and sum(len(c) for c in parts.values()) == 40
     # A topic's part depends on its name only, not on the order of the calls.
