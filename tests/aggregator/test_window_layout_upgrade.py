@@ -10,6 +10,8 @@ import pytest
 import redis
 
 from aggregator import window_layout_upgrade as upgrade
+from aggregator.query import RollupQuerySpec
+from aggregator.supervisor import QuerySupervisor, RestartCounter
 from aggregator.window_layout_upgrade import UpgradeCounts, upgrade_windows
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId, WindowAggregate
@@ -173,3 +175,59 @@ def test_a_concurrent_write_aborts_the_group_which_is_read_and_moved_again(clien
     assert len(calls) == 2
     assert read_new(client, subject, "10s") == {T0: {"record_count": (1, 1, 1, 1, 1, T0),
                                                      "byte_count": (1, 2, 2, 2, 2, T0)}}
+
+
+class StoppedQuery:
+    isActive = False
+    lastProgress = None
+
+    def exception(self) -> None:
+        return None
+
+
+def supervisor_of(target: str, redis_url: str, upgrade_layout) -> tuple[QuerySupervisor, list[str]]:
+    spec = RollupQuerySpec(target=target, bootstrap_servers="unused:9092", redis_url=redis_url,
+                           checkpoint_dir="unused")
+    starts: list[str] = []
+
+    def start(spark, spec: RollupQuerySpec) -> StoppedQuery:
+        starts.append(spec.target)
+        return StoppedQuery()
+
+    return QuerySupervisor(None, [spec], backoff_s=0.0, start=start, counter=RestartCounter({}),
+                           upgrade_layout=upgrade_layout), starts
+
+
+def test_the_supervisor_moves_a_target_before_its_query_first_starts_and_only_then(client, target, redis_url,
+                                                                                    caplog):
+    put_old(client, SeriesId(target, "east", "east.t", 0, "record_count"), "10s", [f"{T0}:1:1:1:1:1"], 60_000)
+    runs = []
+
+    def upgrade_layout(url: str, name: str) -> UpgradeCounts:
+        runs.append(name)
+        return upgrade.upgrade_target(url, name)
+
+    supervisor, starts = supervisor_of(target, redis_url, upgrade_layout)
+    with caplog.at_level(logging.INFO, logger=upgrade.__name__):
+        supervisor.start_all()
+    assert runs == starts == [target] and old_keys(client, target) == []
+    assert any("1 windows moved" in r.getMessage() and target in r.getMessage() for r in caplog.records)
+    for _ in range(2):  # the query stopped: it starts again (back-off 0), without moving again
+        supervisor.check()
+    assert runs == [target] and starts == [target] * 3
+    supervisor.stop_all()
+
+
+def test_a_query_waits_for_its_move_when_redis_failed_it(target, redis_url):
+    failures = [redis.ConnectionError("Connection refused")]
+
+    def upgrade_layout(url: str, name: str) -> UpgradeCounts:
+        if failures:
+            raise failures.pop()
+        return UpgradeCounts()
+
+    supervisor, starts = supervisor_of(target, redis_url, upgrade_layout)
+    supervisor.start_all()
+    assert starts == [] and supervisor.queries == {}
+    assert supervisor.check() == [f"rollup_{target}"] and starts == [target]
+    supervisor.stop_all()
