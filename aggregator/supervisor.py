@@ -15,6 +15,10 @@ children (merge_child) are counted in Redis (redis_layout.aggregator_restarts_ke
 
 A query whose state is gone from Redis while its checkpoint has progress (Redis flushed or replaced) is
 rebuilt from Kafka on a new checkpoint (rebuild), checked every few seconds and before each restart.
+
+Before a target's query first starts in this process, the target's windows still in the Redis layout
+before are moved into the current one (window_layout_upgrade); a query whose move Redis failed is not
+started yet, and the move is tried again before each later start until it is done.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import merge_child, rebuild
+from aggregator import merge_child, rebuild, window_layout_upgrade
 from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from aggregator.redis_sink import RedisRollupSink
 from contract import redis_connection
@@ -53,6 +57,7 @@ COUNTER_TIMEOUT_S = 2.0
 
 StartQuery = Callable[[SparkSession, RollupQuerySpec], StreamingQuery]
 FindSink = Callable[[SparkSession, StreamingQuery], RedisRollupSink | None]
+UpgradeLayout = Callable[[str, str], object]  # (Redis URL, target)
 
 
 @dataclass
@@ -70,6 +75,8 @@ class QuerySupervisor:
     counter: RestartCounter | None = None  # None: one writing to each spec's Redis
     state_check: rebuild.RedisStateCheck | None = None  # None: one for `spark` (none without a session)
     rebuilds: dict[str, int] = field(default_factory=dict)  # query -> rebuilds from Kafka
+    upgrade_layout: UpgradeLayout = window_layout_upgrade.upgrade_target
+    _upgraded: set[str] = field(default_factory=set)  # targets whose old-layout windows are moved
     _progress: dict[str, tuple[object, float]] = field(default_factory=dict)  # query -> (batch, since)
     _stalled: set[str] = field(default_factory=set)  # stalled queries being stopped
     _restart_at: dict[str, float] = field(default_factory=dict)
@@ -81,7 +88,10 @@ class QuerySupervisor:
         if self.state_check is None and self.spark is not None:
             self.state_check = rebuild.RedisStateCheck(self.spark)
         for spec in self.specs:
-            self.queries[spec.query_name] = self.start(self.spark, spec)
+            if self._upgrade(spec):
+                self.queries[spec.query_name] = self.start(self.spark, spec)
+            else:  # started by `check` once the move is done
+                self._restart_at[spec.query_name] = time.monotonic() + self.backoff_s
         return self
 
     def check(self) -> list[str]:
@@ -91,7 +101,11 @@ class QuerySupervisor:
         self._count_child_restarts()
         for spec in self.specs:
             name = spec.query_name
-            query = self.queries[name]
+            query = self.queries.get(name)
+            if query is None:  # never started: its layout upgrade is waiting for Redis
+                if now >= self._restart_at[name] and self._start(spec, now):
+                    restarted.append(name)
+                continue
             if self._state_gone(spec, query, now, at_once=False):
                 if self._rebuild(spec, query):
                     restarted.append(name)
@@ -153,13 +167,31 @@ class QuerySupervisor:
 
     def _start(self, spec: RollupQuerySpec, now: float) -> bool:
         """Starts the query again; one Spark refuses (a query it still counts as active: a stop on a side
-        thread ends the query a moment before Spark lets its name go) is tried again after the back-off."""
+        thread ends the query a moment before Spark lets its name go) is tried again after the back-off, as
+        is one whose layout upgrade Redis failed."""
+        if not self._upgrade(spec):
+            self._restart_at[spec.query_name] = now + self.backoff_s
+            return False
         try:
             self.queries[spec.query_name] = self.start(self.spark, spec)
         except Exception as exc:
             LOG.warning("query %s not started yet: %s", spec.query_name, _first_line(exc))
             self._restart_at[spec.query_name] = now + self.backoff_s
             return False
+        return True
+
+    def _upgrade(self, spec: RollupQuerySpec) -> bool:
+        """Moves the target's old-layout windows once per process (window_layout_upgrade), before its
+        query writes; whether that is done."""
+        if spec.target in self._upgraded:
+            return True
+        try:
+            self.upgrade_layout(spec.redis_url, spec.target)
+        except redis.RedisError as exc:
+            LOG.warning("query %s not started yet: its windows in the Redis layout before were not moved "
+                        "(%s); tried again in %.0f s", spec.query_name, _first_line(exc), self.backoff_s)
+            return False
+        self._upgraded.add(spec.target)
         return True
 
     def _stalled_for(self, spec: RollupQuerySpec, query: StreamingQuery, now: float) -> bool:

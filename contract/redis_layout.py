@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import orjson
 
@@ -192,6 +192,32 @@ def legacy_series_key(series: SeriesId, window: str) -> str:
     group = "" if series.group is None else _part(series.group)
     return (f"{PREFIX}:ts:{_tag(series.target, series.source, series.topic)}:{series.partition}:"
             f"{group}:{_part(series.metric)}:{window}")
+
+
+def legacy_target_pattern(target: str) -> str:
+    """SCAN pattern of every legacy_series_key of `target` (and of no other target)."""
+    return f"{PREFIX}:ts:{{{_glob_escape(_part(target))}|*"
+
+
+def parse_legacy_series_key(key: str | bytes) -> tuple[SeriesId, str]:
+    """(series, window) named by a legacy_series_key; ValueError when `key` is not one. A key that does
+    not come back as itself from legacy_series_key is refused, so two keys never read as one series."""
+    text = key.decode() if isinstance(key, bytes) else key
+    head = f"{PREFIX}:ts:{{"
+    try:
+        if not text.startswith(head):
+            raise ValueError(text)
+        # '}' inside a part is escaped by _part: the first one closes the tag.
+        tag, _, rest = text[len(head):].partition("}:")
+        target, source, topic = (unquote(x) for x in tag.split("|"))
+        partition, group, metric, window = rest.split(":")
+        series = SeriesId(target, source, topic, int(partition), unquote(metric),
+                          unquote(group) if group else None)
+    except ValueError:
+        raise ValueError(f"not a legacy series key: {text!r}") from None
+    if window not in WINDOWS or legacy_series_key(series, window) != text:
+        raise ValueError(f"not a legacy series key: {text!r}")
+    return series, window
 
 
 def decode_legacy_member(member: str | bytes) -> WindowAggregate:

@@ -203,7 +203,8 @@ def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> QuerySuperv
     started = iter(queries)
     supervisor = QuerySupervisor(None, [spec], backoff_s=0.0, stall_intervals=5,  # type: ignore[arg-type]
                                  start=lambda _spark, _spec: next(started), find_sink=lambda *_: None,
-                                 counter=RestartCounter({"east": spec.redis_url}))
+                                 counter=RestartCounter({"east": spec.redis_url}),
+                                 upgrade_layout=lambda *_: None)  # no Redis here to move windows in
     supervisor.start_all()
     supervisor.clock = clock  # type: ignore[attr-defined]
     return supervisor
