@@ -1,7 +1,8 @@
 """REST API throughput and latency: topic metrics over 2 h at 1-min granularity under load.
 
-Redis is filled with 50 replications x 100 topics x 24 h of 1-min windows (record_count), keys and
-members made by contract.redis_layout; the service runs as `srm-service --config` (gunicorn), and
+Redis is filled with 50 replications x 100 topics x 24 h of 1-min windows, each member holding the
+eight metrics of a topic's window as the aggregator writes them (the requests ask for record_count), keys
+and members made by contract.redis_layout; the service runs as `srm-service --config` (gunicorn), and
 the load comes from a separate process: Debian's `wrk` when installed, else a Python load generator
 (closed loop, keep-alive connections, in its own processes). Requests pick random topics.
 Also prints where one request's time goes (in-process: Redis pipeline, decode, summary, JSON answer,
@@ -60,7 +61,7 @@ SCALE_CONNECTIONS, SCALE_DURATION_S = 2, 10
 
 
 def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
-    """Every topic's 1-min record_count windows for the last ``hours``; returns the number of windows."""
+    """Every topic's 1-min windows for the last ``hours``; returns the number of windows."""
     client = redis.Redis.from_url(url)
     rng = random.Random(SEED)
     last = layout.window_start(now_ms, "1m")
@@ -75,17 +76,36 @@ def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
             topic = f"topic{t:03d}"
             pipe.hset(layout.topics_key(TARGET, source), f"{source}.{topic}", topic)
             series = layout.SeriesId(TARGET, source, f"{source}.{topic}", layout.WHOLE_TOPIC, METRIC)
-            members = {}
-            for start in starts:
-                value = float(rng.randint(0, 600))
-                # As the aggregator writes them: with the event ts of the window's last value.
-                window = layout.WindowAggregate(start, 6, value, 0, value, value, start + 55_000)
-                members[layout.encode_member(window)] = start
+            members = {layout.encode_member(start, topic_window(start, rng.randint(0, 600))): start
+                       for start in starts}
             pipe.zadd(layout.series_key(series, "1m"), members)
             written += len(members)
         pipe.execute()
     client.close()
     return written
+
+
+def topic_window(start: int, records: int) -> dict[str, layout.WindowAggregate]:
+    """A topic's metrics over one window of six reports, with the event ts of each last value (as the
+    aggregator writes them): the member a request reads record_count out of is this big."""
+    ts, value, offset = start + 55_000, float(records), 1_000_000.0 + records
+
+    def gauge(low: float, high: float) -> layout.WindowAggregate:
+        return layout.WindowAggregate(start, 6, 3 * (low + high), low, high, high, ts)
+
+    latencies = {  # per record: none in a window without records
+        "replication_latency_ms": layout.WindowAggregate(start, value, 35.0 * value, 12, 80, 31, ts),
+        "record_age_ms": layout.WindowAggregate(start, value, 40.0 * value, 15, 95, 38, ts),
+    } if records else {}
+    return {
+        "record_count": layout.WindowAggregate(start, 6, value, 0, value, value, ts),
+        "byte_count": layout.WindowAggregate(start, 6, 512 * value, 0, 512 * value, 512 * value, ts),
+        **latencies,
+        "records_lag": gauge(0, value),
+        "source_end_offset": gauge(offset - 5, offset),
+        "upstream_offset": gauge(offset - 9, offset - 4),
+        "target_offset": gauge(offset - 9, offset - 4),
+    }
 
 
 def paths(now_ms: int, count: int) -> list[str]:
@@ -136,11 +156,11 @@ def stage_breakdown(url: str, now_ms: int) -> str:
         keys = [layout.series_key(layout.SeriesId(TARGET, s, f"{s}.{t}", layout.WHOLE_TOPIC, METRIC), "1m")
                 for s, t in subjects]
         replies = [reader.client.zrangebyscore(key, since, now_ms) for key in keys]
-        columns = [window_columns(reply) for reply in replies]
+        columns = [window_columns(reply, METRIC) for reply in replies]
         identity = {"source": "s", "target": TARGET, "upstreamTopic": "t", "topic": "s.t", "from": since,
                     "to": now_ms}
         read = _timed(reads)
-        decode = _timed([lambda r=r: window_columns(r) for r in replies])
+        decode = _timed([lambda r=r: window_columns(r, METRIC) for r in replies])
         summary = _timed([lambda c=c: summarize_columns(METRIC, "1m", c) for c in columns])
         # Each answer written right after it is made, as in a request: 300 answers kept alive would make the
         # garbage collector's passes, not the JSON, the cost measured.

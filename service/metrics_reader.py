@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
+from redis.client import Pipeline
 
 from contract import redis_layout as layout
 from contract.records.raw_metrics import SERVED_METRICS as METRICS
 from contract.replication_policy import DefaultReplicationPolicy
 from service import point_budget
 from service.metric_summary import MetricSeries, merge_subjects, summarize, summarize_columns
-from service.window_decoding import _decode_windows, window_columns
+from service.window_decoding import metric_windows, window_columns
 
 LOG = logging.getLogger(__name__)
 # The names the default policy gives are tried first; other policies are found through the topic index.
@@ -30,6 +31,9 @@ __all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "Partitio
 Windows = list[layout.WindowAggregate]
 PartitionKey = tuple[str, int]  # (remote topic, partition)
 PARTITION = re.compile(r"[0-9]{1,9}")
+# How many of a subject's newest windows newest_windows looks through for a metric: a window holds only
+# the metrics with samples in it (no latency without records); further would read a quiet metric's retention.
+NEWEST_LOOKBACK = 10
 
 
 class NotFound(LookupError):
@@ -185,10 +189,17 @@ class MetricsReader:
     ) -> list[Windows]:
         if charged:
             self.charge(len(series), window, from_ms, to_ms)
+        keys = [layout.series_key(one, window) for one in series]
+        found = self._per_key(keys, lambda pipe, key: pipe.zrangebyscore(key, from_ms, to_ms))
+        return [metric_windows(found[key], one.metric) for one, key in zip(series, keys, strict=True)]
+
+    def _per_key(self, keys: Sequence[str], read: Callable[[Pipeline, str], object]) -> dict[str, list]:
+        """Key -> its reply, in one pipeline: a subject's metrics share a key, read once."""
+        unique = list(dict.fromkeys(keys))
         pipe = self.client.pipeline(transaction=False)
-        for one in series:
-            pipe.zrangebyscore(layout.series_key(one, window), from_ms, to_ms)
-        return [_decode_windows(members) for members in pipe.execute()]
+        for key in unique:
+            read(pipe, key)
+        return dict(zip(unique, pipe.execute(), strict=True))
 
     def metric(
         self, series: Sequence[layout.SeriesId], metric: str, from_ms: int, to_ms: int, granularity: str
@@ -198,7 +209,7 @@ class MetricsReader:
         if len(series) == 1:
             self.charge(1, window, from_ms, to_ms)
             members = self.client.zrangebyscore(layout.series_key(series[0], window), from_ms, to_ms)
-            return summarize_columns(metric, window, window_columns(members))
+            return summarize_columns(metric, window, window_columns(members, metric))
         return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
     def topic_metric(self, source: str, target: str, topic: str, metric: str, from_ms: int, to_ms: int,
@@ -227,7 +238,7 @@ class MetricsReader:
         pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
         upstream, members = pipe.execute()
         if upstream is not None and _string(upstream) == upstream_topic:
-            return guess, summarize_columns(metric, window, window_columns(members))
+            return guess, summarize_columns(metric, window, window_columns(members, metric))
         remote = self.remote_topic(source, target, upstream_topic)
         return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
 
@@ -249,16 +260,15 @@ class MetricsReader:
         self, replications: Sequence[Replication], metrics: Sequence[str], window: str, from_ms: int,
         to_ms: int,
     ) -> dict[tuple[str, str, str], list[bytes]]:
-        """(source, target, metric) -> the replication-level series' stored members, undecoded (one
-        pipeline, one series per replication and metric, whatever the number of topics): the caller
-        decodes them by column (window_columns) unless it merges several."""
+        """(source, target, metric) -> the replication-level members, undecoded (one pipeline, one sorted
+        set per replication, whatever its topics): the caller picks the metric by column (window_columns)
+        unless it merges several (metric_windows)."""
         series = [layout.SeriesId(r.target, r.source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, m)
                   for r in replications for m in metrics]
         self.charge(len(series), window, from_ms, to_ms)
-        pipe = self.client.pipeline(transaction=False)
-        for one in series:
-            pipe.zrangebyscore(layout.series_key(one, window), from_ms, to_ms)
-        return {(s.source, s.target, s.metric): m for s, m in zip(series, pipe.execute(), strict=True)}
+        keys = [layout.series_key(one, window) for one in series]
+        found = self._per_key(keys, lambda pipe, key: pipe.zrangebyscore(key, from_ms, to_ms))
+        return {(s.source, s.target, s.metric): found[key] for s, key in zip(series, keys, strict=True)}
 
     def _replication_windows(
         self, replication: Replication, metric: str, window: str, from_ms: int, to_ms: int
@@ -276,16 +286,8 @@ class MetricsReader:
         ]
         return merge_subjects(self.windows(per_topic, window, from_ms, to_ms))
 
-    def group_metric(
-        self,
-        replication: Replication,
-        group: str,
-        metric: str,
-        from_ms: int,
-        to_ms: int,
-        granularity: str,
-        topic: str | None = None,
-    ) -> MetricSeries:
+    def group_metric(self, replication: Replication, group: str, metric: str, from_ms: int, to_ms: int,
+                     granularity: str, topic: str | None = None) -> MetricSeries:
         """A checkpointed group's metric over one remote topic, or over all of the replication's topics."""
         self.require_metric(metric, "group")
         topics = [topic] if topic is not None else sorted(replication.topics)
@@ -362,14 +364,8 @@ class MetricsReader:
                 latest[(topic, int(partition))] = decoded
         return latest
 
-    def offset_windows(
-        self,
-        replication: Replication,
-        metrics: tuple[str, str],
-        since_ms: int,
-        until_ms: int,
-        group: str | None = None,
-    ) -> dict[PartitionKey, tuple[Windows, Windows]]:
+    def offset_windows(self, replication: Replication, metrics: tuple[str, str], since_ms: int, until_ms: int,
+                       group: str | None = None) -> dict[PartitionKey, tuple[Windows, Windows]]:
         """Finest windows of an (offset, lag) metric pair per topic-partition, for the lag evaluation."""
         topics = sorted(replication.topics)
         keys = [
@@ -390,8 +386,10 @@ class MetricsReader:
     def newest_windows(
         self, series: Sequence[layout.SeriesId], window: str
     ) -> list[layout.WindowAggregate | None]:
-        """The newest stored window of each series (latest values for the Prometheus exposition)."""
-        pipe = self.client.pipeline(transaction=False)
-        for one in series:
-            pipe.zrevrangebyscore(layout.series_key(one, window), "+inf", "-inf", start=0, num=1)
-        return [(_decode_windows(members) or [None])[0] for members in pipe.execute()]
+        """Each series' newest window among its subject's NEWEST_LOOKBACK newest, None without one (latest
+        values for the Prometheus exposition): the subject's newest window may hold other metrics only."""
+        keys = [layout.series_key(one, window) for one in series]
+        found = self._per_key(
+            keys, lambda pipe, key: pipe.zrevrangebyscore(key, "+inf", "-inf", start=0, num=NEWEST_LOOKBACK))
+        return [next(iter(metric_windows(found[key], one.metric)), None)
+                for one, key in zip(series, keys, strict=True)]

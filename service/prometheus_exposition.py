@@ -24,7 +24,7 @@ from contract.status import ReplicationState
 from service.health.replication_health import worst_lag_seconds
 from service.health.replication_overview import replication_healths
 from service.metric_summary import point_of
-from service.metrics_reader import MetricsReader
+from service.metrics_reader import NEWEST_LOOKBACK, MetricsReader
 
 LOG = logging.getLogger(__name__)
 
@@ -194,7 +194,8 @@ class ServedMetrics(Collector):
     def _topics(self, replications: list) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "srm_topic_metric",
-            f"the metric over the newest {NEWEST_WINDOW} window",
+            f"the metric over its newest {NEWEST_WINDOW} window among the topic's {NEWEST_LOOKBACK} newest "
+            "(none: no samples in them)",
             labels=["source", "target", "topic", "metric"],
         )
         keys = [

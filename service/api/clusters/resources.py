@@ -12,7 +12,7 @@ from service.extensions import Blueprint, metrics_reader
 from service.health.replication_overview import replication_healths
 from service.metric_summary import MetricSeries, merge_subjects, summarize, summarize_columns
 from service.sites.site_selector import site_selectable
-from service.window_decoding import _decode_windows, window_columns
+from service.window_decoding import metric_windows, window_columns
 
 blp = Blueprint("clusters", __name__, url_prefix="/v2", description="Kafka clusters seen in the rollups")
 
@@ -56,12 +56,12 @@ class ClusterInfo(MethodView):
         if not pairs:
             abort(404, message=f"no replication from or to cluster {cluster!r} has metrics")
         replications = reader.replications(pairs)
-        # Replication-level series only (one per replication and metric, whatever the topics), read once
+        # Replication-level series only (one sorted set per replication, whatever the topics), read once
         # for both the replications' figures and the cluster's totals, inside the request's point budget.
         window = reader.resolve_window(from_ms, to_ms, granularity, len(INFO_METRICS) * len(replications))
         found = reader.replication_level_members(replications, INFO_METRICS, window, from_ms, to_ms)
         # Decoded by column (the hot path); into windows only where several replications merge.
-        own = {key: summary(summarize_columns(key[2], window, window_columns(members)))
+        own = {key: summary(summarize_columns(key[2], window, window_columns(members, key[2])))
                for key, members in found.items()}
         answers = []
         for replication, health in zip(replications, replication_healths(reader, replications), strict=True):
@@ -71,7 +71,7 @@ class ClusterInfo(MethodView):
         incoming = [(r.source, r.target) for r in replications if r.target == cluster]
         totals = {
             m: own[(*incoming[0], m)] if len(incoming) == 1 else summary(summarize(m, window, merge_subjects(
-                _decode_windows(found[(*pair, m)]) for pair in incoming)))
+                metric_windows(found[(*pair, m)], m) for pair in incoming)))
             for m in INFO_METRICS
         } if incoming else {}
         return {
