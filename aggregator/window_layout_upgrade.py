@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import redis
 
+from contract import legacy_redis_layout as legacy
 from contract import redis_connection
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId, WindowAggregate
@@ -77,7 +78,7 @@ def upgrade_windows(client: redis.Redis, target: str) -> UpgradeCounts:
     counts = UpgradeCounts()
     # A group is moved at the first of its keys SCAN returns; the rest are gone by the time they come
     # (or read as empty if SCAN returns them anyway), so no set of groups done is kept.
-    for key in client.scan_iter(match=layout.legacy_target_pattern(target), count=SCAN_COUNT):
+    for key in client.scan_iter(match=legacy.legacy_target_pattern(target), count=SCAN_COUNT):
         group = _group_of(key, counts)
         if group is not None:
             _move_group(client, *group, counts)
@@ -87,7 +88,7 @@ def upgrade_windows(client: redis.Redis, target: str) -> UpgradeCounts:
 def _group_of(key: bytes, counts: UpgradeCounts) -> tuple[SeriesId, str] | None:
     """(subject, window) of an old key; None for a key this upgrade cannot move (logged, counted)."""
     try:
-        series, window = layout.parse_legacy_series_key(key)
+        series, window = legacy.parse_legacy_series_key(key)
     except ValueError as exc:
         LOG.warning("layout upgrade: %s; left in place", exc)
         counts.keys_skipped += 1
@@ -102,7 +103,7 @@ def _group_of(key: bytes, counts: UpgradeCounts) -> tuple[SeriesId, str] | None:
 
 def _move_group(client: redis.Redis, series: SeriesId, window: str, counts: UpgradeCounts) -> None:
     # Every metric's old key of the subject, existing or not: the group is whole without listing keys.
-    old_keys = [layout.legacy_series_key(replace(series, metric=m), window) for m in layout.WINDOW_METRICS]
+    old_keys = [legacy.legacy_series_key(replace(series, metric=m), window) for m in layout.WINDOW_METRICS]
     new_key = layout.series_key(series, window)
     with client.pipeline(transaction=True) as pipe:
         for _ in range(WATCH_ATTEMPTS):
@@ -154,7 +155,7 @@ def _read_group(client: redis.Redis, new_key: str, old_keys: list[str]) -> _Move
 
 def _legacy_window(key: str, member: bytes) -> WindowAggregate | None:
     try:
-        agg = layout.decode_legacy_member(member)
+        agg = legacy.decode_legacy_member(member)
     except ValueError:
         agg = None
     # A window without a sample would make a member decode_member refuses: as unreadable as a bad one.

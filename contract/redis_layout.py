@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import orjson
 
@@ -182,56 +182,6 @@ def _segment(start: int, segment: str) -> tuple[str, WindowAggregate]:
     if not (agg.count > 0 and 0 <= position < len(WINDOW_METRICS)):  # a window holds a sample or more
         raise ValueError(segment)
     return WINDOW_METRICS[position], agg
-
-
-# --- the layout before WINDOW_METRICS (read only to move it: aggregator.window_layout_upgrade) -------
-
-def legacy_series_key(series: SeriesId, window: str) -> str:
-    """A series' sorted set before one set held all of a subject's metrics: member
-    `<start>:<count>:<sum>:<min>:<max>:<last>[:<last ts>]`."""
-    group = "" if series.group is None else _part(series.group)
-    return (f"{PREFIX}:ts:{_tag(series.target, series.source, series.topic)}:{series.partition}:"
-            f"{group}:{_part(series.metric)}:{window}")
-
-
-def legacy_target_pattern(target: str) -> str:
-    """SCAN pattern of every legacy_series_key of `target` (and of no other target)."""
-    return f"{PREFIX}:ts:{{{_glob_escape(_part(target))}|*"
-
-
-def parse_legacy_series_key(key: str | bytes) -> tuple[SeriesId, str]:
-    """(series, window) named by a legacy_series_key; ValueError when `key` is not one. A key that does
-    not come back as itself from legacy_series_key is refused, so two keys never read as one series."""
-    text = key.decode() if isinstance(key, bytes) else key
-    head = f"{PREFIX}:ts:{{"
-    try:
-        if not text.startswith(head):
-            raise ValueError(text)
-        # '}' inside a part is escaped by _part: the first one closes the tag.
-        tag, _, rest = text[len(head):].partition("}:")
-        target, source, topic = (unquote(x) for x in tag.split("|"))
-        partition, group, metric, window = rest.split(":")
-        series = SeriesId(target, source, topic, int(partition), unquote(metric),
-                          unquote(group) if group else None)
-    except ValueError:
-        raise ValueError(f"not a legacy series key: {text!r}") from None
-    if window not in WINDOWS or legacy_series_key(series, window) != text:
-        raise ValueError(f"not a legacy series key: {text!r}")
-    return series, window
-
-
-def decode_legacy_member(member: str | bytes) -> WindowAggregate:
-    text = member.decode() if isinstance(member, bytes) else member
-    parts = text.split(":")
-    try:
-        if len(parts) not in (6, 7):
-            raise ValueError(text)
-        start, count, total, low, high, last = parts[:6]
-        last_ts = int(parts[6]) if len(parts) == 7 else None
-        return WindowAggregate(int(start), float(count), float(total), float(low), float(high), float(last),
-                               last_ts)
-    except ValueError:
-        raise ValueError(f"not a window member: {text!r}") from None
 
 
 def merge_windows(a: WindowAggregate, b: WindowAggregate) -> WindowAggregate:

@@ -132,9 +132,22 @@ def comparable_snapshot(client: redis.Redis) -> dict:
     probes = {layout.cluster_reachability_key("west"), layout.aggregator_restarts_key("west")}
 
     def excluded(key: str) -> bool:
-        return key.startswith(f"{layout.PREFIX}:batch:") or key in probes or any(
-            f":{metric}:" in key for metric in ("lag_seconds", "group_lag_seconds"))
-    return snapshot(client, exclude=excluded)
+        return key.startswith(f"{layout.PREFIX}:batch:") or key in probes
+    out = snapshot(client, exclude=excluded)
+    for key in [k for k in out if k.startswith(f"{layout.PREFIX}:win:") and not k.endswith(" (expires)")]:
+        members = [(m, score) for raw, score in out[key] if (m := without_lag_seconds(raw)) is not None]
+        if members:
+            out[key] = members
+        else:  # a window set of lag in seconds only
+            del out[key], out[f"{key} (expires)"]
+    return out
+
+
+def without_lag_seconds(member: bytes) -> str | None:
+    """A window member without its lag-in-seconds metrics (None when it holds nothing else)."""
+    start, windows = layout.decode_member(member)
+    kept = {m: w for m, w in windows.items() if m not in ("lag_seconds", "group_lag_seconds")}
+    return layout.encode_member(start, kept) if kept else None
 
 
 def wait_for_identical(client: redis.Redis, expected: dict, process: ManagedProcess,

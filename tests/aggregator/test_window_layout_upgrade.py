@@ -13,6 +13,7 @@ from aggregator import window_layout_upgrade as upgrade
 from aggregator.query import RollupQuerySpec
 from aggregator.supervisor import QuerySupervisor, RestartCounter
 from aggregator.window_layout_upgrade import UpgradeCounts, upgrade_windows
+from contract import legacy_redis_layout as legacy
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId, WindowAggregate
 
@@ -32,7 +33,7 @@ def target(client: redis.Redis) -> Iterator[str]:
     """A target of its own, its keys (old and new layout) deleted after the test."""
     name = f"up-{uuid.uuid4().hex[:8]}"
     yield name
-    tag = layout.legacy_target_pattern(name).removeprefix("srm:ts:")
+    tag = legacy.legacy_target_pattern(name).removeprefix("srm:ts:")
     for pattern in (f"srm:ts:{tag}", f"srm:win:{tag}"):
         keys = list(client.scan_iter(match=pattern))
         if keys:
@@ -51,7 +52,7 @@ METRICS = [("record_count", "byte_count", "replication_latency_ms"), ("record_co
 
 
 def put_old(client: redis.Redis, series: SeriesId, window: str, members: list[str], ttl_ms: int) -> str:
-    key = layout.legacy_series_key(series, window)
+    key = legacy.legacy_series_key(series, window)
     client.zadd(key, {m: int(m.split(":")[0]) if m.split(":")[0].isdigit() else 0 for m in members})
     client.pexpire(key, ttl_ms)
     return key
@@ -68,7 +69,7 @@ def read_new(client: redis.Redis, series: SeriesId, window: str) -> dict[int, di
 
 
 def old_keys(client: redis.Redis, target: str) -> list[bytes]:
-    return list(client.scan_iter(match=layout.legacy_target_pattern(target)))
+    return list(client.scan_iter(match=legacy.legacy_target_pattern(target)))
 
 
 def test_every_metric_of_a_subject_lands_in_one_member_per_window(client, target, redis_url):
@@ -141,7 +142,7 @@ def test_an_unreadable_member_is_skipped_and_counted_the_rest_moved(client, targ
     # Keys the current layout cannot name stay where they are.
     unknown = put_old(client, SeriesId(target, "east", "east.t", 0, "retired_metric"), "1m",
                       [f"{T0}:1:1:1:1:1"], 60_000)
-    bogus = layout.legacy_target_pattern(target).replace("*", "bogus")
+    bogus = legacy.legacy_target_pattern(target).replace("*", "bogus")
     client.zadd(bogus, {"x": 0})
 
     with caplog.at_level(logging.WARNING, logger=upgrade.__name__):

@@ -6,6 +6,7 @@ import fnmatch
 
 import pytest
 
+from contract import legacy_redis_layout as legacy
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId
 
@@ -21,9 +22,9 @@ ODD = "a:b|c{d}%"
 ])
 @pytest.mark.parametrize("window", list(layout.WINDOWS))
 def test_legacy_key_round_trip(series, window):
-    key = layout.legacy_series_key(series, window)
-    assert layout.parse_legacy_series_key(key) == (series, window)
-    assert layout.parse_legacy_series_key(key.encode()) == (series, window)
+    key = legacy.legacy_series_key(series, window)
+    assert legacy.parse_legacy_series_key(key) == (series, window)
+    assert legacy.parse_legacy_series_key(key.encode()) == (series, window)
 
 
 @pytest.mark.parametrize("key", [
@@ -34,14 +35,14 @@ def test_legacy_key_round_trip(series, window):
 ])
 def test_what_is_not_a_legacy_key_is_refused(key):
     with pytest.raises(ValueError, match="not a legacy series key"):
-        layout.parse_legacy_series_key(key)
+        legacy.parse_legacy_series_key(key)
 
 
 @pytest.mark.parametrize("target", ["west", ODD, "w*st", "w[e]st?", "w\\st"])
 def test_the_target_pattern_matches_its_keys_only(target):
-    pattern = layout.legacy_target_pattern(target)
-    own = layout.legacy_series_key(SeriesId(target, "e", "t", 0, "record_count", group="g"), "10s")
-    other = layout.legacy_series_key(SeriesId(target + "x", "e", "t", 0, "record_count"), "10s")
+    pattern = legacy.legacy_target_pattern(target)
+    own = legacy.legacy_series_key(SeriesId(target, "e", "t", 0, "record_count", group="g"), "10s")
+    other = legacy.legacy_series_key(SeriesId(target + "x", "e", "t", 0, "record_count"), "10s")
     new = layout.series_key(SeriesId(target, "e", "t", 0, "record_count"), "10s")
     assert redis_glob(pattern, own) and not redis_glob(pattern, other) and not redis_glob(pattern, new)
 

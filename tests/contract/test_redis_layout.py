@@ -7,6 +7,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from contract import legacy_redis_layout as legacy
 from contract import redis_layout as layout
 from contract.records.raw_metrics import SERVED_METRICS
 from contract.redis_layout import SeriesId, WindowAggregate
@@ -188,10 +189,10 @@ def test_coarser_windows_are_exact_multiples_of_the_finest():
 
 def test_legacy_members_still_read_for_the_upgrade():
     agg = WindowAggregate(10_000, 2, 3, 1, 2, 2, 15_000)
-    assert layout.decode_legacy_member("10000:2:3:1:2:2:15000").last_ts == 15_000
-    assert layout.decode_legacy_member(b"10000:2:3:1:2:2").last_ts is None
-    assert layout.decode_legacy_member("10000:2:3:1:2:2") == agg  # the last ts is not part of the value
-    key = layout.legacy_series_key(SeriesId("w", "e", "e.t", 0, "record_count"), "10s")
+    assert legacy.decode_legacy_member("10000:2:3:1:2:2:15000").last_ts == 15_000
+    assert legacy.decode_legacy_member(b"10000:2:3:1:2:2").last_ts is None
+    assert legacy.decode_legacy_member("10000:2:3:1:2:2") == agg  # the last ts is not part of the value
+    key = legacy.legacy_series_key(SeriesId("w", "e", "e.t", 0, "record_count"), "10s")
     assert key == "srm:ts:{w|e|e.t}:0::record_count:10s"
 
 
