@@ -18,11 +18,14 @@ unprivileged process cannot raise its priority back when asked to finish.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
+import multiprocessing.util  # its exit handler, registered on import, must come before ours
 import signal
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -88,6 +91,7 @@ class BackgroundWindowWriter:
         self._start_child(committed)
 
     def _start_child(self, committed: int | None) -> None:
+        _OPEN.add(self)
         # spawn: the parent holds a JVM gateway and threads, which a forked child must not inherit.
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
@@ -164,6 +168,18 @@ class BackgroundWindowWriter:
             _CHILD_RESTARTS[self.scope.split(":", 1)[0]] += 1
         # Every batch submitted was committed (staged) before it was submitted.
         self._start_child(self._last_submitted)
+
+
+# Writers whose child may still run. A child ignores stop signals and ends when its pipe closes, so at
+# interpreter exit (multiprocessing joins its children then) every pipe still open is closed first: a sink
+# nobody closed would otherwise keep the process from ending.
+_OPEN: weakref.WeakSet[BackgroundWindowWriter] = weakref.WeakSet()
+
+
+@atexit.register  # registered after multiprocessing's own exit handler, so it runs before it
+def _close_open_writers() -> None:
+    for writer in list(_OPEN):
+        writer.close()
 
 
 def join_window_writers(timeout_s: float) -> list[str]:

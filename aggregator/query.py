@@ -77,7 +77,9 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     # The query id is kept in the checkpoint: the sink state is scoped by it (see RedisRollupSink).
     sink.bind(str(query.id))
-    _sinks_of(spark)[str(query.id)] = sink
+    # By run: a query restarted from its checkpoint keeps its id, and the listener may hear of the old
+    # run's end after the new run started; the old sink must close then, not the new one.
+    _sinks_of(spark)[str(query.runId)] = sink
     LOG.info("rollup query for target %s started (checkpoint %s/%s)", spec.target, spec.checkpoint_dir,
              spec.target)
     return query
@@ -85,7 +87,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
 
 def rollup_sink(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
     """The sink of a running rollup query (its last batch's partials: RedisRollupSink.last_collected)."""
-    return _sinks_of(spark).get(str(query.id))
+    return _sinks_of(spark).get(str(query.runId))
 
 
 def kafka_columns(kafka: DataFrame) -> DataFrame:
@@ -110,7 +112,7 @@ class _SinkCloser(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        sink = self.sinks.pop(str(event.id), None)
+        sink = self.sinks.pop(str(event.runId), None)
         if sink is not None:
             sink.close()
 
@@ -136,4 +138,4 @@ def close_sinks(spark: SparkSession) -> None:
 
 def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
     """The sink of a running query (the supervisor cuts a stalled one's Redis connections)."""
-    return _sinks_of(spark).get(str(query.id))
+    return _sinks_of(spark).get(str(query.runId))
