@@ -1,13 +1,20 @@
 """The merge child's rounds: a live query's quick batches merged together within the interval, a backlog's
-as they come, and at once on FLUSH."""
+as they come, and at once on FLUSH; and how a merge child ends with its query or its process."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 from aggregator.merge_child import BATCH_GAP_S, FLUSH, MERGE_INTERVAL_S, _submitted
+from aggregator.query import _SinkCloser
 
 FAR = 3_600.0  # an interval no test waits out: returning at all means it was not waited for
 
@@ -67,3 +74,40 @@ def test_the_parent_closing_its_end_ends_the_child_after_what_it_handed_over():
     parent, child = pipe_with(9)
     parent.close()
     assert submitted_in_thread(child, time.monotonic() + FAR, time.monotonic())[:2] == ([9], True)
+
+
+def test_a_writer_nobody_closed_does_not_keep_its_process_from_exiting(redis_url, tmp_path):
+    """The child ignores stop signals and ends when its pipe closes; multiprocessing joins its children
+    at exit, so a sink left open (a stopped query whose sink the listener never closed) hung the process."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent(f"""
+        from aggregator.merge_child import BackgroundWindowWriter
+
+        if __name__ == "__main__":  # spawn imports the main module again in the child
+            writer = BackgroundWindowWriter({redis_url!r}, "exit-probe:1", None)
+            writer.wait_idle()  # the child runs and answered
+            kept = [writer]  # never closed
+    """))
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    began = time.monotonic()
+    subprocess.run([sys.executable, str(probe)], env=env, check=True, timeout=60)
+    assert time.monotonic() - began < 30
+
+
+def test_a_query_run_ends_only_its_own_sink():
+    """A query restarted from its checkpoint keeps its id; the old run's end, heard after the new run
+    started, closes the old run's sink and leaves the new one's merge child running."""
+    closed: list[str] = []
+
+    class Sink:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    closer = _SinkCloser()
+    closer.sinks.update({"run-1": Sink("old"), "run-2": Sink("new")})
+    closer.onQueryTerminated(SimpleNamespace(id="query", runId="run-1"))
+    assert closed == ["old"] and list(closer.sinks) == ["run-2"]
