@@ -85,11 +85,6 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     return query
 
 
-def rollup_sink(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
-    """The sink of a running rollup query (its last batch's partials: RedisRollupSink.last_collected)."""
-    return _sinks_of(spark).get(str(query.runId))
-
-
 def kafka_columns(kafka: DataFrame) -> DataFrame:
     """The Kafka rows as raw_records.flat_table takes them: a plan re-planned in no time each batch."""
     return kafka.select("topic", "partition", "offset", F.unix_millis("timestamp").alias("kafka_ts"), "value")
@@ -137,5 +132,6 @@ def close_sinks(spark: SparkSession) -> None:
 
 
 def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
-    """The sink of a running query (the supervisor cuts a stalled one's Redis connections)."""
+    """The sink of a running query (the supervisor cuts a stalled one's Redis connections; tests read its
+    last batch's partials, RedisRollupSink.last_collected)."""
     return _sinks_of(spark).get(str(query.runId))

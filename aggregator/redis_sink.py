@@ -50,7 +50,7 @@ from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_calls
-from aggregator.window_history import WindowHistory, finest_key, stored_windows
+from aggregator.window_history import WindowHistory, decoded_members, finest_key
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_connection
@@ -358,7 +358,7 @@ class RedisRollupSink:
         for key, metrics in by_key.items():
             pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
         for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
-            windows = stored_windows(key, members)
+            windows = decoded_members(key, members)
             for series in metrics:
                 low, span = wanted[series]
                 held = (w[series.metric] for w in windows if series.metric in w)

@@ -158,10 +158,10 @@ class StoredWindows:
                          "low": pa.array([low for low, _ in stored.values()], pa.int64())})
         # Windows of these subjects from their low on come from Redis now; older ones stay as kept.
         self.tables[window] = pa.concat_tables([
-            _older(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA),
+            _split(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA, before=True),
             pa.Table.from_pylist(rows, schema=SCHEMA)])
         self.members[window] = pa.concat_tables([
-            _older(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS),
+            _split(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS, before=True),
             pa.Table.from_pylist(members, schema=MEMBERS)])
         covered = self.covered_from.setdefault(window, {})
         for series, (low, _) in stored.items():
@@ -194,8 +194,8 @@ class StoredWindows:
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        self.tables[window] = _from_floor(table, floors, SCHEMA)
-        self.members[window] = _from_floor(members, floors, MEMBERS)
+        self.tables[window] = _split(table, floors, SCHEMA, before=False)
+        self.members[window] = _split(members, floors, MEMBERS, before=False)
         covered = self.covered_from.setdefault(window, {})
         for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
             covered[series] = max(floor, covered.get(series, floor))
@@ -206,18 +206,14 @@ class StoredWindows:
         self.covered_from.clear()
 
 
-def _older(table: pa.Table, lows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Rows of `table` before their subject's low (all rows of subjects without one)."""
-    joined = table.join(lows, "series", join_type="left outer", use_threads=False)
-    return joined.filter(pc.fill_null(pc.less(joined["start"], joined["low"]), True)).select(schema.names) \
+def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
+    """Rows of `table` before (or from) their subject's bound (series, bound); all rows of subjects without
+    one."""
+    joined = table.join(bounds.rename_columns(["series", "bound"]), "series", join_type="left outer",
+                        use_threads=False)
+    side = pc.less if before else pc.greater_equal
+    return joined.filter(pc.fill_null(side(joined["start"], joined["bound"]), True)).select(schema.names) \
         .cast(schema)
-
-
-def _from_floor(table: pa.Table, floors: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Rows of `table` at or after their subject's floor (all rows of subjects without one)."""
-    joined = table.join(floors, "series", join_type="left outer", use_threads=False)
-    return joined.filter(pc.fill_null(pc.greater_equal(joined["start"], joined["floor"]), True)) \
-        .select(schema.names)
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:

@@ -45,7 +45,7 @@ def finest_key(series: SeriesId) -> str:
     return series_key(series, FINEST_WINDOW.name)
 
 
-def stored_windows(key: str, members: Iterable[bytes | str]) -> list[dict[str, WindowAggregate]]:
+def decoded_members(key: str, members: Iterable[bytes | str]) -> list[dict[str, WindowAggregate]]:
     """Each member of `key`'s reply as metric -> window; one that does not decode is logged and left out
     (the merge replaces it when a batch touches its window)."""
     out = []

@@ -12,7 +12,7 @@ import pytest
 import redis
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
-from aggregator.query import RollupQuerySpec, rollup_sink, start_rollup_query
+from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from contract import redis_layout as layout
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic
@@ -165,7 +165,7 @@ def test_partials_are_computed_in_executor_python_workers_not_in_the_driver(spar
     query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
     try:
         query.processAllAvailable()
-        collected = rollup_sink(spark, query).last_collected
+        collected = sink_of(spark, query).last_collected
     finally:
         query.stop()
     # One task per Kafka partition, each answering with its partials from a Python worker of Spark's.
