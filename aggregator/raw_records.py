@@ -1,9 +1,9 @@
 """Raw-metrics Kafka records (Arrow, as a micro-batch hands them over) -> flat typed rows, one a record.
 
 The streaming query carries the Kafka columns only (query.kafka_columns); the JSON is parsed here, in
-each Spark task's Python worker (partition_partials), by Arrow's JSON reader. Parsed by Spark (from_json
-and a projection of ~50 columns) every batch paid ~0.3-0.6 s of Catalyst analysis and planning whatever
-its size, and ~1 s per 100k records; Arrow parses 100k in ~0.1-0.3 s.
+each Spark task's Python worker (partition_partials), by Arrow's JSON reader (raw_values). Parsed by
+Spark (from_json and a projection of ~50 columns) every batch paid ~0.3-0.6 s of Catalyst analysis and
+planning whatever its size, and ~1 s per 100k records; Arrow parses 100k in ~0.2 s.
 
 Records that do not parse, or parse but are not valid raw metrics, become rows of kind `invalid` with
 their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal. Anyone
@@ -17,19 +17,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
+from aggregator.raw_values import parse_values
 from contract.kafka_names import ALIAS, MAX_GROUP_CHARS, TOPIC_ARROW
 from contract.records.raw_metrics import (
-    FIELD_TYPES,
     MAX_VALUE_BYTES,
     METRICS,
     READER_FIELD_TYPES,
     READER_KINDS,
-    SUMMARY_FIELD_TYPES,
     MetricKind,
 )
 from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
@@ -55,114 +52,6 @@ REPLICATION_FIELDS = ("status", "error", "workers", "tasks", "last_heartbeat_ts"
 # column per kind and field: `readers__<kind>__<field>` (latest_values.replication_latest nests them again).
 READER_COLUMNS = {f"readers__{kind}__{name}": (kind, name)
                   for kind in READER_KINDS for name in READER_FIELD_TYPES}
-_TYPES = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
-          "boolean": pa.bool_()}
-_READER_TYPE = pa.struct([(f, _TYPES[t]) for f, t in READER_FIELD_TYPES.items()])
-_NESTED = {"summary": pa.struct([(f, _TYPES[t]) for f, t in SUMMARY_FIELD_TYPES.items()]),
-           "readers": pa.struct([(kind, _READER_TYPE) for kind in READER_KINDS])}
-RECORD_SCHEMA = pa.schema([pa.field(name, _NESTED.get(kind) or _TYPES[kind])
-                           for name, kind in FIELD_TYPES.items()])
-_PARSE = pj.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="ignore")
-
-
-def parse_values(values: pa.Array) -> tuple[pa.Table, pa.BooleanArray]:
-    """Kafka values -> one RECORD_SCHEMA row each (all null where the value is no JSON object of those
-    types) and whether it parsed."""
-    if _all_one_line(values):
-        table = _read(values)
-        if table is not None:  # the common case: one read of the whole batch
-            return table, pa.repeat(True, len(values))
-    # Rare: some value is no JSON object on one line. A Python pass keeps the objects, one line each; what
-    # still fails (fields of the wrong type) is isolated by reading halves.
-    values = pa.array([_one_line(value) for value in values.to_pylist()], pa.binary())
-    pieces = _read_lines(values)
-    if not pieces:
-        return RECORD_SCHEMA.empty_table(), pa.array([], pa.bool_())
-    parsed = pa.concat_arrays([pa.repeat(ok, piece.num_rows) for piece, ok in pieces])
-    return pa.concat_tables([piece for piece, _ in pieces]), parsed
-
-
-def _all_one_line(values: pa.Array) -> bool:
-    """Whether every value is one line starting with `{`, told by one scan of the values' bytes (a regex
-    per value costs ~0.5 us each)."""
-    data = values.buffers()[2]
-    text = data.to_pybytes() if data is not None else b""
-    return b"\n" not in text and b"\r" not in text and bool(pc.all(pc.fill_null(pc.starts_with(values, "{"),
-                                                                                   False)).as_py())
-
-
-def _one_line(value: bytes | None) -> bytes | None:
-    """The value as one line if it is a JSON object (compacted if it spans lines), else None."""
-    try:
-        # orjson: nesting deeper than 1024 is a JSONDecodeError, not json's RecursionError, and NaN
-        # is refused. Any other surprise is still this one record's problem.
-        body = orjson.loads(value) if value is not None else None
-    except Exception:  # noqa: BLE001
-        return None
-    if not isinstance(body, dict) or not _typed(body, FIELD_TYPES):
-        return None
-    one_line = value is not None and b"\n" not in value and b"\r" not in value
-    return value if one_line else orjson.dumps(body)
-
-
-_LIMITS = {"int": 2**31, "long": 2**63}
-
-
-def _typed(body: dict, types: dict[str, str]) -> bool:
-    """Whether the fields of `types` that `body` has (not null) are of those types, as the JSON reader
-    takes them: checked here so a batch of mistyped records is not split down to single reads."""
-    for name, kind in types.items():
-        value = body.get(name)
-        if value is None:
-            continue
-        if kind == "summary":
-            ok = isinstance(value, dict) and _typed(value, SUMMARY_FIELD_TYPES)
-        elif kind == "readers":
-            ok = isinstance(value, dict) and all(
-                isinstance(value.get(k), dict) and _typed(value[k], READER_FIELD_TYPES)
-                for k in READER_KINDS if value.get(k) is not None)
-        elif kind in _LIMITS:
-            ok = type(value) is int and -_LIMITS[kind] <= value < _LIMITS[kind]
-        elif kind == "double":
-            ok = type(value) in (int, float)
-        else:
-            ok = isinstance(value, {"string": str, "boolean": bool}[kind])
-        if not ok:
-            return False
-    return True
-
-
-def _read_lines(lines: pa.Array) -> list[tuple[pa.Table, bool]]:
-    """Aligned pieces of parsed rows; a line that fails (or reads as other than one row) comes back as
-    a null row. One bad line costs a few re-reads of halves, not a Python parse of the batch."""
-    if len(lines) == 0:
-        return []
-    if lines.null_count == len(lines):  # garbage only (no JSON object): no need to split it further
-        return [(_null_rows(len(lines)), False)]
-    table = _read(lines)
-    if table is not None:
-        return [(table, True)]
-    if len(lines) == 1:
-        return [(_null_rows(1), False)]
-    middle = len(lines) // 2
-    return _read_lines(lines.slice(0, middle)) + _read_lines(lines.slice(middle))
-
-
-def _read(lines: pa.Array) -> pa.Table | None:
-    if lines.null_count:
-        return None
-    # Each line + "\n" in one contiguous buffer: no Python object per record.
-    joined = pc.binary_join_element_wise(lines, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
-    data = joined.buffers()[2][:pc.sum(pc.binary_length(joined)).as_py()]  # a new array: offsets from 0
-    try:
-        table = pj.read_json(pa.BufferReader(data), parse_options=_PARSE)
-    except pa.ArrowInvalid:
-        return None
-    return table.select(RECORD_SCHEMA.names) if table.num_rows == len(lines) else None
-
-
-def _null_rows(count: int) -> pa.Table:
-    return pa.table([pa.nulls(count, field.type) for field in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
 def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = None) -> pa.Table:
@@ -295,6 +184,9 @@ def _source_of_topic(topics: pa.Array, rows: pa.BooleanArray) -> pa.Array | str:
 
 
 def _where(mask: pa.BooleanArray, values: pa.Array) -> pa.Array:
+    # Most columns are all null (another kind's fields) or kept whole (a batch of valid records).
+    if values.null_count == len(values) or (mask.null_count == 0 and pc.all(mask).as_py()):
+        return values
     return pc.if_else(mask, values, pa.scalar(None, values.type))
 
 
@@ -312,7 +204,10 @@ def _excerpts(values: pa.Array, invalid: pa.BooleanArray) -> pa.Array:
 def on_time(flat: pa.Table, watermark_ms: int | None) -> pa.Table:
     """Drops valid records whose 10 s window ended at or before the watermark; invalid records are
     always counted."""
-    return flat if watermark_ms is None else flat.filter(_on_time(flat, watermark_ms))
+    if watermark_ms is None:
+        return flat
+    kept = _on_time(flat, watermark_ms)
+    return flat if kept.null_count == 0 and pc.all(kept).as_py() else flat.filter(kept)
 
 
 def late_counts(flat: pa.Table, watermark_ms: int | None) -> dict[tuple[str, str], int]:

@@ -281,11 +281,13 @@ def records_of(latest: pa.Table) -> list[dict[str, Any]]:
 
 def latest_table(flat: pa.Table) -> pa.Table:
     """latest_records as one Arrow row per subject (subject columns and LATEST_FIELDS)."""
-    valid = flat.filter(pc.not_equal(flat["kind"], INVALID_KIND))
+    valid = flat.select([*SUBJECT_COLUMNS, "offset", *LATEST_FIELDS])  # before the filter copies them
+    is_valid = pc.not_equal(flat["kind"], INVALID_KIND)
+    if not pc.all(is_valid).as_py():
+        valid = valid.filter(is_valid)
     if valid.num_rows == 0:
         return valid.select([*SUBJECT_COLUMNS, *LATEST_FIELDS])
-    subjects, numbered = _numbered_subjects(valid.select([*SUBJECT_COLUMNS, "offset", *LATEST_FIELDS]),
-                                            SUBJECT_COLUMNS)
+    subjects, numbered = _numbered_subjects(valid, SUBJECT_COLUMNS)
     # The last row of each subject in (subject, ts, offset) order: a take of one row a subject.
     order = pc.sort_indices(numbered.select(["subject", "ts", "offset"]),
                             sort_keys=[(c, "ascending") for c in ("subject", "ts", "offset")])

@@ -16,7 +16,7 @@ Three kinds of subject share one flat shape (unused fields absent):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -331,3 +331,7 @@ FIELD_TYPES: dict[str, str] = {
     "enabled": "boolean",
     "readers": "readers",
 }
+# The fields a record of each kind may carry (with `v`): a reader that parses a kind at a time needs
+# only these; any other field in such a record is unexpected there, and ignored like an unknown one.
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: ("v", *(f.name for f in fields(cls))) for kind, cls in _BY_KIND.items()}
