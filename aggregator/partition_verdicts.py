@@ -81,7 +81,8 @@ def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.Window
 
 
 VerdictUpdates = dict[Pair, dict[str, dict[str, Any]]]  # (target, source) -> verdict field -> verdict
-WindowView = Callable[[layout.SeriesId, int, int], list[layout.WindowAggregate]]  # series, low, high
+# series, low, high, newest: a series' windows in [low, high], only the newest that many unless None
+WindowView = Callable[[layout.SeriesId, int, int, int | None], list[layout.WindowAggregate]]
 
 
 def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any]],
@@ -93,7 +94,11 @@ def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any
         _, target, source, topic, partition, _ = subject
         high = int(record["ts"])
         low = high - lookback_of(record)
-        offsets, lags = (view(s, low, high) for s in offset_series(tuple(subject)))
+        offset_windows, lag_windows = offset_series(tuple(subject))
+        # The rules read the newest `intervals` observations (evaluate_partition), one an offset window,
+        # and the lag windows of the same starts: not the ~60 windows of the whole lookback.
+        offsets = view(offset_windows, low, high, policy_of(record).intervals)
+        lags = view(lag_windows, offsets[0].start_ms, high, None) if offsets else []
         verdict = partition_verdict(record, offsets, lags, seconds)
         if verdict is not None:
             field_name = lag_verdicts.verdict_field(topic, int(partition))

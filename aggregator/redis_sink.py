@@ -330,8 +330,9 @@ class RedisRollupSink:
                   ) -> partition_verdicts.VerdictUpdates:
         """The lag verdicts of the partitions reported in the batch, per replication (each replication
         loaded from Redis first when this process has not met it yet)."""
-        def view(series: layout.SeriesId, low_ms: int, high_ms: int) -> list[layout.WindowAggregate]:
-            return self.history.view(series, low_ms, high_ms, plan.windows_of(series))
+        def view(series: layout.SeriesId, low_ms: int, high_ms: int,
+                 newest: int | None) -> list[layout.WindowAggregate]:
+            return self.history.view(series, low_ms, high_ms, plan.windows_of(series), newest)
 
         reports = [(r.subject, r.record, seconds) for r, seconds in judged]
         updates = partition_verdicts.batch_verdicts(reports, view)

@@ -209,3 +209,34 @@ def test_building_from_points_follows_the_append_rules():
         for point in points:
             appended = appended.append(point.offset, point.timestamp_ms)
         assert OffsetTimeTable.from_points(points, appended.capacity) == appended
+
+
+def kept_by_the_rules(points: list[OffsetPoint], capacity: int) -> list[OffsetPoint]:
+    """The rules point by point, as from_points applied them before they were inlined (the oracle)."""
+    kept: list[OffsetPoint] = []
+    for point in points:
+        if kept:
+            last = kept[-1]
+            if point.timestamp_ms <= last.timestamp_ms or point.offset < last.offset:
+                continue
+            if len(kept) >= 2 and last.offset == point.offset == kept[-2].offset:
+                kept[-1] = point
+                continue
+            if len(kept) == capacity:
+                del kept[0]
+        kept.append(point)
+    return kept
+
+
+def test_building_from_points_keeps_what_the_rules_keep_point_by_point():
+    rng = random.Random(11)
+    for _ in range(500):
+        points, offset, ts = [], rng.randrange(0, 1 << 62), 0
+        for _ in range(rng.randrange(0, 90)):
+            offset = max(0, offset + rng.choice([0, 0, 0, 3, 50, -2, -(1 << 40)]))  # resets too
+            ts += rng.choice([0, 1, 10_000, -5, -20_000])
+            points.append(OffsetPoint(offset, ts))
+        capacity = 2 + rng.randrange(62)
+        table = OffsetTimeTable.from_points(iter(points), capacity)
+        assert table.points == tuple(kept_by_the_rules(points, capacity))
+        assert all(type(p) is OffsetPoint for p in table.points)

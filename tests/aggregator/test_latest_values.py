@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from aggregator.lag_seconds import OffsetPoint
+from aggregator.lag_seconds import OffsetPoint, OffsetTimeTable, lag_seconds
 from aggregator.latest_values import (
     end_offset_table,
     group_latest,
@@ -12,7 +14,7 @@ from aggregator.latest_values import (
     recent_record_counts,
     replication_latest,
 )
-from contract.redis_layout import WindowAggregate
+from contract.redis_layout import FINEST_WINDOW, WindowAggregate, window_start
 
 T0 = 1_700_000_000_000  # a 10 s boundary
 
@@ -39,6 +41,38 @@ def test_end_offset_table_uses_window_middles_and_the_exact_newest_point():
 def test_end_offset_table_ignores_windows_after_now():
     table = end_offset_table(HISTORY, T0 + 12_000)
     assert [(p.offset, p.timestamp_ms) for p in table.points] == [(100, T0 + 5000), (200, T0 + 12_000)]
+
+
+def table_as_it_was(windows: list[WindowAggregate], now_ms: int,
+                    newest: OffsetPoint | None) -> OffsetTimeTable:
+    """end_offset_table before its points were made by tuple.__new__ (the oracle)."""
+    skip_from = window_start(newest.timestamp_ms, FINEST_WINDOW.name) if newest else now_ms + 1
+    points = [OffsetPoint(int(w.last), min(w.start_ms + 5_000, now_ms))
+              for w in sorted(windows, key=lambda w: w.start_ms)
+              if w.start_ms <= now_ms and w.start_ms < skip_from]
+    return OffsetTimeTable.from_points([*points, *([newest] if newest else [])])
+
+
+# Windows out of order, repeated starts, gaps, end offsets that fall back (a reset), flat runs.
+_end_offsets = st.lists(st.tuples(st.integers(0, 80), st.sampled_from([0, 0, 1, 7, 500, -3, -10_000])),
+                        max_size=75)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=_end_offsets, now_window=st.integers(0, 85), now_in_window=st.integers(0, 9_999),
+       newest_offset=st.one_of(st.none(), st.integers(0, 50_000)), position=st.integers(0, 50_000))
+def test_end_offset_table_is_the_table_it_was(steps, now_window, now_in_window, newest_offset, position):
+    windows, offset = [], 10_000
+    for window_index, step in steps:
+        offset = max(0, offset + step)
+        windows.append(gauge(T0 + window_index * 10_000, offset))
+    now = T0 + now_window * 10_000 + now_in_window
+    newest = None if newest_offset is None else OffsetPoint(newest_offset, now)
+    table = end_offset_table(windows, now, newest)
+    oracle = table_as_it_was(windows, now, newest)
+    assert table == oracle
+    assert all(type(p) is OffsetPoint for p in table.points)
+    assert lag_seconds(table, position, now) == lag_seconds(oracle, position, now)
 
 
 def test_partition_lag_seconds_interpolates_the_next_offset_to_replicate():

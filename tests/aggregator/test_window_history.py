@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from aggregator.window_history import KEEP_SLACK_MS, WindowHistory
-from contract.redis_layout import WindowAggregate
+from contract.redis_layout import WindowAggregate, merge_windows
 
 KEEP_MS = 1_200_000
 
@@ -45,3 +48,66 @@ def test_a_span_longer_than_the_history_keeps_is_cut_to_it():
     history.load("ends", 0, [], span_ms=KEEP_MS * 3)
     history.commit("ends", [window(start, 1) for start in range(0, 3 * KEEP_MS, 10_000)])
     assert min(history.series["ends"].windows) == 3 * KEEP_MS - 10_000 - KEEP_MS
+
+
+# --- the bisected view and in-place commit against the plain dict scan they replaced -----------------
+
+class ScannedHistory:
+    """The history as it was: every view scans and sorts the kept windows (the oracle)."""
+
+    def __init__(self, keep_ms: int) -> None:
+        self.keep_ms, self.low, self.windows = keep_ms, 0, {}
+
+    def load(self, low_ms: int, stored: list[WindowAggregate]) -> None:
+        self.low, self.windows = low_ms, {w.start_ms: w for w in stored if w.start_ms >= low_ms}
+
+    def view(self, low_ms: int, high_ms: int, partials: list[WindowAggregate]) -> list[WindowAggregate]:
+        merged = {s: w for s, w in self.windows.items() if low_ms <= s <= high_ms}
+        for p in partials:
+            if low_ms <= p.start_ms <= high_ms:
+                merged[p.start_ms] = merge_windows(merged[p.start_ms], p) if p.start_ms in merged else p
+        return [merged[s] for s in sorted(merged)]
+
+    def commit(self, partials: list[WindowAggregate]) -> None:
+        for p in partials:
+            if p.start_ms >= self.low:
+                old = self.windows.get(p.start_ms)
+                self.windows[p.start_ms] = merge_windows(old, p) if old else p
+        if self.windows:
+            floor = max(self.windows) - self.keep_ms
+            if floor > self.low:
+                self.low = floor
+                self.windows = {s: w for s, w in self.windows.items() if s >= floor}
+
+
+def _windows(draw_starts: list[int], values: list[float], tss: list[int | None]) -> list[WindowAggregate]:
+    return [WindowAggregate(s * 10_000, 1, v, v, v, v, None if t is None else s * 10_000 + t)
+            for s, v, t in zip(draw_starts, values, tss, strict=False)]
+
+
+_partials = st.builds(
+    _windows, st.lists(st.integers(0, 40), max_size=12),  # out of order, repeated, gaps
+    st.lists(st.sampled_from([0.0, 1.0, 2.0, 5.0]), min_size=12, max_size=12),
+    st.lists(st.one_of(st.none(), st.integers(0, 9_999)), min_size=12, max_size=12))
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored=_partials, low_window=st.integers(0, 10), batches=st.lists(
+    st.tuples(_partials, st.integers(-5, 45), st.integers(0, 30), st.one_of(st.none(), st.integers(0, 12))),
+    max_size=6), keep_windows=st.integers(1, 20))
+def test_views_and_commits_match_the_scanned_history(stored, low_window, batches, keep_windows):
+    keep_ms = keep_windows * 10_000
+    history, oracle = WindowHistory(keep_ms), ScannedHistory(keep_ms)
+    history.load("s", low_window * 10_000, stored)
+    oracle.load(low_window * 10_000, stored)
+    for partials, low, width, newest in batches:
+        low_ms, high_ms = low * 10_000, (low + width) * 10_000
+        expected = oracle.view(low_ms, high_ms, partials)
+        if newest is not None:
+            expected = expected[-newest:] if newest else []
+        assert history.view("s", low_ms, high_ms, partials, newest=newest) == expected
+        history.commit("s", partials)
+        oracle.commit(partials)
+        kept = history.series["s"]
+        assert (kept.low_ms, kept.windows) == (oracle.low, oracle.windows)
+        assert kept.starts == sorted(oracle.windows)
