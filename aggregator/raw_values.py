@@ -138,11 +138,11 @@ def _read_by_kind(values: pa.Array) -> pa.Table | None:
         candidates = np.flatnonzero(left)
         if len(candidates) == 0:
             break
-        some = values if len(candidates) == len(values) else values.take(candidates)
-        rows = candidates[pc.match_substring(some, text).to_numpy(zero_copy_only=False)]
+        holds = pc.match_substring(_rows_of(values, candidates), text)
+        rows = candidates[holds.to_numpy(zero_copy_only=False)]
         if len(rows) == 0:
             continue
-        table = _read(values if len(rows) == len(values) else values.take(rows), options)
+        table = _read(_rows_of(values, rows), options)
         if table is None:
             return None
         named = pc.fill_null(pc.equal(table["kind"], kind), False).to_numpy(zero_copy_only=False)
@@ -150,7 +150,7 @@ def _read_by_kind(values: pa.Array) -> pa.Table | None:
         left[rows[named]] = False
     if left.any():
         rows = np.flatnonzero(left)
-        table = _read(values if len(rows) == len(values) else values.take(rows), _PARSE)
+        table = _read(_rows_of(values, rows), _PARSE)
         if table is None:
             return None
         pieces.append((rows, table))
@@ -158,6 +158,11 @@ def _read_by_kind(values: pa.Array) -> pa.Table | None:
         return _with_every_field(pieces[0][1])
     order = np.argsort(np.concatenate([rows for rows, _ in pieces]), kind="stable")
     return pa.concat_tables([_with_every_field(table) for _, table in pieces]).take(order)
+
+
+def _rows_of(values: pa.Array, rows: np.ndarray) -> pa.Array:
+    """The values at `rows` (ascending, distinct): no copy when that is all of them."""
+    return values if len(rows) == len(values) else values.take(rows)
 
 
 def _with_every_field(table: pa.Table) -> pa.Table:

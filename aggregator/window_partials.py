@@ -271,7 +271,9 @@ def with_schema(table: pa.Table) -> pa.Table:
             column = table[f.name]
             columns.append(column if column.type == f.type else column.cast(f.type))
         else:
-            columns.append(nulls.get(f.type) or nulls.setdefault(f.type, pa.nulls(table.num_rows, f.type)))
+            if f.type not in nulls:
+                nulls[f.type] = pa.nulls(table.num_rows, f.type)
+            columns.append(nulls[f.type])
     return pa.table(columns, schema=schema)
 
 
