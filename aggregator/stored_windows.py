@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.window_ids import METRICS, WindowIds, left_join, take_or_null
 from aggregator.window_partials import window_starts
 from contract import redis_layout as layout
 
@@ -93,19 +94,29 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     return out.rename_columns([names.get(c, c) for c in out.column_names])
 
 
-def member_column(windows: pa.Table) -> pa.Table:
+def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -> pa.Table:
     """The member of each window (series, start, member) of `windows` (one metric a row, every metric of
     each window): `<start>;<metric>:<n>:<sum>:<min>:<max>:<last>:<last ts>;...` in metric order
-    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form)."""
-    ordered = windows.sort_by([(c, "ascending") for c in WINDOW_KEY])
+    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form). `metric_windows`:
+    the rows packed by WindowIds, when the caller has them."""
+    if metric_windows is None:
+        metric_windows = WindowIds([windows]).metric_windows(0, windows)
+    order = np.argsort(metric_windows)  # by series, start, metric: each window's segments in a run
+    ordered = windows.take(order)
     parts = [ordered[c] for c in ("metric", *VALUES, "last_ts")]
     segments = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
-    # One thread keeps each window's segments in the sorted (metric) order.
-    grouped = pa.table({"series": ordered["series"], "start": ordered["start"], "segment": segments}) \
-        .group_by(["series", "start"], use_threads=False).aggregate([("segment", "list")])
-    member = pc.binary_join_element_wise(pc.cast(grouped["start"], pa.string()),
-                                         pc.binary_join(grouped["segment_list"], ";"), ";")
-    return pa.table({"series": grouped["series"], "start": grouped["start"], "member": member})
+    packed = metric_windows[order] // METRICS
+    firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
+        else np.zeros(0, np.int64)
+    runs = pa.ListArray.from_arrays(pa.array(np.append(firsts, len(packed)), pa.int32()),
+                                    _array(segments))
+    heads = ordered.take(firsts)
+    member = pc.binary_join_element_wise(pc.cast(heads["start"], pa.string()), pc.binary_join(runs, ";"), ";")
+    return pa.table({"series": heads["series"], "start": heads["start"], "member": member})
+
+
+def _array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 @dataclass
@@ -170,28 +181,34 @@ class StoredWindows:
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
-        old = kept.rename_columns([c if c in WINDOW_KEY else f"old_{c}" for c in kept.column_names])
-        merged = _merged(partials.join(old, WINDOW_KEY, join_type="left outer", use_threads=False))
-        rest = kept.join(merged.select(WINDOW_KEY), WINDOW_KEY, join_type="left anti", use_threads=False)
-        table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
-        # Every metric of a touched window is here (its subject is covered): its member is made whole.
-        touched = merged.group_by(["series", "start"], use_threads=False).aggregate([])
-        fresh = member_column(table.join(touched, ["series", "start"], join_type="left semi",
-                                         use_threads=False))
         stored = self.members.get(window, MEMBERS.empty_table())
-        joined = fresh.join(stored.rename_columns(["series", "start", "old"]), ["series", "start"],
-                            join_type="left outer", use_threads=False)
+        ids = WindowIds([partials, kept, stored])
+        partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
+        rows, olds = left_join(partial_keys, kept_keys)
+        merged = _merged(partials.take(rows), take_or_null(kept, olds))
+        rest = np.ones(kept.num_rows, bool)
+        rest[olds[olds >= 0]] = False
+        table = pa.concat_tables([kept.filter(rest).select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
+        table_keys = np.concatenate([kept_keys[rest], partial_keys[rows]])
+        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        touched = pc.is_in(table_keys // METRICS, value_set=pa.array(ids.windows[0]))
+        fresh_keys = table_keys[touched.to_numpy(zero_copy_only=False)]
+        fresh = member_column(table.filter(touched), fresh_keys)
+        fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
+        news, olds = left_join(fresh_windows, stored_windows)
+        joined = fresh.take(news).append_column("old", take_or_null(stored, olds)["member"])
         created = pc.is_null(joined["old"])
         updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
-        unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
-        members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
-        self._keep(table, members, merged, window)
-        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
-                             _trims(joined.filter(created), merged, window))
-
-    def _keep(self, table: pa.Table, members: pa.Table, merged: pa.Table, window: str) -> None:
-        """Keeps the windows of each merged subject from its newest one less keep_ms on."""
+        unchanged = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
+        members = pa.concat_tables([stored.filter(unchanged), fresh.cast(MEMBERS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
+        self._keep(table, members, newest, window)
+        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
+                             _trims(joined.filter(created), newest, window))
+
+    def _keep(self, table: pa.Table, members: pa.Table, newest: pa.Table, window: str) -> None:
+        """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
+        keep_ms on."""
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
         self.tables[window] = _split(table, floors, SCHEMA, before=False)
@@ -207,13 +224,11 @@ class StoredWindows:
 
 
 def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
-    """Rows of `table` before (or from) their subject's bound (series, bound); all rows of subjects without
-    one."""
-    joined = table.join(bounds.rename_columns(["series", "bound"]), "series", join_type="left outer",
-                        use_threads=False)
+    """Rows of `table` before (or from) their subject's bound (series, bound; a row a subject); all rows of
+    subjects without one."""
+    bound = bounds.column(1).take(pc.index_in(table["series"], value_set=bounds.column(0)))
     side = pc.less if before else pc.greater_equal
-    return joined.filter(pc.fill_null(side(joined["start"], joined["bound"]), True)).select(schema.names) \
-        .cast(schema)
+    return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
@@ -287,33 +302,30 @@ def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has
     return pa.array(order)
 
 
-def _merged(joined: pa.Table) -> pa.Table:
-    """Partials merged with their stored windows (old_* columns, null for a new window)."""
+def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
+    """Partials merged with their stored windows (`old`, row for row: all nulls for a new window)."""
     def add(name: str) -> pa.ChunkedArray:
-        return pc.add(joined[name], pc.fill_null(joined[f"old_{name}"], 0.0))
+        return pc.add(new[name], pc.fill_null(old[name], 0.0))
 
     old_newer = pc.fill_null(pc.or_(
-        pc.greater(joined["old_last_ts"], joined["last_ts"]),
-        pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
-                                                                              joined["last"]))), False)
+        pc.greater(old["last_ts"], new["last_ts"]),
+        pc.and_(pc.equal(old["last_ts"], new["last_ts"]), pc.greater(old["last"], new["last"]))), False)
     return pa.table({
-        "series": joined["series"], "metric": joined["metric"], "start": joined["start"], "n": add("n"),
+        "series": new["series"], "metric": new["metric"], "start": new["start"], "n": add("n"),
         "sum": add("sum"),
-        "min": pc.min_element_wise(joined["min"], joined["old_min"]),
-        "max": pc.max_element_wise(joined["max"], joined["old_max"]),
-        "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
-        "last_ts": pc.if_else(old_newer, joined["old_last_ts"], joined["last_ts"]),
+        "min": pc.min_element_wise(new["min"], old["min"]),
+        "max": pc.max_element_wise(new["max"], old["max"]),
+        "last": pc.if_else(old_newer, old["last"], new["last"]),
+        "last_ts": pc.if_else(old_newer, old["last_ts"], new["last_ts"]),
     })
 
 
-def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
+def _trims(created: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
     """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
     replay of the same input trims the same windows, whatever the clock says)."""
     if created.num_rows == 0:
         return {}
-    series = pc.unique(created["series"])
-    newest = merged.filter(pc.is_in(merged["series"], series)).group_by("series", use_threads=False) \
-        .aggregate([("start", "max")])
+    newest = newest.filter(pc.is_in(newest["series"], pc.unique(created["series"])))
     retention = layout.WINDOWS[window].retention_ms
     return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
                                                 strict=True)}
