@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.window_ids import METRICS, WindowIds, left_join, take_or_null
+from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null
 from aggregator.window_partials import window_starts
 from contract import redis_layout as layout
 
@@ -83,9 +83,48 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     table = pa.table({"series": finest["series"], "metric": finest["metric"],
                       "start": window_starts(finest["start"], size),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
-    if size == layout.FINEST_WINDOW.size_ms and \
-            table.group_by(WINDOW_KEY, use_threads=False).aggregate([]).num_rows == table.num_rows:
+    if any(table[c].null_count for c in VALUES):
+        return _grouped(table)
+    keys = WindowIds([table]).series_metrics(0, table)
+    last_ts, last = int64(table["last_ts"]), _array(table["last"]).to_numpy()
+    if not _in_order(keys, last_ts, last):
+        order = np.lexsort((last, last_ts, keys))
+        table, keys = table.take(order), keys[order]
+    firsts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) \
+        else np.zeros(0, np.int64)
+    if size == layout.FINEST_WINDOW.size_ms and len(firsts) == len(keys):
         return table  # one partial a window already, as window_partials gives them
+    lengths = np.diff(np.append(firsts, len(keys)))
+    out = table.select(["series", "metric", "start", "last", "last_ts"]).take(firsts + lengths - 1)
+    values = {c: _array(table[c]).to_numpy() for c in ("n", "sum", "min", "max")}
+    return pa.table({**{c: out[c] for c in ("series", "metric", "start")},
+                     "n": _sums(values["n"], firsts, lengths), "sum": _sums(values["sum"], firsts, lengths),
+                     # fmin/fmax: NaN loses and ties keep the first, as Arrow's grouped min and max.
+                     "min": np.fmin.reduceat(values["min"], firsts) if len(firsts) else values["min"],
+                     "max": np.fmax.reduceat(values["max"], firsts) if len(firsts) else values["max"],
+                     "last": out["last"], "last_ts": out["last_ts"]})
+
+
+def _in_order(keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray) -> bool:
+    """Whether rows are ordered by key, then last ts and last (as numbered_partials gives them)."""
+    step, ts_step = np.diff(keys), np.diff(last_ts)
+    later = (ts_step > 0) | ((ts_step == 0) & (last[1:] >= last[:-1]))
+    return bool(np.all((step > 0) | ((step == 0) & later)))
+
+
+def _sums(values: np.ndarray, firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sums of runs added one value after the other from 0, as Arrow's grouped sum adds them (numpy's
+    pairwise sums round differently)."""
+    sums = np.zeros(len(firsts))
+    live = np.arange(len(firsts))
+    for offset in range(int(lengths.max(initial=0))):
+        live = live[lengths[live] > offset]
+        sums[live] += values[firsts[live] + offset]
+    return sums
+
+
+def _grouped(table: pa.Table) -> pa.Table:
+    """size_partials by Arrow's group_by, which skips null values as numpy does not."""
     ordered = table.sort_by([(c, "ascending") for c in (*WINDOW_KEY, "last_ts", "last")])
     aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
                   ("last_ts", "last")]
@@ -103,8 +142,9 @@ def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -
         metric_windows = WindowIds([windows]).metric_windows(0, windows)
     order = np.argsort(metric_windows)  # by series, start, metric: each window's segments in a run
     ordered = windows.take(order)
-    parts = [ordered[c] for c in ("metric", *VALUES, "last_ts")]
-    segments = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+    metrics = pc.take(_METRIC_TEXT, ordered["metric"])
+    values = (_number_text(ordered[c]) for c in VALUES)
+    segments = pc.binary_join_element_wise(metrics, *values, pc.cast(ordered["last_ts"], pa.string()), ":")
     packed = metric_windows[order] // METRICS
     firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
         else np.zeros(0, np.int64)
@@ -113,6 +153,25 @@ def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -
     heads = ordered.take(firsts)
     member = pc.binary_join_element_wise(pc.cast(heads["start"], pa.string()), pc.binary_join(runs, ";"), ";")
     return pa.table({"series": heads["series"], "start": heads["start"], "member": member})
+
+
+_METRIC_TEXT = pa.array([str(i) for i in range(METRICS)])
+# Arrow writes a float without exponent or fraction when it is whole and below 1e10 (not -0.0): as an
+# integer it writes the same text, at a third of the cost (most values, counts and offsets, are whole).
+_PLAIN_BELOW = 1e10
+
+
+def _number_text(column: pa.ChunkedArray) -> pa.Array:
+    """The floats of `column` as Arrow's cast to string writes them."""
+    if column.null_count:
+        return _array(pc.cast(column, pa.string()))
+    values = _array(column).to_numpy()
+    whole = (np.abs(values) < _PLAIN_BELOW) & (np.trunc(values) == values) \
+        & ~((values == 0) & np.signbit(values))
+    text = pc.cast(pa.array(np.where(whole, values, 0).astype(np.int64)), pa.string())
+    if whole.all():
+        return text
+    return pc.replace_with_mask(text, pa.array(~whole), pc.cast(pa.array(values[~whole]), pa.string()))
 
 
 def _array(column: pa.ChunkedArray | pa.Array) -> pa.Array:

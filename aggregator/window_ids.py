@@ -38,19 +38,27 @@ class WindowIds:
     """Packs the windows of several tables (series, start[, metric] columns) consistently."""
 
     def __init__(self, tables: Sequence[pa.Table]) -> None:
-        series, self._series_span = _codes([_int64(t["series"]) for t in tables])
-        starts, self._start_span = _codes([_int64(t["start"]) for t in tables])
-        self.windows = [s * self._start_span + t for s, t in zip(series, starts, strict=True)]
+        self._series, _ = _codes([int64(t["series"]) for t in tables])
+        self._starts, self._start_span = _codes([int64(t["start"]) for t in tables])
+        self.windows = [s * self._start_span + t for s, t in zip(self._series, self._starts, strict=True)]
 
     def metric_windows(self, at: int, table: pa.Table) -> np.ndarray:
         """Table `at`'s metric windows: ordered by series, start, metric."""
-        metric = _int64(table["metric"])
-        if len(metric) and (metric.min() < 0 or metric.max() >= METRICS):
-            raise ValueError(f"metric index out of range: {metric.min()}..{metric.max()}")
-        return self.windows[at] * METRICS + metric
+        return self.windows[at] * METRICS + _metrics(table)
+
+    def series_metrics(self, at: int, table: pa.Table) -> np.ndarray:
+        """Table `at`'s metric windows: ordered by series, metric, start."""
+        return (self._series[at] * METRICS + _metrics(table)) * self._start_span + self._starts[at]
 
 
-def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def _metrics(table: pa.Table) -> np.ndarray:
+    metric = int64(table["metric"])
+    if len(metric) and (metric.min() < 0 or metric.max() >= METRICS):
+        raise ValueError(f"metric index out of range: {metric.min()}..{metric.max()}")
+    return metric
+
+
+def int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
