@@ -7,7 +7,8 @@ on Arrow; Redis then only replaces members (redis_scripts.REPLACE_WINDOWS_LUA).
 
 Subjects (the sorted set of a partition, topic, replication or group at one window size, holding all
 their metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on
-integers, and key names are made once per subject, not per window; in the tables `series` is a subject's
+integers (window_ids packs a window into one: numpy sorts and searches, not Acero joins), and key names
+are made once per subject, not per window; in the tables `series` is a subject's
 number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
 metric's windows (series, metric, start, value columns) and another the members as stored (series, start,
 member). A subject is *covered from* a start when every stored window from that start on is in the
