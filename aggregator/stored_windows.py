@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null
+from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null, take_rows
 from aggregator.window_partials import window_starts
 from contract import redis_layout as layout
 
@@ -141,12 +141,16 @@ def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -
     the rows packed by WindowIds, when the caller has them."""
     if metric_windows is None:
         metric_windows = WindowIds([windows]).metric_windows(0, windows)
-    order = np.argsort(metric_windows)  # by series, start, metric: each window's segments in a run
-    ordered = windows.take(order)
+    # By series, start, metric: each window's segments in a run.
+    if np.all(metric_windows[1:] > metric_windows[:-1]):
+        ordered = windows
+    else:
+        order = np.argsort(metric_windows)
+        ordered, metric_windows = windows.take(order), metric_windows[order]
     metrics = pc.take(_METRIC_TEXT, ordered["metric"])
     values = (_number_text(ordered[c]) for c in VALUES)
     segments = pc.binary_join_element_wise(metrics, *values, pc.cast(ordered["last_ts"], pa.string()), ":")
-    packed = metric_windows[order] // METRICS
+    packed = metric_windows // METRICS
     firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
         else np.zeros(0, np.int64)
     runs = pa.ListArray.from_arrays(pa.array(np.append(firsts, len(packed)), pa.int32()),
@@ -245,18 +249,19 @@ class StoredWindows:
         ids = WindowIds([partials, kept, stored])
         partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
         rows, olds = left_join(partial_keys, kept_keys)
-        merged = _merged(partials.take(rows), take_or_null(kept, olds))
+        merged = _merged(take_rows(partials, rows), take_or_null(kept, olds))
         rest = np.ones(kept.num_rows, bool)
         rest[olds[olds >= 0]] = False
         table = pa.concat_tables([kept.filter(rest).select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
         table_keys = np.concatenate([kept_keys[rest], partial_keys[rows]])
         # Every metric of a touched window is here (its subject is covered): its member is made whole.
-        touched = pc.is_in(table_keys // METRICS, value_set=pa.array(ids.windows[0]))
-        fresh_keys = table_keys[touched.to_numpy(zero_copy_only=False)]
-        fresh = member_column(table.filter(touched), fresh_keys)
+        touched = np.flatnonzero(pc.is_in(table_keys // METRICS, value_set=pa.array(ids.windows[0]))
+                                 .to_numpy(zero_copy_only=False))
+        touched = touched[np.argsort(table_keys[touched])]
+        fresh = member_column(table.take(touched), table_keys[touched])
         fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
         news, olds = left_join(fresh_windows, stored_windows)
-        joined = fresh.take(news).append_column("old", take_or_null(stored, olds)["member"])
+        joined = take_rows(fresh, news).append_column("old", take_or_null(stored, olds)["member"])
         created = pc.is_null(joined["old"])
         updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
         unchanged = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))

@@ -86,3 +86,8 @@ def left_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def take_or_null(table: pa.Table, rows: np.ndarray) -> pa.Table:
     """Rows of `table` by index, all nulls where the index is -1."""
     return table.take(pa.array(rows, pa.int64(), mask=rows < 0))
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """The left rows of a left_join: the table itself when each row matched once or not at all."""
+    return table if len(rows) == table.num_rows else table.take(rows)
