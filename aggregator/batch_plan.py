@@ -4,19 +4,21 @@ Pure: no Redis, no Spark. Columnar where it counts: a batch has ~10^5 (series, w
 stay one Arrow table, one metric a row, each series by its number (numbered_partials;
 stored_windows.SeriesKeys names its keys once per process, not per window); stored_windows merges them.
 Window objects are built only for the series latest values read (end offsets of partitions, record counts
-of replications).
+of replications), and of those only for the windows a view reads or the kept history keeps (add_history,
+once the sink knows both).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,8 +48,11 @@ class InvalidWindow:
 
 @dataclass
 class BatchPlan:
-    # partial windows of the series latest values are derived from
+    # partial windows of the series latest values are derived from, those add_history found to matter
     history: dict[layout.SeriesId, list[layout.WindowAggregate]] = field(default_factory=dict)
+    # the same partials, a table a metric, until add_history makes windows of them
+    history_rows: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+    counted_replications: set[tuple[str, str]] = field(default_factory=set)  # with record-count windows
     invalid: list[InvalidWindow] = field(default_factory=list)
     latest: dict[Subject, dict[str, Any]] = field(default_factory=dict)  # subject -> newest record
     index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -61,7 +66,10 @@ class BatchPlan:
         if windows.num_rows:
             for metric in HISTORY_METRICS:
                 present = _metric_rows(windows, metric)
-                plan._add_history(present, metric, _last_ts(present, metric))
+                plan.history_rows[metric] = _history_rows(present, metric)
+            counted = plan.history_rows["record_count"].select(["target", "source"])
+            plan.counted_replications = set(zip(*counted.group_by(["target", "source"], use_threads=False)
+                                                .aggregate([]).to_pydict().values(), strict=True))
             plan._add_invalid(_metric_rows(windows, layout.INVALID_RECORDS_METRIC), batch.excerpts)
             plan._add_index(windows)
             valid_ts = windows["max_ts"].filter(pc.not_equal(windows["kind"], INVALID_KIND))
@@ -82,13 +90,26 @@ class BatchPlan:
         if known is None or known["ts"] < record["ts"]:
             self.latest[subject] = dict(record)
 
-    def _add_history(self, present: pa.Table, metric: str, last_ts: pa.ChunkedArray) -> None:
-        # Partitions' series for lag in seconds and verdicts; recent record counts a replication's.
-        wanted = (pc.equal(present["topic"], layout.ALL_TOPICS) if metric == "record_count"
-                  else pc.greater_equal(present["partition"], 0))
-        rows = present.append_column("last_ts", last_ts).filter(wanted).select(
-            ["target", "source", "topic", "partition", "group", "window_start",
-             *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"])
+    def add_history(self, read_from: Mapping[str, int], keeps: Callable[[], Mapping[str, int]]) -> None:
+        """Makes windows of the history partials a view or the kept history can hold: `read_from`, per
+        metric, the earliest window start the batch's views read; `keeps()`, per metric, the longest any
+        kept series is kept behind its newest window (window_history). Older partials are left out: no
+        view reads them and the commit would drop them (a backlog batch holds hundreds of windows a
+        series, of which the history keeps tens; making them objects was most of the sink's time)."""
+        longest: list[Mapping[str, int]] = []  # keeps(), asked once and only when a batch may reach back
+
+        def keep_of(metric: str) -> int | None:
+            if not longest:
+                longest.append(keeps())
+            return longest[0].get(metric)
+
+        for metric, rows in self.history_rows.items():
+            oldest = _oldest_wanted(rows, read_from.get(metric), partial(keep_of, metric))
+            if oldest is not None:
+                self._add_history(rows.filter(pc.greater_equal(rows["window_start"], oldest)), metric)
+        self.history_rows = {}
+
+    def _add_history(self, rows: pa.Table, metric: str) -> None:
         # In slices: a batch's columns as Python objects at once were ~10^6 numbers, the driver's peak.
         for chunk in rows.to_batches(max_chunksize=PYTHON_ROWS_AT_ONCE):
             columns = list(chunk.to_pydict().values())
@@ -143,6 +164,38 @@ def _index_entries(target: str, source: str, topic: str, partition: int, group: 
     return topic_entry, tuple(entries)
 
 
+def _history_rows(present: pa.Table, metric: str) -> pa.Table:
+    """The partials of a history metric latest values read: partitions' series for lag in seconds and
+    verdicts; recent record counts a replication's."""
+    wanted = (pc.equal(present["topic"], layout.ALL_TOPICS) if metric == "record_count"
+              else pc.greater_equal(present["partition"], 0))
+    return present.append_column("last_ts", _last_ts(present, metric)).filter(wanted).select(
+        ["target", "source", "topic", "partition", "group", "window_start",
+         *(f"{metric}__{p}" for p in MEMBER_PARTS), "last_ts"])
+
+
+def _oldest_wanted(rows: pa.Table, read_from: int | None, keep: Callable[[], int | None]) -> int | None:
+    """The earliest window start among `rows` (one metric's) that can matter, or None when none can: not
+    read by a view (all start at or after `read_from`) nor kept once committed (a series keeps at most
+    `keep()` behind its newest window, and each series in `rows` has its newest among them: the least of
+    those newest minus the keep is a floor under every series' commit). None for either: unread, unkept."""
+    if rows.num_rows == 0:
+        return None
+    bounds = pc.min_max(rows["window_start"])
+    first, last = bounds["min"].as_py(), bounds["max"].as_py()
+    if read_from is not None and first >= read_from:
+        return first  # everything may be read: the usual live batch, a few windows a series
+    longest = keep()
+    if longest is not None and first >= last - longest:
+        return first
+    oldest = read_from
+    if longest is not None:
+        newest = rows.group_by(SUBJECT_COLUMNS, use_threads=False).aggregate([("window_start", "max")])
+        floor = pc.min(newest["window_start_max"]).as_py() - longest
+        oldest = floor if oldest is None else min(oldest, floor)
+    return oldest
+
+
 _ROW_COLUMNS = ("kind", "target", "source", "topic", "partition", "group", "window_start")
 
 
@@ -161,28 +214,45 @@ def _last_ts(present: pa.Table, metric: str) -> pa.ChunkedArray:
 def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | None, int]:
     """A batch's partial windows (window_partials) one metric a row, each subject by its number and each
     metric by its index in redis_layout.WINDOW_METRICS: series, metric, start, n, sum, min, max, last,
-    last_ts (stored_windows merges them into every size); and how many subjects there are. None when the
-    batch has no metric windows (e.g. only replication reports)."""
-    narrow = [t for m in ALL_METRICS if (t := _metric_partials(windows, m)) is not None]
-    if not narrow:
+    last_ts (stored_windows merges them into every size), ordered by series, metric and start; and how
+    many subjects there are. None when the batch has no metric windows (e.g. only replication reports)."""
+    present = [(m, pc.is_valid(windows[f"{m}__n"])) for m in sorted(ALL_METRICS, key=_metric_order)]
+    present = [(m, rows) for m, rows in present if pc.any(rows).as_py()]
+    if not present:
         return None, 0
-    table = pa.concat_tables(narrow)
-    subjects = table.select(SUBJECT_COLUMNS).group_by(SUBJECT_COLUMNS, use_threads=False).aggregate([])
-    numbered = subjects.append_column("series", pa.array(
-        keys.number(zip(*subjects.to_pydict().values(), strict=True)), pa.int64()))
-    joined = table.join(numbered, SUBJECT_COLUMNS, use_threads=False)
-    return joined.drop_columns(SUBJECT_COLUMNS), subjects.num_rows
+    # Subjects numbered once on the wide rows (a row a subject and window), not on the ~8 times as many
+    # narrow ones, and without a join on their five text columns.
+    subject, firsts = _subjects(windows)
+    subjects = windows.select(SUBJECT_COLUMNS).take(firsts)
+    numbers = np.array(keys.number(zip(*subjects.to_pydict().values(), strict=True)), np.int64)
+    series = pa.array(numbers[subject])
+    table = pa.concat_tables([_metric_partials(windows, m, rows, series) for m, rows in present])
+    # Metric blocks each in the wide rows' order: by series (stable) gives series, metric, start when the
+    # wide rows come by subject and start, as window_partials gives them.
+    return table.take(np.argsort(table["series"].to_numpy(), kind="stable")), len(firsts)
 
 
-def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
-    present = _metric_rows(windows, metric)
-    if present.num_rows == 0:
-        return None
+def _subjects(windows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's subject as a code, and the first row of each code (its columns' values, nulls a value)."""
+    code = np.zeros(windows.num_rows, np.int64)
+    for column in SUBJECT_COLUMNS:
+        encoded = pc.dictionary_encode(windows[column], null_encoding="encode").combine_chunks()
+        code = code * len(encoded.dictionary) + encoded.indices.to_numpy().astype(np.int64)
+        _, first, code = np.unique(code, return_index=True, return_inverse=True)
+    return code.reshape(-1), first
+
+
+def _metric_partials(windows: pa.Table, metric: str, rows: pa.ChunkedArray, series: pa.Array) -> pa.Table:
+    present = windows.select(["window_start", *(f"{metric}__{p}" for p in (*MEMBER_PARTS, "last_ts"))]) \
+        .append_column("series", pa.chunked_array([series])).filter(rows)
     return pa.table({
-        "target": present["target"], "source": present["source"], "topic": present["topic"],
-        "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
+        "series": present["series"],
         "metric": pa.repeat(pa.scalar(layout.METRIC_INDEX[metric], pa.int64()), present.num_rows),
         "start": present["window_start"],
         **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
         "last_ts": _last_ts(present, metric),
     })
+
+
+def _metric_order(metric: str) -> int:
+    return layout.METRIC_INDEX.get(metric, len(layout.METRIC_INDEX))

@@ -68,7 +68,8 @@ def _all_one_line(values: pa.Array) -> bool:
     bounds = np.frombuffer(offsets, wide)[[values.offset, values.offset + len(values)]]
     text = np.frombuffer(data, np.uint8)[bounds[0]:bounds[1]]
     # JSON records hold no raw control characters but in whitespace: the exact test is rarely needed.
-    return not (text < 14).any() or not ((text == 10) | (text == 13)).any()
+    # A minimum is one pass without a temporary (a mask of every byte cost ~20 ms a batch in page faults).
+    return len(text) == 0 or int(text.min()) >= 14 or not ((text == 10) | (text == 13)).any()
 
 
 def _one_line(value: bytes | None) -> bytes | None:

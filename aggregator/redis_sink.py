@@ -304,6 +304,11 @@ class RedisRollupSink:
         seconds)."""
         reads = history_reads(plan.latest, self._replication_records(plan))
         self._load_history(reads)
+        read_from: dict[str, int] = {}  # per metric, the earliest window a view reads
+        for read in reads:
+            metric = read.series.metric
+            read_from[metric] = min(read.low_ms, read_from.get(metric, read.low_ms))
+        plan.add_history(read_from, self.history.longest_keeps)
         out, samples, judged = [], [], []
         for read in reads:
             if read.kind == "offsets":  # windows for the partition's verdict, below
@@ -369,8 +374,7 @@ class RedisRollupSink:
         """Replications whose latest value the batch changes: a new report, or new record-count windows
         for the stored report (its partition records may come in a later batch than itself)."""
         records = {(s[1], s[2]): r for s, r in plan.latest.items() if s[0] == "replication"}
-        touched = sorted({(s.target, s.source) for s in plan.history
-                          if s.topic == layout.ALL_TOPICS and s.metric == "record_count"})
+        touched = sorted(plan.counted_replications)
         if not touched:
             return records
         reads = self.client.pipeline(transaction=False)

@@ -7,7 +7,8 @@ on Arrow; Redis then only replaces members (redis_scripts.REPLACE_WINDOWS_LUA).
 
 Subjects (the sorted set of a partition, topic, replication or group at one window size, holding all
 their metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on
-integers, and key names are made once per subject, not per window; in the tables `series` is a subject's
+integers (window_ids packs a window into one: numpy sorts and searches, not Acero joins), and key names
+are made once per subject, not per window; in the tables `series` is a subject's
 number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
 metric's windows (series, metric, start, value columns) and another the members as stored (series, start,
 member). A subject is *covered from* a start when every stored window from that start on is in the
@@ -27,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null, take_rows
 from aggregator.window_partials import window_starts
 from contract import redis_layout as layout
 
@@ -82,9 +84,48 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     table = pa.table({"series": finest["series"], "metric": finest["metric"],
                       "start": window_starts(finest["start"], size),
                       **{c: finest[c] for c in (*VALUES, "last_ts")}})
-    if size == layout.FINEST_WINDOW.size_ms and \
-            table.group_by(WINDOW_KEY, use_threads=False).aggregate([]).num_rows == table.num_rows:
+    if any(table[c].null_count for c in VALUES):
+        return _grouped(table)
+    keys = WindowIds([table]).series_metrics(0, table)
+    last_ts, last = int64(table["last_ts"]), _array(table["last"]).to_numpy()
+    if not _in_order(keys, last_ts, last):
+        order = np.lexsort((last, last_ts, keys))
+        table, keys = table.take(order), keys[order]
+    firsts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) \
+        else np.zeros(0, np.int64)
+    if size == layout.FINEST_WINDOW.size_ms and len(firsts) == len(keys):
         return table  # one partial a window already, as window_partials gives them
+    lengths = np.diff(np.append(firsts, len(keys)))
+    out = table.select(["series", "metric", "start", "last", "last_ts"]).take(firsts + lengths - 1)
+    values = {c: _array(table[c]).to_numpy() for c in ("n", "sum", "min", "max")}
+    return pa.table({**{c: out[c] for c in ("series", "metric", "start")},
+                     "n": _sums(values["n"], firsts, lengths), "sum": _sums(values["sum"], firsts, lengths),
+                     # fmin/fmax: NaN loses and ties keep the first, as Arrow's grouped min and max.
+                     "min": np.fmin.reduceat(values["min"], firsts) if len(firsts) else values["min"],
+                     "max": np.fmax.reduceat(values["max"], firsts) if len(firsts) else values["max"],
+                     "last": out["last"], "last_ts": out["last_ts"]})
+
+
+def _in_order(keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray) -> bool:
+    """Whether rows are ordered by key, then last ts and last (as numbered_partials gives them)."""
+    step, ts_step = np.diff(keys), np.diff(last_ts)
+    later = (ts_step > 0) | ((ts_step == 0) & (last[1:] >= last[:-1]))
+    return bool(np.all((step > 0) | ((step == 0) & later)))
+
+
+def _sums(values: np.ndarray, firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sums of runs added one value after the other from 0, as Arrow's grouped sum adds them (numpy's
+    pairwise sums round differently)."""
+    sums = np.zeros(len(firsts))
+    live = np.arange(len(firsts))
+    for offset in range(int(lengths.max(initial=0))):
+        live = live[lengths[live] > offset]
+        sums[live] += values[firsts[live] + offset]
+    return sums
+
+
+def _grouped(table: pa.Table) -> pa.Table:
+    """size_partials by Arrow's group_by, which skips null values as numpy does not."""
     ordered = table.sort_by([(c, "ascending") for c in (*WINDOW_KEY, "last_ts", "last")])
     aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
                   ("last_ts", "last")]
@@ -93,19 +134,53 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     return out.rename_columns([names.get(c, c) for c in out.column_names])
 
 
-def member_column(windows: pa.Table) -> pa.Table:
+def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -> pa.Table:
     """The member of each window (series, start, member) of `windows` (one metric a row, every metric of
     each window): `<start>;<metric>:<n>:<sum>:<min>:<max>:<last>:<last ts>;...` in metric order
-    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form)."""
-    ordered = windows.sort_by([(c, "ascending") for c in WINDOW_KEY])
-    parts = [ordered[c] for c in ("metric", *VALUES, "last_ts")]
-    segments = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
-    # One thread keeps each window's segments in the sorted (metric) order.
-    grouped = pa.table({"series": ordered["series"], "start": ordered["start"], "segment": segments}) \
-        .group_by(["series", "start"], use_threads=False).aggregate([("segment", "list")])
-    member = pc.binary_join_element_wise(pc.cast(grouped["start"], pa.string()),
-                                         pc.binary_join(grouped["segment_list"], ";"), ";")
-    return pa.table({"series": grouped["series"], "start": grouped["start"], "member": member})
+    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form). `metric_windows`:
+    the rows packed by WindowIds, when the caller has them."""
+    if metric_windows is None:
+        metric_windows = WindowIds([windows]).metric_windows(0, windows)
+    # By series, start, metric: each window's segments in a run.
+    if np.all(metric_windows[1:] > metric_windows[:-1]):
+        ordered = windows
+    else:
+        order = np.argsort(metric_windows)
+        ordered, metric_windows = windows.take(order), metric_windows[order]
+    metrics = pc.take(_METRIC_TEXT, ordered["metric"])
+    values = (_number_text(ordered[c]) for c in VALUES)
+    segments = pc.binary_join_element_wise(metrics, *values, pc.cast(ordered["last_ts"], pa.string()), ":")
+    packed = metric_windows // METRICS
+    firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
+        else np.zeros(0, np.int64)
+    runs = pa.ListArray.from_arrays(pa.array(np.append(firsts, len(packed)), pa.int32()),
+                                    _array(segments))
+    heads = ordered.take(firsts)
+    member = pc.binary_join_element_wise(pc.cast(heads["start"], pa.string()), pc.binary_join(runs, ";"), ";")
+    return pa.table({"series": heads["series"], "start": heads["start"], "member": member})
+
+
+_METRIC_TEXT = pa.array([str(i) for i in range(METRICS)])
+# Arrow writes a float without exponent or fraction when it is whole and below 1e10 (not -0.0): as an
+# integer it writes the same text, at a third of the cost (most values, counts and offsets, are whole).
+_PLAIN_BELOW = 1e10
+
+
+def _number_text(column: pa.ChunkedArray) -> pa.Array:
+    """The floats of `column` as Arrow's cast to string writes them."""
+    if column.null_count:
+        return _array(pc.cast(column, pa.string()))
+    values = _array(column).to_numpy()
+    whole = (np.abs(values) < _PLAIN_BELOW) & (np.trunc(values) == values) \
+        & ~((values == 0) & np.signbit(values))
+    text = pc.cast(pa.array(np.where(whole, values, 0).astype(np.int64)), pa.string())
+    if whole.all():
+        return text
+    return pc.replace_with_mask(text, pa.array(~whole), pc.cast(pa.array(values[~whole]), pa.string()))
+
+
+def _array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 @dataclass
@@ -170,28 +245,35 @@ class StoredWindows:
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
-        old = kept.rename_columns([c if c in WINDOW_KEY else f"old_{c}" for c in kept.column_names])
-        merged = _merged(partials.join(old, WINDOW_KEY, join_type="left outer", use_threads=False))
-        rest = kept.join(merged.select(WINDOW_KEY), WINDOW_KEY, join_type="left anti", use_threads=False)
-        table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
-        # Every metric of a touched window is here (its subject is covered): its member is made whole.
-        touched = merged.group_by(["series", "start"], use_threads=False).aggregate([])
-        fresh = member_column(table.join(touched, ["series", "start"], join_type="left semi",
-                                         use_threads=False))
         stored = self.members.get(window, MEMBERS.empty_table())
-        joined = fresh.join(stored.rename_columns(["series", "start", "old"]), ["series", "start"],
-                            join_type="left outer", use_threads=False)
+        ids = WindowIds([partials, kept, stored])
+        partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
+        rows, olds = left_join(partial_keys, kept_keys)
+        merged = _merged(take_rows(partials, rows), take_or_null(kept, olds))
+        rest = np.ones(kept.num_rows, bool)
+        rest[olds[olds >= 0]] = False
+        table = pa.concat_tables([kept.filter(rest).select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
+        table_keys = np.concatenate([kept_keys[rest], partial_keys[rows]])
+        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        touched = np.flatnonzero(pc.is_in(table_keys // METRICS, value_set=pa.array(ids.windows[0]))
+                                 .to_numpy(zero_copy_only=False))
+        touched = touched[np.argsort(table_keys[touched])]
+        fresh = member_column(table.take(touched), table_keys[touched])
+        fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
+        news, olds = left_join(fresh_windows, stored_windows)
+        joined = take_rows(fresh, news).append_column("old", take_or_null(stored, olds)["member"])
         created = pc.is_null(joined["old"])
         updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
-        unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
-        members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
-        self._keep(table, members, merged, window)
-        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
-                             _trims(joined.filter(created), merged, window))
-
-    def _keep(self, table: pa.Table, members: pa.Table, merged: pa.Table, window: str) -> None:
-        """Keeps the windows of each merged subject from its newest one less keep_ms on."""
+        unchanged = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
+        members = pa.concat_tables([stored.filter(unchanged), fresh.cast(MEMBERS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
+        self._keep(table, members, newest, window)
+        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
+                             _trims(joined.filter(created), newest, window))
+
+    def _keep(self, table: pa.Table, members: pa.Table, newest: pa.Table, window: str) -> None:
+        """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
+        keep_ms on."""
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
         self.tables[window] = _split(table, floors, SCHEMA, before=False)
@@ -207,13 +289,11 @@ class StoredWindows:
 
 
 def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
-    """Rows of `table` before (or from) their subject's bound (series, bound); all rows of subjects without
-    one."""
-    joined = table.join(bounds.rename_columns(["series", "bound"]), "series", join_type="left outer",
-                        use_threads=False)
+    """Rows of `table` before (or from) their subject's bound (series, bound; a row a subject); all rows of
+    subjects without one."""
+    bound = bounds.column(1).take(pc.index_in(table["series"], value_set=bounds.column(0)))
     side = pc.less if before else pc.greater_equal
-    return joined.filter(pc.fill_null(side(joined["start"], joined["bound"]), True)).select(schema.names) \
-        .cast(schema)
+    return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
@@ -287,33 +367,30 @@ def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has
     return pa.array(order)
 
 
-def _merged(joined: pa.Table) -> pa.Table:
-    """Partials merged with their stored windows (old_* columns, null for a new window)."""
+def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
+    """Partials merged with their stored windows (`old`, row for row: all nulls for a new window)."""
     def add(name: str) -> pa.ChunkedArray:
-        return pc.add(joined[name], pc.fill_null(joined[f"old_{name}"], 0.0))
+        return pc.add(new[name], pc.fill_null(old[name], 0.0))
 
     old_newer = pc.fill_null(pc.or_(
-        pc.greater(joined["old_last_ts"], joined["last_ts"]),
-        pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
-                                                                              joined["last"]))), False)
+        pc.greater(old["last_ts"], new["last_ts"]),
+        pc.and_(pc.equal(old["last_ts"], new["last_ts"]), pc.greater(old["last"], new["last"]))), False)
     return pa.table({
-        "series": joined["series"], "metric": joined["metric"], "start": joined["start"], "n": add("n"),
+        "series": new["series"], "metric": new["metric"], "start": new["start"], "n": add("n"),
         "sum": add("sum"),
-        "min": pc.min_element_wise(joined["min"], joined["old_min"]),
-        "max": pc.max_element_wise(joined["max"], joined["old_max"]),
-        "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
-        "last_ts": pc.if_else(old_newer, joined["old_last_ts"], joined["last_ts"]),
+        "min": pc.min_element_wise(new["min"], old["min"]),
+        "max": pc.max_element_wise(new["max"], old["max"]),
+        "last": pc.if_else(old_newer, old["last"], new["last"]),
+        "last_ts": pc.if_else(old_newer, old["last_ts"], new["last_ts"]),
     })
 
 
-def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
+def _trims(created: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
     """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
     replay of the same input trims the same windows, whatever the clock says)."""
     if created.num_rows == 0:
         return {}
-    series = pc.unique(created["series"])
-    newest = merged.filter(pc.is_in(merged["series"], series)).group_by("series", use_threads=False) \
-        .aggregate([("start", "max")])
+    newest = newest.filter(pc.is_in(newest["series"], pc.unique(created["series"])))
     retention = layout.WINDOWS[window].retention_ms
     return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
                                                 strict=True)}

@@ -140,5 +140,14 @@ class WindowHistory:
                     del windows[start]
                 del starts[:expired]
 
+    def longest_keeps(self) -> dict[str, int]:
+        """Per metric, the longest any kept series of it is kept behind its newest window."""
+        longest: dict[str, int] = {}
+        for key, known in self.series.items():
+            keep = self.keep_ms if known.keep_ms is None else known.keep_ms
+            if keep > longest.get(key.metric, -1):
+                longest[key.metric] = keep
+        return longest
+
     def clear(self) -> None:
         self.series.clear()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -137,7 +138,8 @@ def _own_rows(flat: pa.Table, metrics: list[str]) -> pa.Table:
     ts = flat["ts"]
     base = {c: flat[c] for c in ("kind", "target", "source", "group", "topic", "partition", "upstream_topic")}
     base |= {"ts": ts, "window_start": window_starts(ts, FINEST_WINDOW.size_ms)}
-    return pa.table(base | _samples(flat, metrics) | {"level": pa.array(["p"] * flat.num_rows, pa.string())})
+    level = pa.repeat(pa.scalar("p", pa.string()), flat.num_rows)
+    return pa.table(base | _samples(flat, metrics) | {"level": level})
 
 
 def relabel(table: pa.Table, **values: Any) -> pa.Table:
@@ -145,7 +147,8 @@ def relabel(table: pa.Table, **values: Any) -> pa.Table:
     for name, value in values.items():
         i = table.schema.get_field_index(name)
         column_type = table.schema.field(i).type
-        table = table.set_column(i, name, pa.array([value] * table.num_rows, column_type))
+        # A repeat, not a Python list of one value a row (~3 ms on a batch's 10^5 rows).
+        table = table.set_column(i, name, pa.repeat(pa.scalar(value, column_type), table.num_rows))
     return table
 
 
@@ -224,14 +227,33 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
 
 def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Table]:
     """The distinct values of `columns` (one row per subject) and `rows` with those columns replaced by
-    `subject`, the number of its row there."""
-    text = [pc.fill_null(pc.cast(rows[c], pa.string()), "\x00") for c in columns]
-    joined = pc.binary_join_element_wise(*text, "\x1f")
-    encoded = pc.dictionary_encode(joined).combine_chunks() if isinstance(joined, pa.ChunkedArray) \
-        else pc.dictionary_encode(joined)
-    firsts = pc.index_in(encoded.dictionary, value_set=joined)
+    `subject`, the number of its row there (subjects numbered in order of first appearance)."""
+    number = _subject_numbers(rows, columns)
+    ever = np.maximum.accumulate(number.to_numpy())
+    firsts = np.flatnonzero(np.concatenate([ever[:1] >= 0, ever[1:] > ever[:-1]]))  # a new greatest number
     subjects = rows.select(columns).take(firsts)
-    return subjects, rows.drop_columns(columns).append_column("subject", pc.cast(encoded.indices, pa.int64()))
+    return subjects, rows.drop_columns(columns).append_column("subject", number)
+
+
+def _subject_numbers(rows: pa.Table, columns: list[str]) -> pa.Int64Array:
+    """Each row's number of its values of `columns`, in order of first appearance. A column at a time:
+    each column's values numbered, then the pair (subject so far, that number) numbered; a null is a
+    value of its own. A hash of a few short values and of int64 pairs costs less than one of the
+    columns joined as text (~14 -> ~10 ms on a batch's 10^5 rows, paid by the own windows and the
+    latest records each)."""
+    number = pa.array(np.zeros(rows.num_rows, np.int64))
+    for name in columns:
+        encoded = pc.dictionary_encode(_one_chunk(rows[name]), null_encoding="encode")
+        if len(encoded.dictionary) > 1:  # one value leaves the numbers as they are
+            pairs = pc.add(pc.multiply(number, len(encoded.dictionary)), pc.cast(encoded.indices, pa.int64()))
+            number = pc.cast(pc.dictionary_encode(pairs).indices, pa.int64())
+    return number
+
+
+def _one_chunk(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.Array):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:

@@ -148,7 +148,7 @@ class WindowWriter:
         resumed = bool(done)
         if resumed:  # Redis holds these parts merged already: kept windows would count them twice
             self.stored.clear()
-        finest, series = numbered_partials(windows, self.series_keys)
+        finest, series = self._numbered(windows)
         numbered = time.monotonic()
         updates = self._updates(finest)
         merged = time.monotonic()
@@ -180,6 +180,9 @@ class WindowWriter:
                   "Redis in %d parts %.0f, done %.0f)", self.scope, batch_ids, series,
                   (time.monotonic() - began) * 1000, (numbered - began) * 1000, (merged - numbered) * 1000,
                   len(parts), (queued - merged) * 1000, (time.monotonic() - queued) * 1000)
+
+    def _numbered(self, windows: pa.Table) -> tuple[pa.Table | None, int]:
+        return numbered_partials(windows, self.series_keys)
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
         """The parts of a merge of `group` (first, last batch) already in Redis."""

@@ -131,7 +131,11 @@ SETTINGS: Final[dict[str, Setting]] = _table(
     _process("redis.socket.timeout.ms", "integer", 10_000, "all",
              "Timeout of one Redis reply: a hung Redis fails the call (a URL's socket_timeout wins)."),
     _process("aggregator.checkpoint.dir", "string", ".srm-checkpoints", "aggregator",
-             "Spark checkpoint directory (one sub-directory per target cluster)."),
+             "Spark checkpoint directory (one sub-directory per target cluster). On a local disk "
+             "Spark writes its logs through Hadoop's FileSystem API "
+             "(`spark.sql.streaming.checkpointFileManagerClass`, unless set): its default, FileContext, "
+             "runs `chmod` and `readlink` processes for every file there. Other file systems keep "
+             "Spark's default."),
     _process("aggregator.spark.master", "string", None, "aggregator",
              "Spark master (default: local[2], or spark-submit's)."),
     _process("aggregator.trigger.interval.ms", "integer", 2000, "aggregator", "Micro-batch trigger."),

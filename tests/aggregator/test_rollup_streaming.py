@@ -12,7 +12,7 @@ import pytest
 import redis
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
-from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
+from aggregator.query import LOCAL_CHECKPOINT_MANAGER, RollupQuerySpec, sink_of, start_rollup_query
 from contract import redis_layout as layout
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic
@@ -144,6 +144,23 @@ def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, r
     assert writers(), "the query merges its windows in a child process"
     query.stop()
     wait_until(lambda: not writers(), 90, "the window writer process ending")
+
+
+def test_local_checkpoint_logs_are_written_through_the_file_system_api(spark, kafka_clusters, redis_url,
+                                                                       tmp_path):
+    # Spark's default for a local disk, FileContext, spawns chmod and readlink from the JVM for each log file.
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    produce(west, source, [partition_report(source, T0, 0, 1, end=1, lag=0)])
+    query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
+    try:
+        query.processAllAvailable()
+        execution = query._jsq.streamingQuery()
+        for log in (execution.offsetLog(), execution.commitLog()):
+            assert log.fileManager().getClass().getName() == LOCAL_CHECKPOINT_MANAGER
+        assert execution.commitLog().getLatest().isDefined()  # and the commit log was written with it
+    finally:
+        query.stop()
 
 
 def parent_of(pid: int) -> int:

@@ -1,0 +1,254 @@
+"""The merge as it was before it ran on numpy (Acero joins and group_bys): the oracle
+test_merge_oracle compares the merge's Redis contents with. Kept verbatim but for names."""
+
+# ruff: noqa
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
+from aggregator.stored_windows import MEMBERS, SCHEMA, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates, keep_ms
+from aggregator.window_partials import ALL_METRICS, window_starts
+from aggregator.window_writer import WindowWriter
+from contract import redis_layout as layout
+
+LOG = logging.getLogger(__name__)
+
+
+class OracleWriter(WindowWriter):
+    """A WindowWriter merging as before."""
+
+    def __init__(self, client, scope: str) -> None:
+        super().__init__(client, scope)
+        self.stored = StoredWindows()
+
+    def _numbered(self, windows: pa.Table) -> tuple[pa.Table | None, int]:
+        return numbered_partials(windows, self.series_keys)
+
+    def _updates(self, finest: pa.Table | None) -> list[WindowUpdates]:
+        """The batch's partials merged at every window size with the stored windows (read from Redis
+        first where they are not kept)."""
+        if finest is None:
+            return []
+        updates = []
+        for i, window in enumerate(layout.WINDOWS):
+            partials = size_partials(finest, window)
+            missing = self.stored.uncovered(partials, window)
+            if missing:
+                reads = self.client.pipeline(transaction=False)
+                for series, low in missing.items():
+                    reads.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
+                replies = zip(missing.items(), reads.execute(), strict=True)
+                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
+            updates.append(self.stored.apply(partials, window))
+        return updates
+
+
+
+def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | None, int]:
+    """A batch's partial windows (window_partials) one metric a row, each subject by its number and each
+    metric by its index in redis_layout.WINDOW_METRICS: series, metric, start, n, sum, min, max, last,
+    last_ts (stored_windows merges them into every size); and how many subjects there are. None when the
+    batch has no metric windows (e.g. only replication reports)."""
+    narrow = [t for m in ALL_METRICS if (t := _metric_partials(windows, m)) is not None]
+    if not narrow:
+        return None, 0
+    table = pa.concat_tables(narrow)
+    subjects = table.select(SUBJECT_COLUMNS).group_by(SUBJECT_COLUMNS, use_threads=False).aggregate([])
+    numbered = subjects.append_column("series", pa.array(
+        keys.number(zip(*subjects.to_pydict().values(), strict=True)), pa.int64()))
+    joined = table.join(numbered, SUBJECT_COLUMNS, use_threads=False)
+    return joined.drop_columns(SUBJECT_COLUMNS), subjects.num_rows
+
+
+
+def _metric_partials(windows: pa.Table, metric: str) -> pa.Table | None:
+    present = _metric_rows(windows, metric)
+    if present.num_rows == 0:
+        return None
+    return pa.table({
+        "target": present["target"], "source": present["source"], "topic": present["topic"],
+        "partition": pc.cast(present["partition"], pa.int64()), "group": present["group"],
+        "metric": pa.repeat(pa.scalar(layout.METRIC_INDEX[metric], pa.int64()), present.num_rows),
+        "start": present["window_start"],
+        **{p: pc.cast(present[f"{metric}__{p}"], pa.float64()) for p in MEMBER_PARTS},
+        "last_ts": _last_ts(present, metric),
+    })
+
+def size_partials(finest: pa.Table, window: str) -> pa.Table:
+    """Partial finest windows (series, metric, start, values, last_ts) merged per window of `window` size,
+    series and metric: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
+    size = layout.WINDOWS[window].size_ms
+    table = pa.table({"series": finest["series"], "metric": finest["metric"],
+                      "start": window_starts(finest["start"], size),
+                      **{c: finest[c] for c in (*VALUES, "last_ts")}})
+    if size == layout.FINEST_WINDOW.size_ms and \
+            table.group_by(WINDOW_KEY, use_threads=False).aggregate([]).num_rows == table.num_rows:
+        return table  # one partial a window already, as window_partials gives them
+    ordered = table.sort_by([(c, "ascending") for c in (*WINDOW_KEY, "last_ts", "last")])
+    aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
+                  ("last_ts", "last")]
+    out = ordered.group_by(WINDOW_KEY, use_threads=False).aggregate(aggregates)
+    names = {f"{column}_{function}": column for column, function in aggregates}
+    return out.rename_columns([names.get(c, c) for c in out.column_names])
+
+
+def member_column(windows: pa.Table) -> pa.Table:
+    """The member of each window (series, start, member) of `windows` (one metric a row, every metric of
+    each window): `<start>;<metric>:<n>:<sum>:<min>:<max>:<last>:<last ts>;...` in metric order
+    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form)."""
+    ordered = windows.sort_by([(c, "ascending") for c in WINDOW_KEY])
+    parts = [ordered[c] for c in ("metric", *VALUES, "last_ts")]
+    segments = pc.binary_join_element_wise(*(pc.cast(p, pa.string()) for p in parts), ":")
+    # One thread keeps each window's segments in the sorted (metric) order.
+    grouped = pa.table({"series": ordered["series"], "start": ordered["start"], "segment": segments}) \
+        .group_by(["series", "start"], use_threads=False).aggregate([("segment", "list")])
+    member = pc.binary_join_element_wise(pc.cast(grouped["start"], pa.string()),
+                                         pc.binary_join(grouped["segment_list"], ";"), ";")
+    return pa.table({"series": grouped["series"], "start": grouped["start"], "member": member})
+
+
+
+@dataclass
+class StoredWindows:
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
+    members: dict[str, pa.Table] = field(default_factory=dict)  # window size -> members as stored
+    covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
+
+    def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
+        """Subjects whose stored windows the batch may touch but are not all here -> from which start Redis
+        must be read."""
+        firsts = partials.group_by("series", use_threads=False).aggregate([("start", "min")])
+        covered = self.covered_from.get(window, {})
+        out = {}
+        for series, first in zip(firsts["series"].to_pylist(), firsts["start_min"].to_pylist(), strict=True):
+            known = covered.get(series)
+            if known is None or first < known:
+                out[series] = first
+        return out
+
+    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
+        """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
+        rows: list[dict] = []
+        members: list[dict] = []
+        for series, (_, raw_members) in stored.items():
+            for raw in raw_members:
+                member = raw.decode() if isinstance(raw, bytes) else raw
+                try:
+                    start, windows = layout.decode_member(member)
+                except ValueError as exc:
+                    # Kept as a member to replace, with no value: the batch's partials become the window.
+                    LOG.warning("replacing %s in %s", exc, series)
+                    members.append({"series": series, "start": _member_start(member), "member": member})
+                    continue
+                members.append({"series": series, "start": start, "member": member})
+                rows.extend({"series": series, "metric": layout.METRIC_INDEX[metric], "start": start,
+                             "n": w.count, "sum": w.sum, "min": w.min, "max": w.max, "last": w.last,
+                             "last_ts": w.last_ts} for metric, w in windows.items())
+        lows = pa.table({"series": pa.array(list(stored), pa.int64()),
+                         "low": pa.array([low for low, _ in stored.values()], pa.int64())})
+        # Windows of these subjects from their low on come from Redis now; older ones stay as kept.
+        self.tables[window] = pa.concat_tables([
+            _split(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA, before=True),
+            pa.Table.from_pylist(rows, schema=SCHEMA)])
+        self.members[window] = pa.concat_tables([
+            _split(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS, before=True),
+            pa.Table.from_pylist(members, schema=MEMBERS)])
+        covered = self.covered_from.setdefault(window, {})
+        for series, (low, _) in stored.items():
+            covered[series] = min(low, covered.get(series, low))
+
+    def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
+        """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
+        kept = self.tables.get(window, SCHEMA.empty_table())
+        old = kept.rename_columns([c if c in WINDOW_KEY else f"old_{c}" for c in kept.column_names])
+        merged = _merged(partials.join(old, WINDOW_KEY, join_type="left outer", use_threads=False))
+        rest = kept.join(merged.select(WINDOW_KEY), WINDOW_KEY, join_type="left anti", use_threads=False)
+        table = pa.concat_tables([rest.select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
+        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        touched = merged.group_by(["series", "start"], use_threads=False).aggregate([])
+        fresh = member_column(table.join(touched, ["series", "start"], join_type="left semi",
+                                         use_threads=False))
+        stored = self.members.get(window, MEMBERS.empty_table())
+        joined = fresh.join(stored.rename_columns(["series", "start", "old"]), ["series", "start"],
+                            join_type="left outer", use_threads=False)
+        created = pc.is_null(joined["old"])
+        updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
+        unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
+        members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
+        self._keep(table, members, merged, window)
+        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
+                             _trims(joined.filter(created), merged, window))
+
+    def _keep(self, table: pa.Table, members: pa.Table, merged: pa.Table, window: str) -> None:
+        """Keeps the windows of each merged subject from its newest one less keep_ms on."""
+        newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
+        floors = pa.table({"series": newest["series"],
+                           "floor": pc.subtract(newest["start_max"], keep_ms(window))})
+        self.tables[window] = _split(table, floors, SCHEMA, before=False)
+        self.members[window] = _split(members, floors, MEMBERS, before=False)
+        covered = self.covered_from.setdefault(window, {})
+        for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
+            covered[series] = max(floor, covered.get(series, floor))
+
+    def clear(self) -> None:
+        self.tables.clear()
+        self.members.clear()
+        self.covered_from.clear()
+
+
+def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
+    """Rows of `table` before (or from) their subject's bound (series, bound); all rows of subjects without
+    one."""
+    joined = table.join(bounds.rename_columns(["series", "bound"]), "series", join_type="left outer",
+                        use_threads=False)
+    side = pc.less if before else pc.greater_equal
+    return joined.filter(pc.fill_null(side(joined["start"], joined["bound"]), True)).select(schema.names) \
+        .cast(schema)
+
+
+
+def _merged(joined: pa.Table) -> pa.Table:
+    """Partials merged with their stored windows (old_* columns, null for a new window)."""
+    def add(name: str) -> pa.ChunkedArray:
+        return pc.add(joined[name], pc.fill_null(joined[f"old_{name}"], 0.0))
+
+    old_newer = pc.fill_null(pc.or_(
+        pc.greater(joined["old_last_ts"], joined["last_ts"]),
+        pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
+                                                                              joined["last"]))), False)
+    return pa.table({
+        "series": joined["series"], "metric": joined["metric"], "start": joined["start"], "n": add("n"),
+        "sum": add("sum"),
+        "min": pc.min_element_wise(joined["min"], joined["old_min"]),
+        "max": pc.max_element_wise(joined["max"], joined["old_max"]),
+        "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
+        "last_ts": pc.if_else(old_newer, joined["old_last_ts"], joined["last_ts"]),
+    })
+
+
+def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
+    """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
+    replay of the same input trims the same windows, whatever the clock says)."""
+    if created.num_rows == 0:
+        return {}
+    series = pc.unique(created["series"])
+    newest = merged.filter(pc.is_in(merged["series"], series)).group_by("series", use_threads=False) \
+        .aggregate([("start", "max")])
+    retention = layout.WINDOWS[window].retention_ms
+    return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
+                                                strict=True)}
+
+
+def _member_start(member: str) -> int:
+    head = member.split(";", 1)[0]
+    try:
+        return int(float(head))
+    except ValueError:
+        return 0
