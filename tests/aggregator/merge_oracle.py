@@ -5,20 +5,16 @@ test_merge_oracle compares the merge's Redis contents with. Kept verbatim but fo
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
+from aggregator import stored_windows
 from aggregator.stored_windows import MEMBERS, SCHEMA, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates, keep_ms
 from aggregator.window_partials import ALL_METRICS, window_starts
 from aggregator.window_writer import WindowWriter
 from contract import redis_layout as layout
-
-LOG = logging.getLogger(__name__)
 
 
 class OracleWriter(WindowWriter):
@@ -115,54 +111,9 @@ def member_column(windows: pa.Table) -> pa.Table:
 
 
 
-@dataclass
-class StoredWindows:
-    tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
-    members: dict[str, pa.Table] = field(default_factory=dict)  # window size -> members as stored
-    covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
-
-    def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
-        """Subjects whose stored windows the batch may touch but are not all here -> from which start Redis
-        must be read."""
-        firsts = partials.group_by("series", use_threads=False).aggregate([("start", "min")])
-        covered = self.covered_from.get(window, {})
-        out = {}
-        for series, first in zip(firsts["series"].to_pylist(), firsts["start_min"].to_pylist(), strict=True):
-            known = covered.get(series)
-            if known is None or first < known:
-                out[series] = first
-        return out
-
-    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
-        """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
-        rows: list[dict] = []
-        members: list[dict] = []
-        for series, (_, raw_members) in stored.items():
-            for raw in raw_members:
-                member = raw.decode() if isinstance(raw, bytes) else raw
-                try:
-                    start, windows = layout.decode_member(member)
-                except ValueError as exc:
-                    # Kept as a member to replace, with no value: the batch's partials become the window.
-                    LOG.warning("replacing %s in %s", exc, series)
-                    members.append({"series": series, "start": _member_start(member), "member": member})
-                    continue
-                members.append({"series": series, "start": start, "member": member})
-                rows.extend({"series": series, "metric": layout.METRIC_INDEX[metric], "start": start,
-                             "n": w.count, "sum": w.sum, "min": w.min, "max": w.max, "last": w.last,
-                             "last_ts": w.last_ts} for metric, w in windows.items())
-        lows = pa.table({"series": pa.array(list(stored), pa.int64()),
-                         "low": pa.array([low for low, _ in stored.values()], pa.int64())})
-        # Windows of these subjects from their low on come from Redis now; older ones stay as kept.
-        self.tables[window] = pa.concat_tables([
-            _split(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA, before=True),
-            pa.Table.from_pylist(rows, schema=SCHEMA)])
-        self.members[window] = pa.concat_tables([
-            _split(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS, before=True),
-            pa.Table.from_pylist(members, schema=MEMBERS)])
-        covered = self.covered_from.setdefault(window, {})
-        for series, (low, _) in stored.items():
-            covered[series] = min(low, covered.get(series, low))
+class StoredWindows(stored_windows.StoredWindows):
+    """The kept windows of the old merge: what they hold and how Redis fills them are unchanged (inherited);
+    the merge of a batch into them is the old one."""
 
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
@@ -196,11 +147,6 @@ class StoredWindows:
         covered = self.covered_from.setdefault(window, {})
         for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
             covered[series] = max(floor, covered.get(series, floor))
-
-    def clear(self) -> None:
-        self.tables.clear()
-        self.members.clear()
-        self.covered_from.clear()
 
 
 def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
@@ -244,11 +190,3 @@ def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
     retention = layout.WINDOWS[window].retention_ms
     return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
                                                 strict=True)}
-
-
-def _member_start(member: str) -> int:
-    head = member.split(";", 1)[0]
-    try:
-        return int(float(head))
-    except ValueError:
-        return 0
