@@ -61,6 +61,10 @@ def stage(pipe: redis.client.Pipeline, scope: str, batch_id: int, windows: pa.Ta
 class WindowWriter:
     """Merges staged batches at once, in the caller's process."""
 
+    # How a batch's partials are numbered and sized for the merge (a test merges with the old ones).
+    number = staticmethod(numbered_partials)
+    size = staticmethod(size_partials)
+
     def __init__(self, client: redis.Redis, scope: str) -> None:
         self.client = client
         self.scope = scope
@@ -148,7 +152,7 @@ class WindowWriter:
         resumed = bool(done)
         if resumed:  # Redis holds these parts merged already: kept windows would count them twice
             self.stored.clear()
-        finest, series = self._numbered(windows)
+        finest, series = self.number(windows, self.series_keys)
         numbered = time.monotonic()
         updates = self._updates(finest)
         merged = time.monotonic()
@@ -181,9 +185,6 @@ class WindowWriter:
                   (time.monotonic() - began) * 1000, (numbered - began) * 1000, (merged - numbered) * 1000,
                   len(parts), (queued - merged) * 1000, (time.monotonic() - queued) * 1000)
 
-    def _numbered(self, windows: pa.Table) -> tuple[pa.Table | None, int]:
-        return numbered_partials(windows, self.series_keys)
-
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
         """The parts of a merge of `group` (first, last batch) already in Redis."""
         cut_off = _merging(pipe.hgetall(layout.merging_batches_key(self.scope)))
@@ -201,7 +202,7 @@ class WindowWriter:
             return []
         updates = []
         for i, window in enumerate(layout.WINDOWS):
-            partials = size_partials(finest, window)
+            partials = self.size(finest, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
                 reads = self.client.pipeline(transaction=False)

@@ -17,36 +17,6 @@ from aggregator.window_writer import WindowWriter
 from contract import redis_layout as layout
 
 
-class OracleWriter(WindowWriter):
-    """A WindowWriter merging as before."""
-
-    def __init__(self, client, scope: str) -> None:
-        super().__init__(client, scope)
-        self.stored = StoredWindows()
-
-    def _numbered(self, windows: pa.Table) -> tuple[pa.Table | None, int]:
-        return numbered_partials(windows, self.series_keys)
-
-    def _updates(self, finest: pa.Table | None) -> list[WindowUpdates]:
-        """The batch's partials merged at every window size with the stored windows (read from Redis
-        first where they are not kept)."""
-        if finest is None:
-            return []
-        updates = []
-        for i, window in enumerate(layout.WINDOWS):
-            partials = size_partials(finest, window)
-            missing = self.stored.uncovered(partials, window)
-            if missing:
-                reads = self.client.pipeline(transaction=False)
-                for series, low in missing.items():
-                    reads.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
-                replies = zip(missing.items(), reads.execute(), strict=True)
-                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
-            updates.append(self.stored.apply(partials, window))
-        return updates
-
-
-
 def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | None, int]:
     """A batch's partial windows (window_partials) one metric a row, each subject by its number and each
     metric by its index in redis_layout.WINDOW_METRICS: series, metric, start, n, sum, min, max, last,
@@ -161,32 +131,24 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
 
 
 def _merged(joined: pa.Table) -> pa.Table:
-    """Partials merged with their stored windows (old_* columns, null for a new window)."""
-    def add(name: str) -> pa.ChunkedArray:
-        return pc.add(joined[name], pc.fill_null(joined[f"old_{name}"], 0.0))
-
-    old_newer = pc.fill_null(pc.or_(
-        pc.greater(joined["old_last_ts"], joined["last_ts"]),
-        pc.and_(pc.equal(joined["old_last_ts"], joined["last_ts"]), pc.greater(joined["old_last"],
-                                                                              joined["last"]))), False)
-    return pa.table({
-        "series": joined["series"], "metric": joined["metric"], "start": joined["start"], "n": add("n"),
-        "sum": add("sum"),
-        "min": pc.min_element_wise(joined["min"], joined["old_min"]),
-        "max": pc.max_element_wise(joined["max"], joined["old_max"]),
-        "last": pc.if_else(old_newer, joined["old_last"], joined["last"]),
-        "last_ts": pc.if_else(old_newer, joined["old_last_ts"], joined["last_ts"]),
-    })
+    """Partials merged with their stored windows (old_* columns, null for a new window): the rule itself
+    did not change, only its inputs' shape."""
+    columns = ["series", "metric", "start", *VALUES, "last_ts"]
+    old = joined.select([f"old_{c}" if f"old_{c}" in joined.column_names else c for c in columns])
+    return stored_windows._merged(joined.select(columns), old.rename_columns(columns))
 
 
 def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
-    """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
-    replay of the same input trims the same windows, whatever the clock says)."""
-    if created.num_rows == 0:
-        return {}
-    series = pc.unique(created["series"])
-    newest = merged.filter(pc.is_in(merged["series"], series)).group_by("series", use_threads=False) \
-        .aggregate([("start", "max")])
-    retention = layout.WINDOWS[window].retention_ms
-    return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
-                                                strict=True)}
+    newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
+    return stored_windows._trims(created, newest, window)
+
+
+class OracleWriter(WindowWriter):
+    """A WindowWriter merging as before."""
+
+    number = staticmethod(numbered_partials)
+    size = staticmethod(size_partials)
+
+    def __init__(self, client, scope: str) -> None:
+        super().__init__(client, scope)
+        self.stored = StoredWindows()
