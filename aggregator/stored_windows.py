@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.member_text import VALUES, member_column
 from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null, take_rows
-from aggregator.window_partials import window_starts
+from aggregator.window_partials import one_array, window_starts
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 
-VALUES = ("n", "sum", "min", "max", "last")
 SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("metric", pa.int64()),
                     pa.field("start", pa.int64()), *(pa.field(v, pa.float64()) for v in VALUES),
                     pa.field("last_ts", pa.int64())])
@@ -87,7 +87,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     if any(table[c].null_count for c in VALUES):
         return _grouped(table)
     keys = WindowIds([table]).series_metrics(0, table)
-    last_ts, last = int64(table["last_ts"]), _array(table["last"]).to_numpy()
+    last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
     if not _in_order(keys, last_ts, last):
         order = np.lexsort((last, last_ts, keys))
         table, keys = table.take(order), keys[order]
@@ -97,7 +97,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
         return table  # one partial a window already, as window_partials gives them
     lengths = np.diff(np.append(firsts, len(keys)))
     out = table.select(["series", "metric", "start", "last", "last_ts"]).take(firsts + lengths - 1)
-    values = {c: _array(table[c]).to_numpy() for c in ("n", "sum", "min", "max")}
+    values = {c: one_array(table[c]).to_numpy() for c in ("n", "sum", "min", "max")}
     return pa.table({**{c: out[c] for c in ("series", "metric", "start")},
                      "n": _sums(values["n"], firsts, lengths), "sum": _sums(values["sum"], firsts, lengths),
                      # fmin/fmax: NaN loses and ties keep the first, as Arrow's grouped min and max.
@@ -132,55 +132,6 @@ def _grouped(table: pa.Table) -> pa.Table:
     out = ordered.group_by(WINDOW_KEY, use_threads=False).aggregate(aggregates)
     names = {f"{column}_{function}": column for column, function in aggregates}
     return out.rename_columns([names.get(c, c) for c in out.column_names])
-
-
-def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -> pa.Table:
-    """The member of each window (series, start, member) of `windows` (one metric a row, every metric of
-    each window): `<start>;<metric>:<n>:<sum>:<min>:<max>:<last>:<last ts>;...` in metric order
-    (redis_layout.encode_member's fields; numbers in Arrow's shortest round-trip form). `metric_windows`:
-    the rows packed by WindowIds, when the caller has them."""
-    if metric_windows is None:
-        metric_windows = WindowIds([windows]).metric_windows(0, windows)
-    # By series, start, metric: each window's segments in a run.
-    if np.all(metric_windows[1:] > metric_windows[:-1]):
-        ordered = windows
-    else:
-        order = np.argsort(metric_windows)
-        ordered, metric_windows = windows.take(order), metric_windows[order]
-    metrics = pc.take(_METRIC_TEXT, ordered["metric"])
-    values = (_number_text(ordered[c]) for c in VALUES)
-    segments = pc.binary_join_element_wise(metrics, *values, pc.cast(ordered["last_ts"], pa.string()), ":")
-    packed = metric_windows // METRICS
-    firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
-        else np.zeros(0, np.int64)
-    runs = pa.ListArray.from_arrays(pa.array(np.append(firsts, len(packed)), pa.int32()),
-                                    _array(segments))
-    heads = ordered.take(firsts)
-    member = pc.binary_join_element_wise(pc.cast(heads["start"], pa.string()), pc.binary_join(runs, ";"), ";")
-    return pa.table({"series": heads["series"], "start": heads["start"], "member": member})
-
-
-_METRIC_TEXT = pa.array([str(i) for i in range(METRICS)])
-# Arrow writes a float without exponent or fraction when it is whole and below 1e10 (not -0.0): as an
-# integer it writes the same text, at a third of the cost (most values, counts and offsets, are whole).
-_PLAIN_BELOW = 1e10
-
-
-def _number_text(column: pa.ChunkedArray) -> pa.Array:
-    """The floats of `column` as Arrow's cast to string writes them."""
-    if column.null_count:
-        return _array(pc.cast(column, pa.string()))
-    values = _array(column).to_numpy()
-    whole = (np.abs(values) < _PLAIN_BELOW) & (np.trunc(values) == values) \
-        & ~((values == 0) & np.signbit(values))
-    text = pc.cast(pa.array(np.where(whole, values, 0).astype(np.int64)), pa.string())
-    if whole.all():
-        return text
-    return pc.replace_with_mask(text, pa.array(~whole), pc.cast(pa.array(values[~whole]), pa.string()))
-
-
-def _array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 @dataclass

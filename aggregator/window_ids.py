@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from aggregator.window_partials import one_array
 from contract import redis_layout as layout
 
 # Codes below this per column keep window * METRICS + metric inside int64 (2 * 29 + 4 bits).
@@ -59,9 +60,7 @@ def _metrics(table: pa.Table) -> np.ndarray:
 
 
 def int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return one_array(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def left_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -243,14 +243,15 @@ def _subject_numbers(rows: pa.Table, columns: list[str]) -> pa.Int64Array:
     latest records each)."""
     number = pa.array(np.zeros(rows.num_rows, np.int64))
     for name in columns:
-        encoded = pc.dictionary_encode(_one_chunk(rows[name]), null_encoding="encode")
+        encoded = pc.dictionary_encode(one_array(rows[name]), null_encoding="encode")
         if len(encoded.dictionary) > 1:  # one value leaves the numbers as they are
             pairs = pc.add(pc.multiply(number, len(encoded.dictionary)), pc.cast(encoded.indices, pa.int64()))
             number = pc.cast(pc.dictionary_encode(pairs).indices, pa.int64())
     return number
 
 
-def _one_chunk(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+def one_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A column as one Arrow array (no copy when it is one already)."""
     if isinstance(column, pa.Array):
         return column
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()

@@ -15,7 +15,8 @@ from merge_oracle import OracleWriter
 from merge_oracle import size_partials as oracle_size_partials
 from streaming_input import snapshot
 
-from aggregator.stored_windows import _number_text, size_partials
+from aggregator.member_text import number_text
+from aggregator.stored_windows import size_partials
 from aggregator.window_partials import ALL_METRICS, partials_schema
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
@@ -186,4 +187,4 @@ def test_numbers_are_written_as_arrows_cast_writes_them():
         [0.0, -0.0, 1e10, 1e10 - 1, -1e10 + 1, -1e10, 9_999_999_999.5, np.nan, np.inf, -np.inf, 2.0**53,
          1e-7]])
     column = pa.chunked_array([pa.array(values[:100]), pa.array(values[100:])])
-    assert _number_text(column).to_pylist() == column.cast(pa.string()).to_pylist()
+    assert number_text(column).to_pylist() == column.cast(pa.string()).to_pylist()
