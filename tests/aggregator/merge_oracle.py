@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
 from aggregator import stored_windows
-from aggregator.stored_windows import MEMBERS, SCHEMA, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates, keep_ms
+from aggregator.stored_windows import MEMBERS, SCHEMA, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates
 from aggregator.window_partials import ALL_METRICS, window_starts
 from aggregator.window_writer import WindowWriter
 from contract import redis_layout as layout
@@ -57,12 +57,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     if size == layout.FINEST_WINDOW.size_ms and \
             table.group_by(WINDOW_KEY, use_threads=False).aggregate([]).num_rows == table.num_rows:
         return table  # one partial a window already, as window_partials gives them
-    ordered = table.sort_by([(c, "ascending") for c in (*WINDOW_KEY, "last_ts", "last")])
-    aggregates = [("n", "sum"), ("sum", "sum"), ("min", "min"), ("max", "max"), ("last", "last"),
-                  ("last_ts", "last")]
-    out = ordered.group_by(WINDOW_KEY, use_threads=False).aggregate(aggregates)
-    names = {f"{column}_{function}": column for column, function in aggregates}
-    return out.rename_columns([names.get(c, c) for c in out.column_names])
+    return stored_windows._grouped(table)  # the old merge, kept there for partials with nulls
 
 
 def member_column(windows: pa.Table) -> pa.Table:
@@ -103,31 +98,9 @@ class StoredWindows(stored_windows.StoredWindows):
         updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
         unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
         members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
-        self._keep(table, members, merged, window)
+        self._keep(table, members, _newest(merged), window)  # unchanged but for its input
         return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
                              _trims(joined.filter(created), merged, window))
-
-    def _keep(self, table: pa.Table, members: pa.Table, merged: pa.Table, window: str) -> None:
-        """Keeps the windows of each merged subject from its newest one less keep_ms on."""
-        newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
-        floors = pa.table({"series": newest["series"],
-                           "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        self.tables[window] = _split(table, floors, SCHEMA, before=False)
-        self.members[window] = _split(members, floors, MEMBERS, before=False)
-        covered = self.covered_from.setdefault(window, {})
-        for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
-            covered[series] = max(floor, covered.get(series, floor))
-
-
-def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -> pa.Table:
-    """Rows of `table` before (or from) their subject's bound (series, bound); all rows of subjects without
-    one."""
-    joined = table.join(bounds.rename_columns(["series", "bound"]), "series", join_type="left outer",
-                        use_threads=False)
-    side = pc.less if before else pc.greater_equal
-    return joined.filter(pc.fill_null(side(joined["start"], joined["bound"]), True)).select(schema.names) \
-        .cast(schema)
-
 
 
 def _merged(joined: pa.Table) -> pa.Table:
@@ -139,8 +112,11 @@ def _merged(joined: pa.Table) -> pa.Table:
 
 
 def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
-    newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
-    return stored_windows._trims(created, newest, window)
+    return stored_windows._trims(created, _newest(merged), window)
+
+
+def _newest(merged: pa.Table) -> pa.Table:
+    return merged.group_by("series", use_threads=False).aggregate([("start", "max")])
 
 
 class OracleWriter(WindowWriter):
