@@ -58,15 +58,19 @@ class OffsetTimeTable:
 
     @classmethod
     def from_points(
-        cls, points: Iterable[OffsetPoint], capacity: int = DEFAULT_TABLE_CAPACITY
+        cls, points: Iterable[OffsetPoint], capacity: int = DEFAULT_TABLE_CAPACITY,
+        after: tuple[OffsetPoint, ...] = (),
     ) -> OffsetTimeTable:
-        """Build a table by appending ``points`` in order, under the rules of ``append``.
+        """Build a table by appending ``points`` in order, under the rules of ``append``; ``after``: the
+        points of a table built so, with the same capacity, to append them to (what it was built from,
+        followed by ``points``, builds the same table).
 
         One list, checked once at the end: appending to an immutable table copies and checks every
         point again, quadratic in the 60 points a partition's history holds, for every partition of
         every batch the aggregator writes."""
-        kept: list[OffsetPoint] = []
-        last_offset = last_ts = 0
+        kept: list[OffsetPoint] = list(after)
+        # The rules' state is the newest kept point, so a built table's points are all it takes to go on.
+        last_offset, last_ts = after[-1] if after else (0, 0)
         # _is_acceptable's rule inline, on locals: a call and two attribute reads per point were half
         # the cost of a table.
         for point in points:

@@ -1,13 +1,15 @@
 """Latest-value records (the contract in redis_layout) from a raw record and stored window history.
 
 Pure functions: the sink reads the window history out of Redis (merged with the batch being written)
-and hands it here, so what ends up in a latest hash depends only on the input, never on the clock.
+and hands it here, so what ends up in a latest hash depends only on the input, never on the clock (the
+lag tables kept for reuse, see end_offset_table, are only reused for equal windows).
 Lag in seconds is evaluated at the report's own `ts`; the reader can age it further.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Hashable, Iterable
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -24,25 +26,52 @@ _new_tuple = tuple.__new__
 
 
 def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
-                     newest: OffsetPoint | None = None) -> OffsetTimeTable:
+                     newest: OffsetPoint | None = None, reuse: Hashable | None = None) -> OffsetTimeTable:
     """Offset -> time history of a partition's end offset from its source_end_offset 10 s windows.
 
     A window only keeps the last value seen in it, not when; its middle is the unbiased guess (the
     error is at most half a window). `newest`, an exact observation, replaces its own window.
+    `reuse` names the history (its subject): the table of the windows it was last asked with is kept
+    under that name and reused while they are the same, whatever `now_ms` and `newest`.
     """
     skip_from = window_start(newest.timestamp_ms, FINEST_WINDOW.name) if newest else now_ms + 1
     until = min(now_ms, skip_from - 1)
+    ordered = sorted(windows, key=_START)
+    used = ordered[:bisect_right(ordered, until, key=_START)]
+    if used and used[-1].start_ms + _MID_WINDOW_MS > now_ms:  # a middle after now: the clock's own table
+        return OffsetTimeTable.from_points([*_points(used, now_ms), *([newest] if newest else [])])
+    built = _BUILT.get(reuse) if reuse is not None else None
+    # Equal windows (by value, identity first: usually the very windows of the last batch) give equal
+    # points: a table is the same until the partition's history gains or changes a window, ~every 10 s.
+    if built is not None and built[0] == used:
+        held = built[1]
+    else:
+        held = OffsetTimeTable.from_points(_points(used, now_ms)).points
+        if reuse is not None:
+            _remember(reuse, used, held)
+    return OffsetTimeTable.from_points((newest,) if newest else (), after=held)
+
+
+def _points(windows: list[WindowAggregate], now_ms: int) -> list[OffsetPoint]:
     # tuple.__new__: OffsetPoint's own constructor is a Python function, ~0.4 us a point of the ~60 a
     # table of every lagging partition of every batch.
-    points = [
-        _new_tuple(OffsetPoint, (int(w.last), mid if (mid := w.start_ms + _MID_WINDOW_MS) <= now_ms
-                                 else now_ms))
-        for w in sorted(windows, key=_START)
-        if w.start_ms <= until
-    ]
-    if newest is not None:
-        points.append(newest)
-    return OffsetTimeTable.from_points(points)
+    return [_new_tuple(OffsetPoint, (int(w.last), mid if (mid := w.start_ms + _MID_WINDOW_MS) <= now_ms
+                                     else now_ms))
+            for w in windows]
+
+
+# Per history (`reuse`), the windows its table was last built from and the table's points. Building a
+# table from ~60 windows was most of a latest value's cost, for every lagging partition of every batch,
+# while a partition's committed windows change about once a window (10 s): many batches apart live.
+_BUILT: dict[Hashable, tuple[list[WindowAggregate], tuple[OffsetPoint, ...]]] = {}
+TABLES_KEPT = 1 << 16  # histories whose table is kept: the oldest made go first past this
+
+
+def _remember(reuse: Hashable, windows: list[WindowAggregate], points: tuple[OffsetPoint, ...]) -> None:
+    _BUILT.pop(reuse, None)
+    if len(_BUILT) >= TABLES_KEPT:
+        del _BUILT[next(iter(_BUILT))]
+    _BUILT[reuse] = (windows, points)
 
 
 def _lag_seconds(lag: Any, position: Any, table: Callable[[], OffsetTimeTable], now_ms: int) -> float | None:
@@ -60,7 +89,9 @@ def partition_latest(record: dict[str, Any], end_offset_windows: Iterable[Window
     ts, end, lag = int(record["ts"]), record.get("source_end_offset"), record.get("records_lag")
     newest = OffsetPoint(int(end), ts) if end is not None else None
     position = end - lag if end is not None and lag is not None else None
-    table = partial(end_offset_table, end_offset_windows, ts, newest)
+    reuse = ("partition", record.get("target"), record.get("source"), record.get("topic"),
+             record.get("partition"))
+    table = partial(end_offset_table, end_offset_windows, ts, newest, reuse)
     return {
         "ts": ts, "records_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "source_end_offset": end, "upstream_offset": record.get("upstream_offset"),
@@ -73,7 +104,9 @@ def group_latest(record: dict[str, Any], end_offset_windows: Iterable[WindowAggr
     offsets of the group's topic-partition (see redis_layout.group_latest_key)."""
     ts, lag = int(record["ts"]), record.get("group_lag")
     position = record.get("group_upstream_offset")
-    table = partial(end_offset_table, end_offset_windows, ts)
+    reuse = ("group", record.get("target"), record.get("source"), record.get("group"), record.get("topic"),
+             record.get("partition"))
+    table = partial(end_offset_table, end_offset_windows, ts, None, reuse)
     return {
         "ts": ts, "group_lag": lag, "lag_seconds": _lag_seconds(lag, position, table, ts),
         "upstream_offset": position, "downstream_offset": record.get("group_downstream_offset"),

@@ -20,7 +20,7 @@ read from what is kept; an older one reads Redis again.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -66,10 +66,14 @@ class SeriesHistory:
     # The starts of `windows`, ascending: a view is a slice found by bisection, not a scan and a sort of
     # the ~70 windows kept, three views a partition every batch.
     starts: list[int] = field(default_factory=list)
+    # `windows` in the order of `starts`: a view is a slice of it, not a lookup a window.
+    ordered: list[WindowAggregate] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.starts) != len(self.windows):
             self.starts = sorted(self.windows)
+        if len(self.ordered) != len(self.starts):
+            self.ordered = [self.windows[start] for start in self.starts]
 
 
 @dataclass
@@ -96,17 +100,25 @@ class WindowHistory:
         `newest`, only that many of the latest of them."""
         known = self.series[key]
         windows, starts = known.windows, known.starts
-        first, end = bisect_left(starts, low_ms), bisect_right(starts, high_ms)
-        if newest is not None:
-            first = max(first, end - newest)
+        low, end = bisect_left(starts, low_ms), bisect_right(starts, high_ms)
+        first = low if newest is None else max(low, end - newest)
         merged: dict[int, WindowAggregate] = {}  # the partials' windows, each merged in order
         for p in partials:
             start = p.start_ms
             if low_ms <= start <= high_ms:
                 base = merged[start] if start in merged else windows.get(start)
                 merged[start] = p if base is None else merge_windows(base, p)
+        kept = known.ordered[first:end]
         if not merged:
-            return [windows[start] for start in starts[first:end]]
+            return kept
+        if all(start in windows for start in merged):
+            # Partials of kept windows only (a live batch's, mostly): each replaces its window in the
+            # slice; one older than the slice's first is not among the newest `newest` and stays out.
+            for start, window in merged.items():
+                at = bisect_left(starts, start, low, end)
+                if at >= first:
+                    kept[at - first] = window
+            return kept
         # The newest `newest` of the whole range are among the kept ones sliced above and the partials'.
         union = sorted(merged.keys() | starts[first:end])
         if newest is not None:
@@ -118,19 +130,22 @@ class WindowHistory:
         known = self.series.get(key)
         if known is None:
             return
-        windows, starts = known.windows, known.starts
+        windows, starts, ordered = known.windows, known.starts, known.ordered
         for p in partials:
             start = p.start_ms
             if start >= known.low_ms:
                 old = windows.get(start)
                 if old is not None:
-                    windows[start] = merge_windows(old, p)
+                    windows[start] = ordered[bisect_left(starts, start)] = merge_windows(old, p)
                     continue
                 windows[start] = p
                 if not starts or start > starts[-1]:
                     starts.append(start)  # a batch's windows mostly come after the kept ones
+                    ordered.append(p)
                 else:
-                    insort(starts, start)
+                    at = bisect_left(starts, start)
+                    starts.insert(at, start)
+                    ordered.insert(at, p)
         if starts:
             floor = starts[-1] - (self.keep_ms if known.keep_ms is None else known.keep_ms)
             if floor > known.low_ms:
@@ -139,6 +154,7 @@ class WindowHistory:
                 for start in starts[:expired]:
                     del windows[start]
                 del starts[:expired]
+                del ordered[:expired]
 
     def longest_keeps(self) -> dict[str, int]:
         """Per metric, the longest any kept series of it is kept behind its newest window."""

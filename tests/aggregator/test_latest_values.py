@@ -131,3 +131,30 @@ def test_replication_without_period_counts_one_window_per_period():
     windows = [counter(T0, 3), counter(T0 + 10_000, 1)]
     value = replication_latest({"ts": T0 + 10_000, "status": "RUNNING"}, windows)
     assert value["recent_record_counts"][-2:] == [3, 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=_end_offsets, asks=st.lists(st.tuples(
+    st.integers(0, 85), st.integers(0, 9_999), st.one_of(st.none(), st.integers(0, 50_000)),
+    st.sampled_from(["same", "copy", "changed", "grown", "other"])), min_size=1, max_size=6))
+def test_a_reused_table_is_the_table_it_was(steps, asks):
+    """A history's table is reused while its windows are equal (end_offset_table's `reuse`): asked again
+    with the same windows, equal copies, one window changed, one more, or another history's, at other
+    clocks and newest points, it is always the table built afresh."""
+    windows, offset = [], 10_000
+    for window_index, step in steps:
+        offset = max(0, offset + step)
+        windows.append(gauge(T0 + window_index * 10_000, offset))
+    reuse = ("partition", "west", "east", "t", 0)
+    for now_window, now_in_window, newest_offset, change in asks:
+        if change == "copy":
+            windows = [gauge(w.start_ms, w.last) for w in windows]
+        elif change == "changed" and windows:
+            windows = [*windows[:-1], gauge(windows[-1].start_ms, windows[-1].last + 3)]
+        elif change == "grown":
+            windows = [*windows, gauge(T0 + now_window * 10_000, offset + now_in_window)]
+        elif change == "other":
+            end_offset_table([gauge(T0, 5), gauge(T0 + 10_000, 9)], T0 + 900_000, None, reuse)
+        now = T0 + now_window * 10_000 + now_in_window
+        newest = None if newest_offset is None else OffsetPoint(newest_offset, now)
+        assert end_offset_table(windows, now, newest, reuse) == table_as_it_was(windows, now, newest)
