@@ -15,7 +15,9 @@ from aggregator.batch_plan import Subject
 from contract import redis_layout as layout
 
 
-@dataclass(frozen=True)
+# Not frozen: three a partition every batch, and a frozen dataclass sets each field through
+# object.__setattr__ (as redis_layout.WindowAggregate). Never changed once made.
+@dataclass(slots=True)
 class HistoryRead:
     """One latest value to derive: its subject, record and the window range of history it needs."""
 

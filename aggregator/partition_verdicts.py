@@ -70,14 +70,19 @@ def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.Window
                       lags: Sequence[layout.WindowAggregate], lag_seconds: Any) -> dict[str, Any] | None:
     """The verdict record of one partition report; None without offset windows (nothing to judge; the
     service's evaluation from windows leaves such a partition out too)."""
+    return _verdict(record, period_of(record), offsets, lags, lag_seconds)
+
+
+def _verdict(record: Mapping[str, Any], period_ms: int, offsets: Sequence[layout.WindowAggregate],
+             lags: Sequence[layout.WindowAggregate], lag_seconds: Any) -> dict[str, Any] | None:
     if not offsets:
         return None
-    ts, policy = int(record["ts"]), policy_of(record)
+    ts, policy = int(record["ts"]), _policy(period_ms)
     lag = record.get("records_lag")
     current = int(lag) if isinstance(lag, int | float) and not isinstance(lag, bool) else None
     key = (str(record["topic"]), int(record["partition"]))
     verdict = evaluate_partition(observations(offsets, lags), ts, policy=policy, current_lag=current, key=key)
-    return lag_verdicts.verdict_record(verdict, ts, policy, lookback_of(record), lag_seconds)
+    return lag_verdicts.verdict_record(verdict, ts, policy, _lookback(period_ms), lag_seconds)
 
 
 VerdictUpdates = dict[Pair, dict[str, dict[str, Any]]]  # (target, source) -> verdict field -> verdict
@@ -92,14 +97,14 @@ def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any
     updates: VerdictUpdates = {}
     for subject, record, seconds in reports:
         _, target, source, topic, partition, _ = subject
-        high = int(record["ts"])
-        low = high - lookback_of(record)
+        high, period = int(record["ts"]), period_of(record)
+        low = high - _lookback(period)
         offset_windows, lag_windows = offset_series(tuple(subject))
         # The rules read the newest `intervals` observations (evaluate_partition), one an offset window,
         # and the lag windows of the same starts: not the ~60 windows of the whole lookback.
-        offsets = view(offset_windows, low, high, policy_of(record).intervals)
+        offsets = view(offset_windows, low, high, _policy(period).intervals)
         lags = view(lag_windows, offsets[0].start_ms, high, None) if offsets else []
-        verdict = partition_verdict(record, offsets, lags, seconds)
+        verdict = _verdict(record, period, offsets, lags, seconds)
         if verdict is not None:
             field_name = lag_verdicts.verdict_field(topic, int(partition))
             updates.setdefault((target, source), {})[field_name] = verdict

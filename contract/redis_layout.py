@@ -112,6 +112,7 @@ def _part(text: str) -> str:
     return quote(text, safe="._-*")
 
 
+@lru_cache(maxsize=65_536)  # the sink names a latest hash for every partition of every batch
 def _tag(target: str, source: str, topic: str) -> str:
     return "{" + "|".join(_part(x) for x in (target, source, topic)) + "}"
 
