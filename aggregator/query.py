@@ -33,9 +33,10 @@ LOCAL_CHECKPOINT_MANAGER = (
 # (Kafka's default: 500), and after every poll it asks the broker for the partition's earliest and latest
 # offsets (two ListOffsets round trips: its check for lost data). A 200k-record batch of two partitions
 # took 202 polls in each task and ~570 ms of its Kafka read; with polls of up to 20k records from fetches
-# of up to 8 MiB a partition (the default 1 MiB holds ~15k of these records), 5 polls and ~190 ms. A poll
-# holds at most 20k records (~10 MB) in a task; the JVM's GC does a little more (docs/operations.md).
-CONSUMER_FETCH = {"max.poll.records": "20000", "max.partition.fetch.bytes": str(8 << 20)}
+# of up to 8 MiB a partition (the default 1 MiB holds ~15k of these records), 5 polls and ~190 ms. 5k
+# records a poll (20 polls a task) did as well in bench/aggregator.py with a quarter of the records
+# (~2.5 MB) alive in a task (docs/operations.md).
+CONSUMER_FETCH = {"max.poll.records": "5000", "max.partition.fetch.bytes": str(8 << 20)}
 
 
 @dataclass(frozen=True)

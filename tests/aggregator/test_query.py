@@ -43,7 +43,7 @@ def test_the_source_reads_a_partition_in_large_polls():
     # Kafka's default of 500 records a poll made a 200k-record batch 202 polls a task, each with two
     # ListOffsets round trips (the connector's data-loss check).
     options = kafka_source_options(SPEC)
-    assert options["kafka.max.poll.records"] == "20000"
+    assert options["kafka.max.poll.records"] == "5000"
     assert options["kafka.max.partition.fetch.bytes"] == str(8 * 1024 * 1024)
 
 
