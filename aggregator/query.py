@@ -29,6 +29,15 @@ CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 LOCAL_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
+# Spark's Kafka source reads a partition by polling its consumer, `max.poll.records` records at most
+# (Kafka's default: 500), and after every poll it asks the broker for the partition's earliest and latest
+# offsets (two ListOffsets round trips: its check for lost data). A 200k-record batch of two partitions
+# took 202 polls in each task and ~570 ms of its Kafka read; with polls of up to 20k records from fetches
+# of up to 8 MiB a partition (the default 1 MiB holds ~15k of these records), 5 polls and ~190 ms. 5k
+# records a poll (20 polls a task) did as well in bench/aggregator.py with a quarter of the records
+# (~2.5 MB) alive in a task (docs/operations.md).
+CONSUMER_FETCH = {"max.poll.records": "5000", "max.partition.fetch.bytes": str(8 << 20)}
+
 
 @dataclass(frozen=True)
 class RollupQuerySpec:
@@ -50,24 +59,7 @@ class RollupQuerySpec:
 
 
 def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQuery:
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", spec.bootstrap_servers)
-        .option("subscribePattern", spec.topics_pattern or metrics_topic_pattern())
-        # Only consulted for a new checkpoint: metrics written before the first start are not lost.
-        .option("startingOffsets", "earliest")
-        # Raw metrics topics are short-lived monitoring data; retention must not kill the query.
-        .option("failOnDataLoss", "false")
-        .option("groupIdPrefix", f"srm-aggregator-{spec.target}")
-        # The Java client warns once per reconnect; its default 1 s cap makes that 60 lines a minute
-        # while a cluster is down. Backing off to 30 s keeps the news and drops the flood.
-        .option("kafka.reconnect.backoff.max.ms", str(RECONNECT_BACKOFF_MAX_MS))
-    )
-    for key, value in spec.kafka_options.items():
-        reader = reader.option(f"kafka.{key}", value)
-    if spec.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
-    rows = kafka_columns(reader.load())
+    rows = kafka_columns(spark.readStream.format("kafka").options(**kafka_source_options(spec)).load())
     _choose_checkpoint_manager(spark, spec.checkpoint_dir)
     sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target,
                            merge_in_background=True)
@@ -92,6 +84,27 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     LOG.info("rollup query for target %s started (checkpoint %s/%s)", spec.target, spec.checkpoint_dir,
              spec.target)
     return query
+
+
+def kafka_source_options(spec: RollupQuerySpec) -> dict[str, str]:
+    """The Kafka source's options for one target cluster; its client properties win over ours."""
+    options = {
+        "kafka.bootstrap.servers": spec.bootstrap_servers,
+        "subscribePattern": spec.topics_pattern or metrics_topic_pattern(),
+        # Only consulted for a new checkpoint: metrics written before the first start are not lost.
+        "startingOffsets": "earliest",
+        # Raw metrics topics are short-lived monitoring data; retention must not kill the query.
+        "failOnDataLoss": "false",
+        "groupIdPrefix": f"srm-aggregator-{spec.target}",
+        # The Java client warns once per reconnect; its default 1 s cap makes that 60 lines a minute
+        # while a cluster is down. Backing off to 30 s keeps the news and drops the flood.
+        "kafka.reconnect.backoff.max.ms": str(RECONNECT_BACKOFF_MAX_MS),
+        **{f"kafka.{key}": value for key, value in CONSUMER_FETCH.items()},
+        **{f"kafka.{key}": value for key, value in spec.kafka_options.items()},
+    }
+    if spec.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+    return options
 
 
 def checkpoint_file_manager(checkpoint_dir: str, default_fs: str) -> str | None:
