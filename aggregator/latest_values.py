@@ -43,12 +43,15 @@ def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
     built = _BUILT.get(reuse) if reuse is not None else None
     # Equal windows (by value, identity first: usually the very windows of the last batch) give equal
     # points: a table is the same until the partition's history gains or changes a window, ~every 10 s.
-    if built is not None and built[0] == used:
+    if built is not None and built[0] == used and built[1] is not None:
         held = built[1]
     else:
         held = OffsetTimeTable.from_points(_points(used, now_ms)).points
         if reuse is not None:
-            _remember(reuse, used, held)
+            # Points are kept from the second time the same windows come: a backlog's batches each bring
+            # new windows, and their ~60 points a partition kept for nothing are long-lived objects that
+            # made the collector's full passes twice as frequent.
+            _remember(reuse, used, held if built is not None and built[0] == used else None)
     return OffsetTimeTable.from_points((newest,) if newest else (), after=held)
 
 
@@ -63,11 +66,12 @@ def _points(windows: list[WindowAggregate], now_ms: int) -> list[OffsetPoint]:
 # Per history (`reuse`), the windows its table was last built from and the table's points. Building a
 # table from ~60 windows was most of a latest value's cost, for every lagging partition of every batch,
 # while a partition's committed windows change about once a window (10 s): many batches apart live.
-_BUILT: dict[Hashable, tuple[list[WindowAggregate], tuple[OffsetPoint, ...]]] = {}
+_BUILT: dict[Hashable, tuple[list[WindowAggregate], tuple[OffsetPoint, ...] | None]] = {}
 TABLES_KEPT = 1 << 16  # histories whose table is kept: the oldest made go first past this
 
 
-def _remember(reuse: Hashable, windows: list[WindowAggregate], points: tuple[OffsetPoint, ...]) -> None:
+def _remember(reuse: Hashable, windows: list[WindowAggregate],
+              points: tuple[OffsetPoint, ...] | None) -> None:
     _BUILT.pop(reuse, None)
     if len(_BUILT) >= TABLES_KEPT:
         del _BUILT[next(iter(_BUILT))]
