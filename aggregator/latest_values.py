@@ -40,18 +40,19 @@ def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
     used = ordered[:bisect_right(ordered, until, key=_START)]
     if used and used[-1].start_ms + _MID_WINDOW_MS > now_ms:  # a middle after now: the clock's own table
         return OffsetTimeTable.from_points([*_points(used, now_ms), *([newest] if newest else [])])
-    built = _BUILT.get(reuse) if reuse is not None else None
+    built_from, built = _BUILT.get(reuse, (None, None)) if reuse is not None else (None, None)
     # Equal windows (by value, identity first: usually the very windows of the last batch) give equal
     # points: a table is the same until the partition's history gains or changes a window, ~every 10 s.
-    if built is not None and built[0] == used and built[1] is not None:
-        held = built[1]
+    same = built_from == used
+    if same and built is not None:
+        held = built
     else:
         held = OffsetTimeTable.from_points(_points(used, now_ms)).points
         if reuse is not None:
             # Points are kept from the second time the same windows come: a backlog's batches each bring
             # new windows, and their ~60 points a partition kept for nothing are long-lived objects that
             # made the collector's full passes twice as frequent.
-            _remember(reuse, used, held if built is not None and built[0] == used else None)
+            _remember(reuse, used, held if same else None)
     return OffsetTimeTable.from_points((newest,) if newest else (), after=held)
 
 

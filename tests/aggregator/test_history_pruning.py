@@ -93,6 +93,15 @@ def kafka_batch(records: list[tuple[int, object]], offsets: dict[int, int]) -> l
     return parts
 
 
+def write_through(sink: RedisRollupSink, parts: list[pa.RecordBatch], batch_id: int, now: int) -> None:
+    """One batch through the tasks' parsing (as Spark's tasks would run it, at `now`) into `sink`."""
+    state = sink.state()
+    mapper = PartitionPartials("west", state.watermark_ms(sink.watermark_delay_ms, now), now)
+    answers = [a for part in parts for a in mapper(iter([part]))]
+    collected = collect(pa.Table.from_batches(answers, schema=PARTS_SCHEMA))
+    sink.write(collected.partials, batch_id, state, require_state=batch_id > 0)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_a_sink_making_only_the_windows_that_matter_writes_what_one_making_all_does(
         redis_url: str, seed: int, monkeypatch: pytest.MonkeyPatch):
@@ -111,12 +120,8 @@ def test_a_sink_making_only_the_windows_that_matter_writes_what_one_making_all_d
         monkeypatch.setattr(redis_sink, "_now_ms", lambda now=now: now)  # one clock for both sinks
         parts = kafka_batch(records, offsets)
         for sink, plan in ((pruned, PrunedPlan), (every, EveryWindowPlan)):
-            state = sink.state()
-            mapper = PartitionPartials("west", state.watermark_ms(sink.watermark_delay_ms, now), now)
-            answers = [a for part in parts for a in mapper(iter([part]))]
-            collected = collect(pa.Table.from_batches(answers, schema=PARTS_SCHEMA))
             monkeypatch.setattr(redis_sink, "BatchPlan", plan)
-            sink.write(collected.partials, batch_id, state, require_state=batch_id > 0)
+            write_through(sink, parts, batch_id, now)
         assert snapshot(pruned.client) == snapshot(every.client)
         assert pruned.history.series == every.history.series
         assert pruned.verdicts.known == every.verdicts.known

@@ -11,14 +11,12 @@ import uuid
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 
-import pyarrow as pa
 import pytest
 from streaming_input import snapshot
-from test_history_pruning import kafka_batch
+from test_history_pruning import kafka_batch, write_through
 
 from aggregator import latest_values, redis_sink
 from aggregator.lag_seconds import OffsetPoint, OffsetTimeTable
-from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_history import WindowHistory
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
@@ -154,11 +152,7 @@ def test_a_sink_reusing_tables_and_slicing_views_writes_what_the_old_one_does(
         parts = kafka_batch(records, offsets)
         for sink, end_offset_table in ((new, counted), (old, old_table)):
             monkeypatch.setattr(latest_values, "end_offset_table", end_offset_table)
-            state = sink.state()
-            mapper = PartitionPartials("west", state.watermark_ms(sink.watermark_delay_ms, now), now)
-            answers = [a for part in parts for a in mapper(iter([part]))]
-            sink.write(collect(pa.Table.from_batches(answers, schema=PARTS_SCHEMA)).partials, batch_id, state,
-                       require_state=batch_id > 0)
+            write_through(sink, parts, batch_id, now)
         assert snapshot(new.client) == snapshot(old.client)
         assert new.history.series.keys() == old.history.series.keys()
         for series, kept in new.history.series.items():
