@@ -47,6 +47,13 @@ def test_the_source_reads_a_partition_in_large_polls():
     assert options["kafka.max.partition.fetch.bytes"] == str(8 * 1024 * 1024)
 
 
+def test_a_task_does_not_wait_for_the_fetch_its_consumer_held_at_the_end_of_the_log():
+    # Kafka's 500 ms default delayed a batch's read by the prefetch parked at the log end.
+    assert kafka_source_options(SPEC)["kafka.fetch.max.wait.ms"] == "10"
+    spec = replace(SPEC, kafka_options={"fetch.max.wait.ms": "100"})
+    assert kafka_source_options(spec)["kafka.fetch.max.wait.ms"] == "100"
+
+
 @pytest.mark.parametrize("max_offsets", [None, 200_000])
 def test_the_sources_other_options_are_unchanged(max_offsets):
     # Everything the reader carried before the fetch sizing came in.
