@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 import redis
+from pyspark.sql.streaming.listener import QueryProgressEvent
 from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
 from aggregator.query import LOCAL_CHECKPOINT_MANAGER, RollupQuerySpec, sink_of, start_rollup_query
@@ -144,6 +145,27 @@ def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, r
     assert writers(), "the query merges its windows in a child process"
     query.stop()
     wait_until(lambda: not writers(), 90, "the window writer process ending")
+
+
+def test_the_sink_closer_hears_a_query_end_but_takes_no_progress_report_into_python(
+        spark, kafka_clusters, redis_url, tmp_path, monkeypatch):
+    # PySpark's own listener adapter made a Python progress report each batch through ~50 JVM calls.
+    converted = []
+    original = QueryProgressEvent.fromJObject.__func__
+    monkeypatch.setattr(QueryProgressEvent, "fromJObject",
+                        classmethod(lambda cls, jevent: converted.append(1) or original(cls, jevent)))
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    produce(west, source, [partition_report(source, T0, 0, 1, end=1, lag=0)])
+    query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
+    query.processAllAvailable()
+    produce(west, source, [partition_report(source, T0 + 1_000, 0, 1, end=2, lag=0)])
+    query.processAllAvailable()
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 2
+    assert sink_of(spark, query) is not None
+    query.stop()
+    wait_until(lambda: sink_of(spark, query) is None, 90, "the closer hearing of the query's end")
+    assert converted == []
 
 
 def test_local_checkpoint_logs_are_written_through_the_file_system_api(spark, kafka_clusters, redis_url,
