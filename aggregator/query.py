@@ -41,9 +41,9 @@ LOCAL_CHECKPOINT_MANAGER = (
 # A consumer fetches ahead: after a poll it asks for the records past the task's range, at the end of the
 # log, and the broker holds that request up to fetch.max.wait.ms (Kafka's default: 500 ms) for new data.
 # A consumer has one fetch in flight a broker, so the next batch's task on that cached consumer waited
-# for the held request first: up to 500 ms when the input paused (the live bench's last batch), whatever
-# the gap between the driver's reports otherwise. A task's range is always on the broker already, so a
-# short wait costs it nothing; an idle consumer sends no fetches at all.
+# for the held request first: until the next records came, up to 500 ms when the input paused (the live
+# bench's last batch). A task's range is always on the broker already, so a short wait costs it nothing;
+# an idle consumer sends no fetches at all.
 CONSUMER_FETCH = {"max.poll.records": "5000", "max.partition.fetch.bytes": str(8 << 20),
                   "fetch.max.wait.ms": "10"}
 
