@@ -38,11 +38,6 @@ def period_of(record: Mapping[str, Any]) -> int:
     return int(period)
 
 
-def policy_of(record: Mapping[str, Any]) -> EvaluationPolicy:
-    """The rules' bounds for the report's metrics period (STOP and STALL after three periods)."""
-    return _policy(period_of(record))
-
-
 def lookback_of(record: Mapping[str, Any]) -> int:
     """How far before the report its windows are read."""
     return _lookback(period_of(record))
@@ -51,6 +46,7 @@ def lookback_of(record: Mapping[str, Any]) -> int:
 # Asked three times for every partition of every batch, and a batch's reports share one or a few periods.
 @lru_cache(maxsize=1024)
 def _policy(period_ms: int) -> EvaluationPolicy:
+    """The rules' bounds for a metrics period (STOP and STALL after three periods)."""
     return EvaluationPolicy.for_metrics_period(period_ms)
 
 
