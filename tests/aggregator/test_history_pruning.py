@@ -93,6 +93,17 @@ def kafka_batch(records: list[tuple[int, object]], offsets: dict[int, int]) -> l
     return parts
 
 
+def twin_sinks(redis_url: str, prefix: str, dbs: tuple[int, int]) -> tuple[RedisRollupSink, RedisRollupSink]:
+    """Two sinks of one query, each on an emptied database `dbs` of one real Redis: the same batches
+    written through both compare key by key."""
+    base = redis_url.rsplit("/", 1)[0]
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    first, second = (RedisRollupSink(f"{base}/{db}", name, 600_000, "west").bind("q") for db in dbs)
+    for sink in (first, second):
+        sink.client.flushdb()
+    return first, second
+
+
 def write_through(sink: RedisRollupSink, parts: list[pa.RecordBatch], batch_id: int, now: int) -> None:
     """One batch through the tasks' parsing (as Spark's tasks would run it, at `now`) into `sink`."""
     state = sink.state()
@@ -105,12 +116,7 @@ def write_through(sink: RedisRollupSink, parts: list[pa.RecordBatch], batch_id: 
 @pytest.mark.parametrize("seed", range(10))
 def test_a_sink_making_only_the_windows_that_matter_writes_what_one_making_all_does(
         redis_url: str, seed: int, monkeypatch: pytest.MonkeyPatch):
-    base = redis_url.rsplit("/", 1)[0]
-    name = f"prune_{uuid.uuid4().hex[:8]}"
-    pruned = RedisRollupSink(f"{base}/2", name, 600_000, "west").bind("q")
-    every = RedisRollupSink(f"{base}/3", name, 600_000, "west").bind("q")
-    for sink in (pruned, every):
-        sink.client.flushdb()
+    pruned, every = twin_sinks(redis_url, "prune", (2, 3))
     offsets = {0: 0, 1: 0}
     MADE["pruned"].clear()
     MADE["every"].clear()

@@ -7,17 +7,15 @@ ones, with late and out-of-order reports, rewound offsets, missing periods, grou
 from __future__ import annotations
 
 import random
-import uuid
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 
 import pytest
 from streaming_input import snapshot
-from test_history_pruning import kafka_batch, write_through
+from test_history_pruning import kafka_batch, twin_sinks, write_through
 
 from aggregator import latest_values, redis_sink
 from aggregator.lag_seconds import OffsetPoint, OffsetTimeTable
-from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_history import WindowHistory
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
 from contract.redis_layout import FINEST_WINDOW, SeriesId, WindowAggregate, merge_windows, window_start
@@ -126,13 +124,8 @@ def live_batches(seed: int, count: int = 14) -> list[list[tuple[int, object]]]:
 @pytest.mark.parametrize("seed", range(8))
 def test_a_sink_reusing_tables_and_slicing_views_writes_what_the_old_one_does(
         redis_url: str, seed: int, monkeypatch: pytest.MonkeyPatch):
-    base = redis_url.rsplit("/", 1)[0]
-    name = f"reuse_{uuid.uuid4().hex[:8]}"
-    new = RedisRollupSink(f"{base}/4", name, 600_000, "west").bind("q")
-    old = RedisRollupSink(f"{base}/5", name, 600_000, "west").bind("q")
+    new, old = twin_sinks(redis_url, "reuse", (4, 5))
     old.history = OldHistory(old.history.keep_ms)
-    for sink in (new, old):
-        sink.client.flushdb()
     built, reused = [0], [0]
     remember, table = latest_values._remember, latest_values.end_offset_table
 
