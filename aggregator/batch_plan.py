@@ -79,9 +79,6 @@ class BatchPlan:
             plan.add_latest(record)
         return plan
 
-    def windows_of(self, series: layout.SeriesId) -> list[layout.WindowAggregate]:
-        return self.history.get(series, [])
-
     def add_latest(self, record: Mapping[str, Any]) -> None:
         """The newest record of a subject in the batch (window_partials.latest_records)."""
         subject = (record["kind"], record["target"], record["source"], record["topic"],

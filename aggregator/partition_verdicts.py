@@ -2,7 +2,7 @@
 
 The stored forms are contract.lag_verdicts'; this is how the sink makes them. A partition's verdict is
 Burrow's rules (contract.lag_evaluation) over its upstream_offset and records_lag 10 s windows in the
-lookback before its report, as the batch leaves them (the sink's window history, overlaid with the batch),
+lookback before its report, as the batch leaves them (the sink's window history, with the batch merged),
 evaluated at the report's `ts`: pure, so a replayed batch gives the same verdict.
 
 The summary of a replication needs every partition's verdict, while a batch holds a few partitions' reports:

@@ -23,8 +23,8 @@ sink writes nothing and flags `state_lost` (the supervisor rebuilds from Kafka, 
 MULTI WATCHes the sink state, so a flush while the batch runs is caught too.
 
 Latest values need history (lag in seconds, recent record counts): window_history keeps what the sink
-wrote, overlaid with the batch's own partials. One query writes one target, so nothing else changes
-those keys in between.
+wrote, with the batch's own partials merged in before its views. One query writes one target, so nothing
+else changes those keys in between.
 """
 
 from __future__ import annotations
@@ -215,18 +215,47 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
+        try:
+            written = self._derive_latest(plan, batch)
+            derived = time.monotonic()
+            if not self._commit(plan, batch, batch_id, state, require_state):
+                return
+        except Exception:
+            # From _latest_values on, the kept history has the batch merged and the verdicts hold its
+            # verdicts: Redis may not.
+            self.history.clear()
+            self.verdicts.clear()
+            raise
+        staged = time.monotonic()
+        for series in plan.history:
+            self.history.expire(series)
+        windows.submit(batch_id, batch.windows)
+        LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
+                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, written,
+                  (time.monotonic() - began) * 1000,
+                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
+                                                                    time.monotonic()))))
+
+    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
+        """Writes the batch's latest values and lag verdicts; adds its lag-in-seconds windows to the batch.
+        Returns how many values it wrote."""
         latest, lag_samples, judged = self._latest_values(plan)
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after (Burrow's rules over every reported partition): a partition's lag is readable
         # that much sooner, and its verdict no later than before.
         self._write_latest(latest)
-        verdicts = self._verdicts(plan, judged)
+        verdicts = self._verdicts(judged)
         verdict_values = self._verdict_values(verdicts)
         self._write_latest(verdict_values)
         self.verdicts.commit(verdicts)
         if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
             batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
-        derived = time.monotonic()
+        return len(latest) + len(verdict_values)
+
+    def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,
+                require_state: bool) -> bool:
+        """Stages the batch's windows with its index, counts and sink state in one MULTI; False when the
+        sink state is gone from Redis (nothing written)."""
         history_from = self.history_start.pending(self.client, batch.windows)
         try:
             pipe = self.client.pipeline(transaction=True)
@@ -235,7 +264,7 @@ class RedisRollupSink:
                 if not pipe.exists(layout.batch_key(self.batch_scope)):
                     pipe.reset()
                     self._lose_state(batch_id)
-                    return
+                    return False
                 pipe.multi()
             stage(pipe, self.batch_scope, batch_id, batch.windows)
             self.history_start.queue(pipe, history_from)
@@ -252,21 +281,8 @@ class RedisRollupSink:
             pipe.execute()
         except redis.WatchError:
             self._lose_state(batch_id)
-            return
-        except Exception:
-            self.history.clear()
-            self.verdicts.clear()
-            raise
-        staged = time.monotonic()
-        for series, history in plan.history.items():
-            self.history.commit(series, history)
-        windows.submit(batch_id, batch.windows)
-        LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
-                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id,
-                  len(latest) + len(verdict_values),
-                  (time.monotonic() - began) * 1000,
-                  *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
-                                                                    time.monotonic()))))
+            return False
+        return True
 
     def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Latest values go first, in their own transaction, so status and lag are readable before the
@@ -309,11 +325,13 @@ class RedisRollupSink:
             metric = read.series.metric
             read_from[metric] = min(read.low_ms, read_from.get(metric, read.low_ms))
         plan.add_history(read_from, self.history.longest_keeps)
+        for series, partials in plan.history.items():
+            self.history.merge(series, partials)
         out, samples, judged = [], [], []
         for read in reads:
             if read.kind == "offsets":  # windows for the partition's verdict, below
                 continue
-            history = self.history.view(read.series, read.low_ms, read.high_ms, plan.windows_of(read.series))
+            history = self.history.view(read.series, read.low_ms, read.high_ms)
             out.append(latest_value(read.kind, read.subject, read.record, history))
             seconds = out[-1][2].get("lag_seconds")
             if read.kind != "replication" and isinstance(seconds, int | float):
@@ -331,16 +349,11 @@ class RedisRollupSink:
                for name, v in fresh.items()]
         return out + [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
 
-    def _verdicts(self, plan: BatchPlan, judged: list[tuple[HistoryRead, Any]]
-                  ) -> partition_verdicts.VerdictUpdates:
+    def _verdicts(self, judged: list[tuple[HistoryRead, Any]]) -> partition_verdicts.VerdictUpdates:
         """The lag verdicts of the partitions reported in the batch, per replication (each replication
         loaded from Redis first when this process has not met it yet)."""
-        def view(series: layout.SeriesId, low_ms: int, high_ms: int,
-                 newest: int | None) -> list[layout.WindowAggregate]:
-            return self.history.view(series, low_ms, high_ms, plan.windows_of(series), newest)
-
         reports = [(r.subject, r.record, seconds) for r, seconds in judged]
-        updates = partition_verdicts.batch_verdicts(reports, view)
+        updates = partition_verdicts.batch_verdicts(reports, self.history.view)
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("%s: skipping a stored lag verdict: %s", self.query_name, problem)
         return updates

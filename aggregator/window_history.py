@@ -7,8 +7,9 @@ Lag in seconds needs ~60 windows of a partition's end-offset history per report:
 Redis for every partition of every batch would cost more than the batch itself. One query is the only
 writer of its target's series, so the sink can keep what it wrote: a series is read from Redis the
 first time it is needed (or when an older range is asked for), and after that follows the batches
-committed. Only committed batches change it, and a failed write clears it, so it always equals what
-Redis holds over its range; a restarted process starts empty and reads Redis again.
+written. A batch's partials are merged in before its latest values read them (once a series, not once a
+view), and a batch whose write fails clears it, so once a batch commits it equals what Redis holds over
+its range; a restarted process starts empty and reads Redis again.
 
 A series is kept over the span it was first read for and as much again, at most KEEP_SLACK_MS more (and
 at most `keep_ms` in all): a verdict reads ~20 periods of offsets, lag in seconds 10 minutes of end
@@ -94,39 +95,18 @@ class WindowHistory:
         windows = {w.start_ms: w for w in stored if w.start_ms >= low_ms}
         self.series[key] = SeriesHistory(low_ms, windows, keep, sorted(windows))
 
-    def view(self, key: SeriesId, low_ms: int, high_ms: int, partials: Iterable[WindowAggregate] = (),
+    def view(self, key: SeriesId, low_ms: int, high_ms: int,
              newest: int | None = None) -> list[WindowAggregate]:
-        """Windows in [low, high] as they will be once `partials` (not committed yet) are merged; with
-        `newest`, only that many of the latest of them."""
+        """Windows in [low, high]; with `newest`, only that many of the latest of them."""
         known = self.series[key]
-        windows, starts = known.windows, known.starts
+        starts = known.starts
         low, end = bisect_left(starts, low_ms), bisect_right(starts, high_ms)
-        first = low if newest is None else max(low, end - newest)
-        merged: dict[int, WindowAggregate] = {}  # the partials' windows, each merged in order
-        for p in partials:
-            start = p.start_ms
-            if low_ms <= start <= high_ms:
-                base = merged[start] if start in merged else windows.get(start)
-                merged[start] = p if base is None else merge_windows(base, p)
-        kept = known.ordered[first:end]
-        if not merged:
-            return kept
-        if all(start in windows for start in merged):
-            # Partials of kept windows only (a live batch's, mostly): each replaces its window in the
-            # slice; one older than the slice's first is not among the newest `newest` and stays out.
-            for start, window in merged.items():
-                at = bisect_left(starts, start, low, end)
-                if at >= first:
-                    kept[at - first] = window
-            return kept
-        # The newest `newest` of the whole range are among the kept ones sliced above and the partials'.
-        union = sorted(merged.keys() | starts[first:end])
-        if newest is not None:
-            union = union[-newest:] if newest else []
-        return [merged[start] if start in merged else windows[start] for start in union]
+        return known.ordered[low if newest is None else max(low, end - newest):end]
 
-    def commit(self, key: SeriesId, partials: Iterable[WindowAggregate]) -> None:
-        """A committed batch merged `partials` into the series (no-op for series not kept)."""
+    def merge(self, key: SeriesId, partials: Iterable[WindowAggregate]) -> None:
+        """Merges a batch's `partials` into the series (no-op for series not kept), before the batch commits:
+        its views read them merged once, not merged again by every view. `expire` once the batch commits;
+        a batch that fails must `clear`."""
         known = self.series.get(key)
         if known is None:
             return
@@ -146,15 +126,22 @@ class WindowHistory:
                     at = bisect_left(starts, start)
                     starts.insert(at, start)
                     ordered.insert(at, p)
-        if starts:
-            floor = starts[-1] - (self.keep_ms if known.keep_ms is None else known.keep_ms)
-            if floor > known.low_ms:
-                known.low_ms = floor
-                expired = bisect_left(starts, floor)
-                for start in starts[:expired]:
-                    del windows[start]
-                del starts[:expired]
-                del ordered[:expired]
+
+    def expire(self, key: SeriesId) -> None:
+        """Drops what is older than the series is kept behind its newest window. After the views of the
+        batch that merged it: a view may read a report's range from below the new floor."""
+        known = self.series.get(key)
+        if known is None or not known.starts:
+            return
+        starts = known.starts
+        floor = starts[-1] - (self.keep_ms if known.keep_ms is None else known.keep_ms)
+        if floor > known.low_ms:
+            known.low_ms = floor
+            expired = bisect_left(starts, floor)
+            for start in starts[:expired]:
+                del known.windows[start]
+            del starts[:expired]
+            del known.ordered[:expired]
 
     def longest_keeps(self) -> dict[str, int]:
         """Per metric, the longest any kept series of it is kept behind its newest window."""

@@ -1,8 +1,9 @@
 """Lag tables reused across batches (latest_values.end_offset_table) and history views sliced from the
-windows kept in order (window_history) leave Redis, the kept history and the verdicts as the code before
-them did: a sink running the old view, commit and table building (the oracle) and one running the new
-write the same over live-like batches (a few periods each, so that most tables are reused) and backlog
-ones, with late and out-of-order reports, rewound offsets, missing periods, groups and replications."""
+windows kept in order, the batch merged in first (window_history), leave Redis, the kept history and the
+verdicts as the code before them did: a sink running the old view, commit and table building (the
+oracle) and one running the new write the same over live-like batches (a few periods each, so that most
+tables are reused) and backlog ones, with late and out-of-order reports, rewound offsets, missing periods,
+groups and replications."""
 
 from __future__ import annotations
 
@@ -26,10 +27,27 @@ T0 = 1_700_000_000_000
 
 
 class OldHistory(WindowHistory):
-    """The history's view and commit before views were slices of the windows kept in order."""
+    """The history's view and commit before views were slices of the windows kept in order, and before a
+    batch's partials were merged in ahead of its views: merge() only holds them for the views to merge,
+    expire() commits them."""
 
-    def view(self, key: SeriesId, low_ms: int, high_ms: int, partials: Iterable[WindowAggregate] = (),
+    def __init__(self, keep_ms: int) -> None:
+        super().__init__(keep_ms)
+        self.pending: dict[SeriesId, list[WindowAggregate]] = {}
+
+    def merge(self, key: SeriesId, partials: Iterable[WindowAggregate]) -> None:
+        self.pending.setdefault(key, []).extend(partials)
+
+    def expire(self, key: SeriesId) -> None:
+        self.commit(key, self.pending.pop(key, []))
+
+    def clear(self) -> None:
+        super().clear()
+        self.pending.clear()
+
+    def view(self, key: SeriesId, low_ms: int, high_ms: int,
              newest: int | None = None) -> list[WindowAggregate]:
+        partials = self.pending.get(key, ())
         known = self.series[key]
         windows, starts = known.windows, known.starts
         first, end = bisect_left(starts, low_ms), bisect_right(starts, high_ms)

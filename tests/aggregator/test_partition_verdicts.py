@@ -28,16 +28,12 @@ def test_a_verdict_reads_what_the_whole_lookback_gives(stored, batch, ts_window,
     record = {"ts": T0 + ts_window * 10_000 + 500, "topic": "orders", "partition": 3, "records_lag": lag,
               "period_ms": period_ms}
     history = WindowHistory(10_000_000)
-    partials = {}
     for series, kept, fresh in zip(offset_series(SUBJECT), stored, batch, strict=True):
         history.load(series, 0, windows(kept))
-        partials[series] = windows(fresh)
-
-    def view(series, low, high, newest=None):
-        return history.view(series, low, high, partials[series], newest)
+        history.merge(series, windows(fresh))
 
     high = record["ts"]
-    offsets, lags = (view(s, high - lookback_of(record), high) for s in offset_series(SUBJECT))
+    offsets, lags = (history.view(s, high - lookback_of(record), high) for s in offset_series(SUBJECT))
     whole = partition_verdict(record, offsets, lags, 1.5)
     expected = {} if whole is None else {("t", "s"): {lag_verdicts.verdict_field("orders", 3): whole}}
-    assert batch_verdicts([(SUBJECT, record, 1.5)], view) == expected
+    assert batch_verdicts([(SUBJECT, record, 1.5)], history.view) == expected

@@ -22,8 +22,9 @@ def test_a_series_is_kept_over_twice_the_span_it_was_read_for():
     history.load("offsets", 0, [window(0, 1), window(10_000, 2)], span_ms=20_000)
     history.load("ends", 0, [window(0, 1), window(10_000, 2)])
     for start in range(20_000, 200_000, 10_000):
-        history.commit("offsets", [window(start, start)])
-        history.commit("ends", [window(start, start)])
+        for series in ("offsets", "ends"):
+            history.merge(series, [window(start, start)])
+            history.expire(series)
     newest = 190_000
     assert min(history.series["offsets"].windows) == newest - 40_000
     assert history.covers("offsets", newest - 40_000) and not history.covers("offsets", newest - 50_000)
@@ -38,7 +39,8 @@ def test_a_long_span_is_kept_with_a_bounded_slack():
     span = 600_000
     history = WindowHistory(KEEP_MS)
     history.load("ends", 0, [], span_ms=span)
-    history.commit("ends", [window(start, 1) for start in range(0, 3 * span, 10_000)])
+    history.merge("ends", [window(start, 1) for start in range(0, 3 * span, 10_000)])
+    history.expire("ends")
     newest = 3 * span - 10_000
     assert min(history.series["ends"].windows) == newest - span - KEEP_SLACK_MS
     assert history.covers("ends", newest - span - KEEP_SLACK_MS)
@@ -48,11 +50,12 @@ def test_a_long_span_is_kept_with_a_bounded_slack():
 def test_a_span_longer_than_the_history_keeps_is_cut_to_it():
     history = WindowHistory(KEEP_MS)
     history.load("ends", 0, [], span_ms=KEEP_MS * 3)
-    history.commit("ends", [window(start, 1) for start in range(0, 3 * KEEP_MS, 10_000)])
+    history.merge("ends", [window(start, 1) for start in range(0, 3 * KEEP_MS, 10_000)])
+    history.expire("ends")
     assert min(history.series["ends"].windows) == 3 * KEEP_MS - 10_000 - KEEP_MS
 
 
-# --- the bisected view and in-place commit against the plain dict scan they replaced -----------------
+# --- the bisected view and in-place merge against the plain dict scan they replaced ------------------
 
 class ScannedHistory:
     """The history as it was: every view scans and sorts the kept windows (the oracle)."""
@@ -103,13 +106,16 @@ def test_views_and_commits_match_the_scanned_history(stored, low_window, batches
     history.load("s", low_window * 10_000, stored)
     oracle.load(low_window * 10_000, stored)
     for partials, low, width, newest in batches:
-        low_ms, high_ms = low * 10_000, (low + width) * 10_000
+        # A view reads what the history covers (the sink loads the rest from Redis first).
+        low_ms = max(low * 10_000, history.series["s"].low_ms)
+        high_ms = (low + width) * 10_000
         expected = oracle.view(low_ms, high_ms, partials)
         if newest is not None:
             expected = expected[-newest:] if newest else []
-        viewed = history.view("s", low_ms, high_ms, partials, newest=newest)
+        history.merge("s", partials)  # a batch's partials, merged before its views
+        viewed = history.view("s", low_ms, high_ms, newest=newest)
         assert _with_last_ts(viewed) == _with_last_ts(expected)  # a window's == leaves last_ts out
-        history.commit("s", partials)
+        history.expire("s")  # once the batch commits
         oracle.commit(partials)
         kept = history.series["s"]
         assert (kept.low_ms, kept.windows) == (oracle.low, oracle.windows)
