@@ -22,7 +22,7 @@ import redis
 
 from contract import lag_verdicts
 from contract import redis_layout as layout
-from contract.lag_evaluation import EvaluationPolicy, evaluate_partition, lookback_ms, observations
+from contract.lag_evaluation import EvaluationPolicy, evaluate_windows, lookback_ms
 from contract.settings import DEFAULT_METRICS_PERIOD_MS
 
 # The two series a partition's verdict reads.
@@ -33,6 +33,8 @@ Pair = tuple[str, str]  # (target, source)
 def period_of(record: Mapping[str, Any]) -> int:
     """The report's metrics period; the default one when it names none (as the service assumes)."""
     period = record.get("period_ms")
+    if type(period) is int and period > 0:  # the usual case first: asked twice a partition a batch
+        return period
     if not isinstance(period, int | float) or isinstance(period, bool) or period <= 0:
         return DEFAULT_METRICS_PERIOD_MS
     return int(period)
@@ -77,7 +79,7 @@ def _verdict(record: Mapping[str, Any], period_ms: int, offsets: Sequence[layout
     lag = record.get("records_lag")
     current = int(lag) if isinstance(lag, int | float) and not isinstance(lag, bool) else None
     key = (str(record["topic"]), int(record["partition"]))
-    verdict = evaluate_partition(observations(offsets, lags), ts, policy=policy, current_lag=current, key=key)
+    verdict = evaluate_windows(offsets, lags, ts, policy=policy, current_lag=current, key=key)
     return lag_verdicts.verdict_record(verdict, ts, policy, _lookback(period_ms), lag_seconds)
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "combine",
     "evaluate",
     "evaluate_partition",
+    "evaluate_windows",
     "lookback_ms",
     "observations",
     "stop_at_ms",
@@ -217,21 +218,47 @@ def evaluate_partition(
     observation's (Burrow's fix for stopped consumers showing the lag of their last commit).
     """
     window = sorted(observations, key=_TS_OF)[-policy.intervals :]
+    return _evaluation([o.ts_ms for o in window], [o.offset for o in window], [o.lag for o in window],
+                       now_ms, policy, current_lag, key)
+
+
+def evaluate_windows(
+    offsets: Sequence[WindowAggregate],
+    lags: Sequence[WindowAggregate],
+    now_ms: int,
+    *,
+    policy: EvaluationPolicy = DEFAULT_POLICY,
+    current_lag: int | None = None,
+    key: PartitionKey = ("", -1),
+) -> PartitionEvaluation:
+    """``evaluate_partition`` of ``observations(offsets, lags)``, for ``offsets`` in start order (as a
+    series' windows are read): no object an observation, because the aggregator judges every partition
+    of every batch."""
+    newest = offsets[-policy.intervals :]
+    lag_at = {w.start_ms: w.last for w in lags}
+    starts = [w.start_ms for w in newest]
+    return _evaluation(starts, [int(w.last) for w in newest], [int(lag_at.get(s, 0)) for s in starts],
+                       now_ms, policy, current_lag, key)
+
+
+def _evaluation(ts: list[int], offsets: list[int], lags: list[int], now_ms: int, policy: EvaluationPolicy,
+                current_lag: int | None, key: PartitionKey) -> PartitionEvaluation:
+    """The rules over a window given as its observations' ts, offsets and lags (oldest first)."""
     if current_lag is None:
-        current_lag = window[-1].lag if window else 0
+        current_lag = lags[-1] if lags else 0
     # Offsets and end offsets are not read atomically, so a lag can come out negative; it means
     # caught up.
     current_lag = max(0, current_lag)
-    reason = _reason(window, current_lag, now_ms, policy)
+    reason = _reason(ts, offsets, lags, current_lag, now_ms, policy)
     return PartitionEvaluation(
         topic=key[0],
         partition=key[1],
         status=_STATUS_OF[reason],
         reason=reason,
-        complete=len(window) / policy.intervals,
+        complete=len(ts) / policy.intervals,
         current_lag=current_lag,
-        start=window[0] if window else None,
-        end=window[-1] if window else None,
+        start=OffsetObservation(ts[0], offsets[0], lags[0]) if ts else None,
+        end=OffsetObservation(ts[-1], offsets[-1], lags[-1]) if ts else None,
     )
 
 
@@ -266,10 +293,9 @@ def combine(partitions: Sequence[PartitionEvaluation]) -> Evaluation:
     )
 
 
-def _reason(
-    window: Sequence[OffsetObservation], current_lag: int, now_ms: int, policy: EvaluationPolicy
-) -> Reason:
-    if not window:
+def _reason(ts: list[int], offsets: list[int], lags: list[int], current_lag: int, now_ms: int,
+            policy: EvaluationPolicy) -> Reason:
+    if not ts:
         return Reason.OK
     allowed = policy.allowed_lag
     # Burrow's rule order: later rules only run when no earlier one applies, which is why the
@@ -277,39 +303,44 @@ def _reason(
     # Plain tests, not a table of closures: the aggregator judges every partition of every batch.
     if current_lag <= allowed:
         return Reason.OK
-    if _stopped(window, now_ms, policy.stop_after_ms):
+    if _stopped(ts, now_ms, policy.stop_after_ms):
         return Reason.STOP
-    if _rewound(window):
+    if _rewound(offsets):
         return Reason.REWIND
-    if any(o.lag <= allowed for o in window):
+    if min(lags) <= allowed:
         return Reason.OK
-    if _stalled(window, policy.stall_after_ms):
+    if _stalled(ts, offsets, policy.stall_after_ms):
         return Reason.STALL
-    if _lag_never_decreased(window):
+    if _lag_never_decreased(lags):
         return Reason.WARN
     return Reason.OK
 
 
-def _stopped(window: Sequence[OffsetObservation], now_ms: int, stop_after_ms: int) -> bool:
+def _stopped(ts: list[int], now_ms: int, stop_after_ms: int) -> bool:
     # The window's own span is the yardstick: silence longer than the time the whole window
     # took to fill means the observations have stopped, whatever their usual spacing.
-    silence = now_ms - window[-1].ts_ms
-    return silence > window[-1].ts_ms - window[0].ts_ms and silence > stop_after_ms
+    silence = now_ms - ts[-1]
+    return silence > ts[-1] - ts[0] and silence > stop_after_ms
 
 
-def _rewound(window: Sequence[OffsetObservation]) -> bool:
+def _rewound(offsets: list[int]) -> bool:
     # A rewind the partition later recovers from (a rebalance re-committing an older offset) is
-    # forgiven; only one that it never climbs back out of within the window counts.
-    return any(all(o.offset < window[i - 1].offset for o in window[i:]) for i in range(1, len(window)))
+    # forgiven; only one that it never climbs back out of within the window counts: an offset above
+    # every offset after it. One pass from the newest, keeping the highest offset seen after.
+    highest_after = offsets[-1]
+    for older in reversed(offsets[:-1]):
+        if highest_after < older:
+            return True
+        highest_after = max(highest_after, older)
+    return False
 
 
-def _stalled(window: Sequence[OffsetObservation], stall_after_ms: int) -> bool:
-    flat = all(o.offset == window[0].offset for o in window)
-    return flat and window[-1].ts_ms - window[0].ts_ms >= stall_after_ms
+def _stalled(ts: list[int], offsets: list[int], stall_after_ms: int) -> bool:
+    return min(offsets) == max(offsets) and ts[-1] - ts[0] >= stall_after_ms
 
 
-def _lag_never_decreased(window: Sequence[OffsetObservation]) -> bool:
-    return all(newer.lag >= older.lag for older, newer in pairwise(window))
+def _lag_never_decreased(lags: list[int]) -> bool:
+    return all(newer >= older for older, newer in pairwise(lags))
 
 
 def stop_at_ms(p: PartitionEvaluation, stop_after_ms: int,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contract.lag_evaluation import (
     DEFAULT_POLICY,
@@ -14,7 +16,10 @@ from contract.lag_evaluation import (
     Status,
     evaluate,
     evaluate_partition,
+    evaluate_windows,
+    observations,
 )
+from contract.redis_layout import WindowAggregate
 
 S = 1000  # the tables below read in seconds
 
@@ -234,8 +239,8 @@ def group(*reasons: Reason) -> dict[PartitionKey, list[OffsetObservation]]:
 
 
 def test_group_windows_yield_their_reason() -> None:
-    for reason, observations in GROUP_WINDOWS.items():
-        assert evaluate_partition(observations, 95 * S).reason is reason
+    for reason, observed in GROUP_WINDOWS.items():
+        assert evaluate_partition(observed, 95 * S).reason is reason
 
 
 @pytest.mark.parametrize(
@@ -318,3 +323,54 @@ def test_group_policy_is_applied_to_every_partition() -> None:
 
     assert result.status is Status.OK
     assert DEFAULT_POLICY.allowed_lag == 0
+
+
+# --- the rules on lists of numbers, against their plain reading over observations ---------------------
+
+def _plain_reason(window: list[OffsetObservation], current_lag: int, now_ms: int,
+                  policy: EvaluationPolicy) -> Reason:
+    """The rules as the module docstring states them, one observation at a time (the oracle)."""
+    allowed = policy.allowed_lag
+    if not window or current_lag <= allowed:
+        return Reason.OK
+    silence = now_ms - window[-1].ts_ms
+    if silence > window[-1].ts_ms - window[0].ts_ms and silence > policy.stop_after_ms:
+        return Reason.STOP
+    if any(all(o.offset < window[i - 1].offset for o in window[i:]) for i in range(1, len(window))):
+        return Reason.REWIND
+    if any(o.lag <= allowed for o in window):
+        return Reason.OK
+    if all(o.offset == window[0].offset for o in window) and \
+            window[-1].ts_ms - window[0].ts_ms >= policy.stall_after_ms:
+        return Reason.STALL
+    if all(b.lag >= a.lag for a, b in zip(window, window[1:], strict=False)):
+        return Reason.WARN
+    return Reason.OK
+
+
+_samples = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 6), st.integers(-1, 4)), max_size=14,
+                    unique_by=lambda s: s[0])
+
+
+@settings(max_examples=500, deadline=None)
+@given(samples=_samples, now_s=st.integers(0, 120), current=st.one_of(st.none(), st.integers(-1, 4)),
+       allowed=st.integers(0, 2), floors_s=st.integers(0, 60), intervals=st.integers(1, 12),
+       lags_missing=st.sets(st.integers(0, 40)))
+def test_the_rules_on_lists_and_on_windows_give_the_plain_reading(samples, now_s, current, allowed, floors_s,
+                                                                  intervals, lags_missing):
+    policy = EvaluationPolicy(intervals, allowed, floors_s * S, floors_s * S)
+    observed = sorted(window(*samples), key=lambda o: o.ts_ms)
+    newest = observed[-intervals:]
+    lag_now = max(0, newest[-1].lag if current is None and newest else current or 0)
+    expected = _plain_reason(newest, lag_now, now_s * S, policy)
+    judged = evaluate_partition(observed[::-1], now_s * S, policy=policy, current_lag=current, key=("t", 1))
+    assert (judged.reason, judged.current_lag, judged.start, judged.end) == (
+        expected, lag_now, newest[0] if newest else None, newest[-1] if newest else None)
+    # From windows: an offset window's last is the offset; the lag window of the same start its lag (0
+    # when there is none, as `observations` reads it).
+    offsets = [WindowAggregate(o.ts_ms, 1, o.offset, o.offset, o.offset, o.offset) for o in observed]
+    lags = [WindowAggregate(o.ts_ms, 1, o.lag, o.lag, o.lag, o.lag) for o in observed
+            if o.ts_ms // S not in lags_missing]
+    judge = {"policy": policy, "current_lag": current, "key": ("t", 1)}
+    assert evaluate_windows(offsets, lags, now_s * S, **judge) == evaluate_partition(
+        observations(offsets, lags), now_s * S, **judge)
