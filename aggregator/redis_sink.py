@@ -49,7 +49,7 @@ from aggregator.latest_value_reads import HistoryRead, history_reads, latest_val
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
-from aggregator.redis_scripts import UPSERT_LATEST_LUA, latest_calls
+from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls
 from aggregator.window_history import WindowHistory, decoded_members, finest_key
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -112,6 +112,7 @@ class RedisRollupSink:
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
+        self.written_latest = WrittenLatest()  # what this sink last wrote to each latest field: a hint
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
@@ -291,11 +292,16 @@ class RedisRollupSink:
         crash between the two transactions writes them again identically."""
         if not latest:
             return
-        by_key: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        by_key: dict[str, dict[str, dict[str, Any]]] = {}
         for key, hash_field, value in latest:
-            by_key.setdefault(key, []).append((hash_field, value))
+            # A field once a call, its newest value: the script reads a hash's fields before writing them.
+            fields = by_key.setdefault(key, {})
+            held = fields.get(hash_field)
+            if held is None or int(held["ts"]) <= int(value["ts"]):
+                fields[hash_field] = value
         pipe = self.client.pipeline(transaction=True)
-        for keys, argv in latest_calls(by_key):
+        hashes = {key: list(fields.items()) for key, fields in by_key.items()}
+        for keys, argv in latest_calls(hashes, self.written_latest):
             self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 

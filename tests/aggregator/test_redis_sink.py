@@ -13,7 +13,7 @@ from streaming_input import snapshot
 
 from aggregator import redis_scripts
 from aggregator.raw_records import INVALID_KIND
-from aggregator.redis_scripts import latest_calls
+from aggregator.redis_scripts import WrittenLatest, latest_calls
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from contract import redis_layout as layout
@@ -182,10 +182,41 @@ def test_a_stale_field_is_left_while_its_neighbours_in_the_hash_are_written(sink
 def test_latest_values_of_several_hashes_share_a_call_up_to_its_size():
     hashes = {"a": [("0", {"ts": 1})], "b": [("0", {"ts": 2}), ("1", {"ts": 3})]}
     ttl = str(layout.LATEST_TTL_MS)
-    assert latest_calls(hashes) == [(["a", "b"], [ttl, "1", "0", '{"ts":1}', "1",
-                                                  "2", "0", '{"ts":2}', "2", "1", '{"ts":3}', "3"])]
-    assert [keys for keys, _ in latest_calls(hashes | {"c": [("0", {"ts": 4})]}, args_per_call=10)] == [
+    assert latest_calls(hashes) == [(["a", "b"], [ttl, "1", "0", '{"ts":1}', "1", "",
+                                                  "2", "0", '{"ts":2}', "2", "", "1", '{"ts":3}', "3", ""])]
+    assert [keys for keys, _ in latest_calls(hashes | {"c": [("0", {"ts": 4})]}, args_per_call=13)] == [
         ["a"], ["b"], ["c"]]  # a hash larger than a call's size still goes, alone
+
+
+def test_a_latest_field_names_the_value_last_sent_to_it_when_that_is_not_newer():
+    written = WrittenLatest()
+    latest_calls({"a": [("0", {"ts": 5}), ("1", {"ts": 5})]}, written)
+    (_, argv), = latest_calls({"a": [("0", {"ts": 6}), ("1", {"ts": 4})]}, written)
+    assert argv[2:] == ["0", '{"ts":6}', "6", '{"ts":5}', "1", '{"ts":4}', "4", ""]  # field 1: a late value
+    assert written.values[("a", "0")] == ('{"ts":6}', 6)
+
+
+def test_the_upsert_reads_a_stored_value_it_was_not_told_of(sink: RedisRollupSink):
+    """The sink's hint names what it last wrote; a value written since by anything else is judged by its
+    own ts (decoded), so a newer one stays and an older one is replaced."""
+    key = f"latest:{uuid.uuid4().hex[:6]}"
+    sink._write_latest([(key, "0", {"ts": 10, "v": "sink"}), (key, "1", {"ts": 10, "v": "sink"})])
+    sink.client.hset(key, mapping={"0": layout.encode_latest({"ts": 30, "v": "other"}),
+                                   "1": layout.encode_latest({"ts": 5, "v": "other"})})
+    sink._write_latest([(key, "0", {"ts": 20, "v": "sink"}), (key, "1", {"ts": 20, "v": "sink"})])
+    stored = {f.decode(): layout.decode_latest(v) for f, v in sink.client.hgetall(key).items()}
+    assert stored == {"0": {"ts": 30, "v": "other"}, "1": {"ts": 20, "v": "sink"}}
+
+
+def test_a_hash_of_thousands_of_fields_is_upserted_in_chunks(sink: RedisRollupSink):
+    """A replication's verdicts are one hash: more fields than Lua's unpack takes at once."""
+    key = f"latest:{uuid.uuid4().hex[:6]}"
+    sink._write_latest([(key, str(p), {"ts": 10}) for p in range(5_000)])
+    sink.client.hset(key, "4321", layout.encode_latest({"ts": 99}))
+    sink._write_latest([(key, str(p), {"ts": 20}) for p in range(5_000)])
+    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in sink.client.hgetall(key).items()}
+    assert stored == {str(p): 99 if p == 4321 else 20 for p in range(5_000)}
+    assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
 
 
 def test_latest_values_split_into_calls_keep_each_fields_rule(sink: RedisRollupSink,
