@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from aggregator.raw_records import INVALID_KIND
 from aggregator.stored_windows import SeriesKeys
+from aggregator.window_history import series_id
 from aggregator.window_partials import ALL_METRICS, BatchPartials
 from contract import redis_layout as layout
 
@@ -116,7 +117,7 @@ class BatchPlan:
             # A series' windows come in a run: one SeriesId (a Python-level hash) per run, not per window.
             for (target, source, topic, partition, group), run in groupby(
                     zip(zip(*columns[:5], strict=True), windows, strict=True), key=_SUBJECT):
-                series = layout.SeriesId(target, source, topic, partition, metric, group or None)
+                series = series_id(target, source, topic, partition, metric, group or None)
                 self.history.setdefault(series, []).extend(map(_WINDOW, run))
 
     def _add_invalid(self, windows: pa.Table, excerpts: Mapping[tuple[str, str, int, int], str]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from aggregator import latest_values, partition_verdicts
 from aggregator.batch_plan import Subject
+from aggregator.window_history import series_id
 from contract import redis_layout as layout
 
 
@@ -38,7 +39,7 @@ def history_reads(latest: Mapping[Subject, dict[str, Any]],
     for subject, record in latest.items():
         kind, target, source, topic, partition, _ = subject
         if kind in ("partition", "group"):
-            series = layout.SeriesId(target, source, topic, int(partition), "source_end_offset")
+            series = series_id(target, source, topic, int(partition), "source_end_offset")
             ts = int(record["ts"])
             low = ts - latest_values.HISTORY_SPAN_MS
             reads.append(HistoryRead(kind, subject, record, series, low, ts))
@@ -47,7 +48,7 @@ def history_reads(latest: Mapping[Subject, dict[str, Any]],
                 reads += [HistoryRead("offsets", subject, record, s, low, ts)
                           for s in partition_verdicts.offset_series(subject)]
     for (target, source), record in replication_records.items():
-        series = layout.SeriesId(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
+        series = series_id(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
         ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))
         reads.append(HistoryRead("replication", ("replication", target, source), record, series,
                                  ts - latest_values.recent_span_ms(period) + 1, ts))

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from aggregator.window_history import series_id
 from contract import lag_verdicts
 from contract import redis_layout as layout
 from contract.lag_evaluation import EvaluationPolicy, evaluate_windows, lookback_ms
@@ -61,7 +62,7 @@ def _lookback(period_ms: int) -> int:
 def offset_series(subject: tuple[str, ...]) -> tuple[layout.SeriesId, ...]:
     """The series a partition report's verdict reads; subject: (kind, target, source, topic, partition, _)."""
     _, target, source, topic, partition, _ = subject
-    return tuple(layout.SeriesId(target, source, topic, int(partition), m) for m in OFFSET_METRICS)
+    return tuple(series_id(target, source, topic, int(partition), m) for m in OFFSET_METRICS)
 
 
 def partition_verdict(record: Mapping[str, Any], offsets: Sequence[layout.WindowAggregate],
