@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from itertools import pairwise
 from operator import attrgetter
 from typing import Final
 
@@ -326,13 +325,9 @@ def _stopped(ts: list[int], now_ms: int, stop_after_ms: int) -> bool:
 def _rewound(offsets: list[int]) -> bool:
     # A rewind the partition later recovers from (a rebalance re-committing an older offset) is
     # forgiven; only one that it never climbs back out of within the window counts: an offset above
-    # every offset after it. One pass from the newest, keeping the highest offset seen after.
-    highest_after = offsets[-1]
-    for older in reversed(offsets[:-1]):
-        if highest_after < older:
-            return True
-        highest_after = max(highest_after, older)
-    return False
+    # every offset after it. The last of the highest offsets before the newest is such an offset
+    # whenever the newest is below it, so that is the test.
+    return max(offsets) > offsets[-1]
 
 
 def _stalled(ts: list[int], offsets: list[int], stall_after_ms: int) -> bool:
@@ -340,7 +335,7 @@ def _stalled(ts: list[int], offsets: list[int], stall_after_ms: int) -> bool:
 
 
 def _lag_never_decreased(lags: list[int]) -> bool:
-    return all(newer >= older for older, newer in pairwise(lags))
+    return lags == sorted(lags)  # each lag >= the one before it
 
 
 def stop_at_ms(p: PartitionEvaluation, stop_after_ms: int,
