@@ -11,7 +11,7 @@ once the sink knows both).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import groupby
@@ -88,12 +88,15 @@ class BatchPlan:
         if known is None or known["ts"] < record["ts"]:
             self.latest[subject] = dict(record)
 
-    def add_history(self, read_from: Mapping[str, int], keeps: Callable[[], Mapping[str, int]]) -> None:
-        """Makes windows of the history partials a view or the kept history can hold: `read_from`, per
-        metric, the earliest window start the batch's views read; `keeps()`, per metric, the longest any
-        kept series is kept behind its newest window (window_history). Older partials are left out: no
-        view reads them and the commit would drop them (a backlog batch holds hundreds of windows a
-        series, of which the history keeps tens; making them objects was most of the sink's time)."""
+    def add_history(self, metrics: Iterable[str], read_from: Mapping[str, int],
+                    keeps: Callable[[], Mapping[str, int]]) -> list[layout.SeriesId]:
+        """Makes windows of the history partials of `metrics` a view or the kept history can hold:
+        `read_from`, per metric, the earliest window start the batch's views read; `keeps()`, per metric,
+        the longest any kept series is kept behind its newest window (window_history). Older partials are
+        left out: no view reads them and the commit would drop them (a backlog batch holds hundreds of
+        windows a series, of which the history keeps tens; making them objects was most of the sink's
+        time). Returns the series given windows. A metric at a time, so that the sink makes the windows
+        latest values read before it writes them, and the verdicts' after."""
         longest: list[Mapping[str, int]] = []  # keeps(), asked once and only when a batch may reach back
 
         def keep_of(metric: str) -> int | None:
@@ -101,13 +104,18 @@ class BatchPlan:
                 longest.append(keeps())
             return longest[0].get(metric)
 
-        for metric, rows in self.history_rows.items():
-            oldest = _oldest_wanted(rows, read_from.get(metric), partial(keep_of, metric))
+        added: list[layout.SeriesId] = []
+        for metric in metrics:
+            rows = self.history_rows.pop(metric, None)
+            oldest = None if rows is None else _oldest_wanted(rows, read_from.get(metric),
+                                                             partial(keep_of, metric))
             if oldest is not None:
-                self._add_history(rows.filter(pc.greater_equal(rows["window_start"], oldest)), metric)
-        self.history_rows = {}
+                wanted = rows.filter(pc.greater_equal(rows["window_start"], oldest))
+                added += self._add_history(wanted, metric)
+        return added
 
-    def _add_history(self, rows: pa.Table, metric: str) -> None:
+    def _add_history(self, rows: pa.Table, metric: str) -> list[layout.SeriesId]:
+        added = []
         # In slices: a batch's columns as Python objects at once were ~10^6 numbers, the driver's peak.
         for chunk in rows.to_batches(max_chunksize=PYTHON_ROWS_AT_ONCE):
             columns = list(chunk.to_pydict().values())
@@ -118,7 +126,10 @@ class BatchPlan:
             for (target, source, topic, partition, group), run in groupby(
                     zip(zip(*columns[:5], strict=True), windows, strict=True), key=_SUBJECT):
                 series = series_id(target, source, topic, partition, metric, group or None)
+                if series not in self.history:
+                    added.append(series)
                 self.history.setdefault(series, []).extend(map(_WINDOW, run))
+        return added
 
     def _add_invalid(self, windows: pa.Table, excerpts: Mapping[tuple[str, str, int, int], str]) -> None:
         invalid = windows.filter(pc.equal(windows["kind"], INVALID_KIND))

@@ -42,7 +42,7 @@ import redis
 from pyspark.sql import DataFrame
 
 from aggregator import latest_values, long_lived, partition_verdicts, record_counts, window_partials
-from aggregator.batch_plan import BatchPlan
+from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, history_reads, latest_value
@@ -61,6 +61,9 @@ LOG = logging.getLogger(__name__)
 LatestValue = tuple[str, str, dict[str, Any]]  # hash key, field, value
 FINEST = layout.FINEST_WINDOW
 BIND_TIMEOUT_S = 120.0
+# The history metrics latest values read (end offsets, record counts), made windows of and merged before
+# their write; the verdicts' (partition_verdicts.OFFSET_METRICS) after it.
+LATEST_METRICS = tuple(m for m in HISTORY_METRICS if m not in partition_verdicts.OFFSET_METRICS)
 # History kept per series: the longest span a latest value reads, with room for late reports.
 HISTORY_KEEP_MS = 2 * latest_values.HISTORY_SPAN_MS
 
@@ -240,11 +243,18 @@ class RedisRollupSink:
     def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
         """Writes the batch's latest values and lag verdicts; adds its lag-in-seconds windows to the batch.
         Returns how many values it wrote."""
-        latest, lag_samples, judged = self._latest_values(plan)
+        reads = history_reads(plan.latest, self._replication_records(plan))
+        self._load_history(reads)
+        read_from: dict[str, int] = {}  # per metric, the earliest window a view reads
+        for read in reads:
+            metric = read.series.metric
+            read_from[metric] = min(read.low_ms, read_from.get(metric, read.low_ms))
+        latest, lag_samples, judged = self._latest_values(plan, reads, read_from)
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
-        # verdicts after (Burrow's rules over every reported partition): a partition's lag is readable
-        # that much sooner, and its verdict no later than before.
+        # verdicts after (Burrow's rules over every reported partition, from the offset windows merged
+        # here): a partition's lag is readable that much sooner, and its verdict no later than before.
         self._write_latest(latest)
+        self._merge_history(plan, partition_verdicts.OFFSET_METRICS, read_from)
         verdicts = self._verdicts(judged)
         verdict_values = self._verdict_values(verdicts)
         self._write_latest(verdict_values)
@@ -319,23 +329,15 @@ class RedisRollupSink:
 
     # --- latest values --------------------------------------------------------------------------------
 
-    def _latest_values(self, plan: BatchPlan
+    def _latest_values(self, plan: BatchPlan, reads: list[HistoryRead], read_from: dict[str, int]
                        ) -> tuple[list[LatestValue], list[LagSample], list[tuple[HistoryRead, Any]]]:
         """(hash key, field, value) of every latest value the batch changes but lag verdicts, the lag in
         seconds among them as samples of its gauge, and the partition reports to judge (with their lag in
         seconds)."""
-        reads = history_reads(plan.latest, self._replication_records(plan))
-        self._load_history(reads)
-        read_from: dict[str, int] = {}  # per metric, the earliest window a view reads
-        for read in reads:
-            metric = read.series.metric
-            read_from[metric] = min(read.low_ms, read_from.get(metric, read.low_ms))
-        plan.add_history(read_from, self.history.longest_keeps)
-        for series, partials in plan.history.items():
-            self.history.merge(series, partials)
+        self._merge_history(plan, LATEST_METRICS, read_from)
         out, samples, judged = [], [], []
         for read in reads:
-            if read.kind == "offsets":  # windows for the partition's verdict, below
+            if read.kind == "offsets":  # windows for the partition's verdict, after the values' write
                 continue
             history = self.history.view(read.series, read.low_ms, read.high_ms)
             out.append(latest_value(read.kind, read.subject, read.record, history))
@@ -347,6 +349,11 @@ class RedisRollupSink:
             if read.kind == "partition":
                 judged.append((read, seconds))
         return out, samples, judged
+
+    def _merge_history(self, plan: BatchPlan, metrics: tuple[str, ...], read_from: dict[str, int]) -> None:
+        """Merges the batch's partials of `metrics` into the kept history, for the views that follow."""
+        for series in plan.add_history(metrics, read_from, self.history.longest_keeps):
+            self.history.merge(series, plan.history[series])
 
     def _verdict_values(self, verdicts: partition_verdicts.VerdictUpdates) -> list[LatestValue]:
         """The lag verdicts of the batch's partitions and their replications' summaries, as latest values."""

@@ -28,17 +28,21 @@ MADE: dict[str, list[int]] = {"pruned": [], "every": []}  # windows made a batch
 
 
 class PrunedPlan(BatchPlan):
-    def add_history(self, read_from, keeps) -> None:  # noqa: ANN001
-        super().add_history(read_from, keeps)
-        MADE["pruned"].append(sum(map(len, self.history.values())))
+    def add_history(self, metrics, read_from, keeps):  # noqa: ANN001, ANN201
+        added = super().add_history(metrics, read_from, keeps)
+        if not self.history_rows:  # the batch's last metric
+            MADE["pruned"].append(sum(map(len, self.history.values())))
+        return added
 
 
 class EveryWindowPlan(BatchPlan):
     """The plan as it was: a window object for every history partial (the oracle)."""
 
-    def add_history(self, read_from: Mapping[str, int], keeps) -> None:  # noqa: ANN001
-        super().add_history(dict.fromkeys(HISTORY_METRICS, -(2**62)), keeps)
-        MADE["every"].append(sum(map(len, self.history.values())))
+    def add_history(self, metrics, read_from: Mapping[str, int], keeps):  # noqa: ANN001, ANN201
+        added = super().add_history(metrics, dict.fromkeys(HISTORY_METRICS, -(2**62)), keeps)
+        if not self.history_rows:
+            MADE["every"].append(sum(map(len, self.history.values())))
+        return added
 
 
 def batches(seed: int, count: int = 8) -> list[list[tuple[int, object]]]:
