@@ -7,8 +7,8 @@ Lag in seconds needs ~60 windows of a partition's end-offset history per report:
 Redis for every partition of every batch would cost more than the batch itself. One query is the only
 writer of its target's series, so the sink can keep what it wrote: a series is read from Redis the
 first time it is needed (or when an older range is asked for), and after that follows the batches
-written. A batch's partials are merged in before its latest values read them (once a series, not once a
-view), and a batch whose write fails clears it, so once a batch commits it equals what Redis holds over
+written. A batch's partials are merged in before the batch's views read them (once a series, not once
+a view), and a batch whose write fails clears it, so once a batch commits it equals what Redis holds over
 its range; a restarted process starts empty and reads Redis again.
 
 A series is kept over the span it was first read for and as much again, at most KEEP_SLACK_MS more (and
