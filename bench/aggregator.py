@@ -25,7 +25,8 @@
 4. Where the CPU goes (bench/process_cpu.py): each part's CPU (the Spark JVM and its threads, the Python
    workers, the driver, its merge child, Redis, the broker) per steady throughput batch and in cores
    over the measured freshness span: on 2 cores the parts compete, so the limiting stage is often the
-   machine, not one part.
+   machine, not one part. The freshness line ends with the CPU the hypervisor gave other guests over
+   the span (host steal): a run slowed by its host, not by its own parts, shows there.
 Both inputs are produced by a process of its own (in_child): the bench's process is the Spark driver
 and holds only what an aggregator holds.
 
@@ -63,7 +64,15 @@ from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
-from bench.process_cpu import CLOCK_TICKS, BenchThreads, CpuBudget, budget_line, children, ticks  # noqa: E402
+from bench.process_cpu import (  # noqa: E402
+    CLOCK_TICKS,
+    HOST_STEAL,
+    BenchThreads,
+    CpuBudget,
+    budget_line,
+    children,
+    ticks,
+)
 from contract import redis_layout as layout  # noqa: E402
 from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
 from contract.replication_policy import metrics_topic  # noqa: E402
@@ -350,8 +359,10 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
         budget.stop()
         query.stop()
     measured = (produced_ts[0] / 1000 + warm_up_s, produced_ts[-1] / 1000)
+    used = budget.between(*measured)
     print(f"freshness: cores used while measured, by part: "
-          f"{budget_line(budget.between(*measured), measured[1] - measured[0], 'cores')}")
+          f"{budget_line(used, measured[1] - measured[0], 'cores')}; host steal "
+          f"{used.get(HOST_STEAL, 0.0) / (measured[1] - measured[0]):.2f} cores")
     warm = [ts for ts in produced_ts if ts >= produced_ts[0] + warm_up_s * 1000]
     gave_up = time.time() * 1000
     # A report is readable once it or any newer one is: one batch may carry several probe reports.
