@@ -6,7 +6,7 @@ writer changes them atomically inside a batch's MULTI.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from contract.redis_layout import LATEST_TTL_MS, encode_latest
@@ -38,6 +38,18 @@ class WrittenLatest:
         self.values[(key, name)] = (encoded, ts)
 
 
+def latest_hashes(latest: Iterable[tuple[str, str, dict]]) -> dict[str, list[tuple[str, dict]]]:
+    """(hash key, field, value) triples as latest_calls takes them: per key its fields, each once with its
+    newest value (the script reads a hash's fields before writing them)."""
+    by_key: dict[str, dict[str, dict]] = {}
+    for key, name, value in latest:
+        fields = by_key.setdefault(key, {})
+        held = fields.get(name)
+        if held is None or int(held["ts"]) <= int(value["ts"]):
+            fields[name] = value
+    return {key: list(fields.items()) for key, fields in by_key.items()}
+
+
 def latest_calls(hashes: Mapping[str, list[tuple[str, dict]]], written: WrittenLatest | None = None,
                  args_per_call: int | None = None) -> list[tuple[list[str], list[str]]]:
     """KEYS and ARGV of the UPSERT_LATEST_LUA calls that write `hashes` (key -> its fields, each once, and
@@ -58,11 +70,9 @@ def latest_calls(hashes: Mapping[str, list[tuple[str, dict]]], written: WrittenL
         argv.append(str(len(fields)))
         for name, value in fields:
             ts, encoded = int(value["ts"]), encode_latest(value)
-            if written is None:
-                argv += [name, encoded, str(ts), ""]
-                continue
-            argv += [name, encoded, str(ts), written.expected(key, name, ts)]
-            written.remember(key, name, encoded, ts)
+            argv += [name, encoded, str(ts), written.expected(key, name, ts) if written else ""]
+            if written is not None:
+                written.remember(key, name, encoded, ts)
     if keys:
         calls.append((keys, argv))
     return calls

@@ -49,7 +49,7 @@ from aggregator.latest_value_reads import HistoryRead, history_reads, latest_val
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
-from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls
+from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
 from aggregator.window_history import WindowHistory, decoded_members, finest_key
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -302,16 +302,8 @@ class RedisRollupSink:
         crash between the two transactions writes them again identically."""
         if not latest:
             return
-        by_key: dict[str, dict[str, dict[str, Any]]] = {}
-        for key, hash_field, value in latest:
-            # A field once a call, its newest value: the script reads a hash's fields before writing them.
-            fields = by_key.setdefault(key, {})
-            held = fields.get(hash_field)
-            if held is None or int(held["ts"]) <= int(value["ts"]):
-                fields[hash_field] = value
         pipe = self.client.pipeline(transaction=True)
-        hashes = {key: list(fields.items()) for key, fields in by_key.items()}
-        for keys, argv in latest_calls(hashes, self.written_latest):
+        for keys, argv in latest_calls(latest_hashes(latest), self.written_latest):
             self._latest(keys=keys, args=argv, client=pipe)
         pipe.execute()
 
