@@ -6,7 +6,7 @@ Redis, then derives each value (aggregator.latest_values) and writes it where `l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,28 @@ def history_reads(latest: Mapping[Subject, dict[str, Any]],
         reads.append(HistoryRead("replication", ("replication", target, source), record, series,
                                  ts - latest_values.recent_span_ms(period) + 1, ts))
     return reads
+
+
+def earliest_starts(reads: list[HistoryRead]) -> dict[str, int]:
+    """Per metric, the earliest window a read of the batch starts at."""
+    earliest: dict[str, int] = {}
+    for read in reads:
+        metric = read.series.metric
+        earliest[metric] = min(read.low_ms, earliest.get(metric, read.low_ms))
+    return earliest
+
+
+def uncovered(reads: list[HistoryRead], covers: Callable[[layout.SeriesId, int], bool]
+              ) -> dict[layout.SeriesId, tuple[int, int]]:
+    """The series whose kept history (`covers`) lacks the range a read wants, each with the lowest start
+    and the widest span read of it."""
+    wanted: dict[layout.SeriesId, tuple[int, int]] = {}
+    for read in reads:
+        low, span = wanted.get(read.series, (read.low_ms, 0))
+        low, span = min(low, read.low_ms), max(span, read.high_ms - read.low_ms)
+        if not covers(read.series, low):
+            wanted[read.series] = (low, span)
+    return wanted
 
 
 def latest_value(kind: str, subject: tuple[str, ...] | Subject, record: dict[str, Any],

@@ -45,12 +45,12 @@ from aggregator import latest_values, long_lived, partition_verdicts, record_cou
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
-from aggregator.latest_value_reads import HistoryRead, history_reads, latest_value
+from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
-from aggregator.window_history import WindowHistory, decoded_members, finest_key
+from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_connection
@@ -244,11 +244,11 @@ class RedisRollupSink:
         """Writes the batch's latest values and lag verdicts; adds its lag-in-seconds windows to the batch.
         Returns how many values it wrote."""
         reads = history_reads(plan.latest, self._replication_records(plan))
-        self._load_history(reads)
-        read_from: dict[str, int] = {}  # per metric, the earliest window a view reads
-        for read in reads:
-            metric = read.series.metric
-            read_from[metric] = min(read.low_ms, read_from.get(metric, read.low_ms))
+        wanted = uncovered(reads, self.history.covers)
+        if wanted:  # series not kept yet (or over too short a range)
+            self.windows.wait_idle()  # Redis holds every staged batch's windows
+            load_stored(self.history, self.client, wanted)
+        read_from = earliest_starts(reads)  # per metric, the earliest window a view reads
         latest, lag_samples, judged = self._latest_values(plan, reads, read_from)
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after (Burrow's rules over every reported partition, from the offset windows merged
@@ -362,31 +362,6 @@ class RedisRollupSink:
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("%s: skipping a stored lag verdict: %s", self.query_name, problem)
         return updates
-
-    def _load_history(self, reads: list[HistoryRead]) -> None:
-        """Reads from Redis the history of series not kept yet (or kept over too short a range): one read
-        a key, for every metric of its subject wanted."""
-        wanted: dict[layout.SeriesId, tuple[int, int]] = {}  # series -> (low, span) of the widest read
-        for read in reads:
-            low, span = wanted.get(read.series, (read.low_ms, 0))
-            low, span = min(low, read.low_ms), max(span, read.high_ms - read.low_ms)
-            if not self.history.covers(read.series, low):
-                wanted[read.series] = (low, span)
-        if not wanted:
-            return
-        self.windows.wait_idle()  # Redis holds every staged batch's windows
-        by_key: dict[str, list[layout.SeriesId]] = {}
-        for series in wanted:
-            by_key.setdefault(finest_key(series), []).append(series)
-        pipe = self.client.pipeline(transaction=False)
-        for key, metrics in by_key.items():
-            pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
-        for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
-            windows = decoded_members(key, members)
-            for series in metrics:
-                low, span = wanted[series]
-                held = (w[series.metric] for w in windows if series.metric in w)
-                self.history.load(series, low, held, span)
 
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows

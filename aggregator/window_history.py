@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from contract.redis_layout import (
     FINEST_WINDOW,
@@ -66,6 +67,23 @@ def decoded_members(key: str, members: Iterable[bytes | str]) -> list[dict[str, 
         except ValueError as exc:
             LOG.warning("skipping %s in %s", exc, key)
     return out
+
+
+def load_stored(history: WindowHistory, client: Any, wanted: Mapping[SeriesId, tuple[int, int]]) -> None:
+    """Reads from Redis (`client`) the series `wanted` (series -> lowest start, widest span read) into
+    `history`: one read a finest-window key, for every metric of its subject wanted."""
+    by_key: dict[str, list[SeriesId]] = {}
+    for series in wanted:
+        by_key.setdefault(finest_key(series), []).append(series)
+    pipe = client.pipeline(transaction=False)
+    for key, metrics in by_key.items():
+        pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
+    for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
+        windows = decoded_members(key, members)
+        for series in metrics:
+            low, span = wanted[series]
+            held = (w[series.metric] for w in windows if series.metric in w)
+            history.load(series, low, held, span)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aggregator import latest_values, partition_verdicts
-from aggregator.latest_value_reads import history_reads, latest_value
+from aggregator.latest_value_reads import earliest_starts, history_reads, latest_value, uncovered
 from contract import redis_layout as layout
 
 TS = 1_700_000_000_000
@@ -43,3 +43,22 @@ def test_each_kind_is_kept_in_its_own_hash_and_field():
         layout.group_latest_key("west", "east", "billing"), layout.group_latest_field("orders", 3))
     assert latest_value("replication", ("replication", "west", "east"), {"ts": TS}, [])[:2] == (
         layout.replication_status_key("west", "east"), "replication")
+
+
+def test_earliest_starts_are_per_metric():
+    reads = history_reads({PARTITION: {"ts": TS, "period_ms": 30_000},
+                           GROUP: {"ts": TS - 5_000}}, {})
+    starts = earliest_starts(reads)
+    assert starts["source_end_offset"] == TS - 5_000 - latest_values.HISTORY_SPAN_MS
+    assert starts["upstream_offset"] == TS - partition_verdicts.lookback_of({"period_ms": 30_000})
+
+
+def test_uncovered_names_each_series_once_with_its_lowest_start_and_widest_span():
+    later = ("partition", "west", "east", "orders", "3", "")
+    reads = history_reads({PARTITION: {"ts": TS}, GROUP: {"ts": TS + 60_000}}, {})
+    reads += history_reads({later: {"ts": TS + 1_000}}, {})
+    end_offsets = reads[0].series
+    wanted = uncovered(reads, lambda series, low: series.metric != "source_end_offset")
+    assert set(wanted) == {end_offsets}
+    assert wanted[end_offsets] == (TS - latest_values.HISTORY_SPAN_MS, latest_values.HISTORY_SPAN_MS)
+    assert uncovered(reads, lambda series, low: True) == {}
