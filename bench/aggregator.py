@@ -71,6 +71,7 @@ from bench.process_cpu import (  # noqa: E402
     CpuBudget,
     budget_line,
     children,
+    fixed_work_cpu_ms,
     ticks,
 )
 from contract import redis_layout as layout  # noqa: E402
@@ -141,14 +142,17 @@ def produce_backlog(bootstrap: str, source: str, series: int, periods: int, ever
         raise RuntimeError("the backlog was not all produced in 120 s")
 
 
-def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: int) -> list[int]:
+def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: int
+                 ) -> tuple[list[int], list[tuple[int, float]]]:
     """RATE records/s for SECONDS, ts = now, in ticks of 100 ms; the probe (series 0) reports each tick,
-    the others fill up the rate round-robin. Returns the probe reports' ts."""
+    the others fill up the rate round-robin. Returns the probe reports' ts, and each tick's time and the
+    CPU ms of a fixed piece of work (process_cpu.fixed_work_cpu_ms) then."""
     keys = [record_key(source, s) for s in range(series)]
     topic = metrics_topic(source)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     began, sent, seq = time.time(), 0, 0
     produced_ts: list[int] = []
+    host_speed: list[tuple[int, float]] = []
     while time.time() - began < seconds:
         tick = time.time()
         per_tick = rate // 10
@@ -159,6 +163,7 @@ def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: i
             batch.append((keys[s], record(source, s, now_ms, seq)))
         produce(producer, topic, batch)
         produced_ts.append(now_ms)
+        host_speed.append((now_ms, fixed_work_cpu_ms()))
         sent += per_tick
         seq += 1
         time.sleep(max(0.0, 0.1 - (time.time() - tick)))
@@ -166,7 +171,7 @@ def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: i
     achieved = sent / (time.time() - began)
     print(f"freshness: produced {sent} records at {achieved:.0f} records/s, probe reports {len(produced_ts)}",
           flush=True)
-    return produced_ts
+    return produced_ts, host_speed
 
 
 class DriverLoad:
@@ -352,7 +357,7 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
         poller.start()
         budget.bench_threads.tids.add(poller.native_id or 0)
         budget.start()
-        produced_ts = in_child(produce_live, bootstrap, source, series, rate, warm_up_s + seconds)
+        produced_ts, host_speed = in_child(produce_live, bootstrap, source, series, rate, warm_up_s + seconds)
         time.sleep(5)
     finally:
         stop.set()
@@ -363,6 +368,10 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
     print(f"freshness: cores used while measured, by part: "
           f"{budget_line(used, measured[1] - measured[0], 'cores')}; host steal "
           f"{used.get(HOST_STEAL, 0.0) / (measured[1] - measured[0]):.2f} cores")
+    work_ms = sorted(ms for at, ms in host_speed if at >= measured[0] * 1000)
+    print(f"freshness: a fixed piece of Python work took {statistics.median(work_ms):.2f} ms of CPU at the "
+          f"median over the same span, {work_ms[int(len(work_ms) * 0.9)]:.2f} at p90 (more when the host "
+          f"runs code slower)")
     warm = [ts for ts in produced_ts if ts >= produced_ts[0] + warm_up_s * 1000]
     gave_up = time.time() * 1000
     # A report is readable once it or any newer one is: one batch may carry several probe reports.

@@ -24,6 +24,16 @@ JVM_THREADS = (("executor tasks", "^Executor task"), ("JIT compilers", "^C[12] C
                ("GC", "^(G1|GC) "), ("streaming query", "^stream exec"))
 
 
+def fixed_work_cpu_ms() -> float:
+    """CPU ms a fixed piece of Python work (tuples in a dict, a sort: what the sink does a partition) takes
+    now. On a shared host the same code runs slower at times (other tenants on the caches and memory
+    bus, the clock) with no steal shown; a batch's times follow it, and this tells such a span apart."""
+    began = time.thread_time_ns()
+    table = {(i, i % 7): (i * 2, str(i)) for i in range(2_000)}
+    sorted(table.values())
+    return (time.thread_time_ns() - began) / 1e6
+
+
 def stat_fields(path: Path) -> list[str]:
     try:
         text = path.read_text()
