@@ -25,7 +25,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+
+import redis
 
 from contract.redis_layout import (
     FINEST_WINDOW,
@@ -69,7 +70,8 @@ def decoded_members(key: str, members: Iterable[bytes | str]) -> list[dict[str, 
     return out
 
 
-def load_stored(history: WindowHistory, client: Any, wanted: Mapping[SeriesId, tuple[int, int]]) -> None:
+def load_stored(history: WindowHistory, client: redis.Redis,
+                wanted: Mapping[SeriesId, tuple[int, int]]) -> None:
     """Reads from Redis (`client`) the series `wanted` (series -> lowest start, widest span read) into
     `history`: one read a finest-window key, for every metric of its subject wanted."""
     by_key: dict[str, list[SeriesId]] = {}
