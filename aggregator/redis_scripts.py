@@ -70,7 +70,7 @@ def latest_calls(hashes: Mapping[str, list[tuple[str, dict]]], written: WrittenL
         argv.append(str(len(fields)))
         for name, value in fields:
             ts, encoded = int(value["ts"]), encode_latest(value)
-            argv += [name, encoded, str(ts), written.expected(key, name, ts) if written else ""]
+            argv += [name, encoded, str(ts), written.expected(key, name, ts) if written is not None else ""]
             if written is not None:
                 written.remember(key, name, encoded, ts)
     if keys:
