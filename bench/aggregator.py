@@ -369,9 +369,10 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
           f"{budget_line(used, measured[1] - measured[0], 'cores')}; host steal "
           f"{used.get(HOST_STEAL, 0.0) / (measured[1] - measured[0]):.2f} cores")
     work_ms = sorted(ms for at, ms in host_speed if at >= measured[0] * 1000)
-    print(f"freshness: a fixed piece of Python work took {statistics.median(work_ms):.2f} ms of CPU at the "
-          f"median over the same span, {work_ms[int(len(work_ms) * 0.9)]:.2f} at p90 (more when the host "
-          f"runs code slower)")
+    if work_ms:  # none when nothing was measured past the warm-up (--seconds 0)
+        print(f"freshness: a fixed piece of Python work took {statistics.median(work_ms):.2f} ms of CPU at "
+              f"the median over the same span, {work_ms[int(len(work_ms) * 0.9)]:.2f} at p90 (more when the "
+              f"host runs code slower)")
     warm = [ts for ts in produced_ts if ts >= produced_ts[0] + warm_up_s * 1000]
     gave_up = time.time() * 1000
     # A report is readable once it or any newer one is: one batch may carry several probe reports.
