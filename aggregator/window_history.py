@@ -43,12 +43,19 @@ LOG = logging.getLogger(__name__)
 KEEP_SLACK_MS = 120_000
 
 
-@lru_cache(maxsize=1 << 17)
 def series_id(target: str, source: str, topic: str, partition: int, metric: str,
               group: str | None = None) -> SeriesId:
     """One SeriesId object per series in this process. The sink looks the series a batch names up in
     several dicts (the batch's history, the kept history), ~16 lookups a partition a batch: with the same
     object each finds its key by identity, not by the dataclass's __eq__ (~10 ms a live batch)."""
+    # Always six arguments to the cache: it keys on the call's arguments as given, and a call without
+    # `group` made a second object for the series of a call with group None.
+    return _series_id(target, source, topic, partition, metric, group)
+
+
+@lru_cache(maxsize=1 << 17)
+def _series_id(target: str, source: str, topic: str, partition: int, metric: str,
+               group: str | None) -> SeriesId:
     return SeriesId(target, source, topic, partition, metric, group)
 
 

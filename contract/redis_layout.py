@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -85,6 +86,21 @@ class SeriesId:
     partition: int  # or WHOLE_TOPIC
     metric: str
     group: str | None = None  # set for checkpoint (consumer-group) series
+    # Hashed once: the sink looks each series of a live batch up in dicts ~24 times (~5 * 10^4 hashes of
+    # six fields a batch of 2,000 partitions).
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.target, self.source, self.topic, self.partition,
+                                                self.metric, self.group)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[SeriesId], tuple[Any, ...]]:
+        # Rebuilt from its fields: a string's hash differs between processes, so the cached one must not
+        # travel in a pickle.
+        return SeriesId, (self.target, self.source, self.topic, self.partition, self.metric, self.group)
 
 
 # A value: never changed once made, and hashable. Not frozen: a frozen dataclass sets each field through

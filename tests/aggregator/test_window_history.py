@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.window_history import KEEP_SLACK_MS, WindowHistory
+from aggregator.window_history import KEEP_SLACK_MS, WindowHistory, series_id
 from contract.redis_layout import WindowAggregate, merge_windows
 
 KEEP_MS = 1_200_000
@@ -126,3 +126,8 @@ def test_views_and_commits_match_the_scanned_history(stored, low_window, batches
 
 def _with_last_ts(windows: Iterable[WindowAggregate]) -> list[tuple[WindowAggregate, int | None]]:
     return [(w, w.last_ts) for w in windows]
+
+
+def test_one_series_id_object_a_series_whether_group_is_named_or_not() -> None:
+    # The sink's dict lookups find their keys by identity only when every caller gets the same object.
+    assert series_id("t", "s", "x", 1, "records_lag") is series_id("t", "s", "x", 1, "records_lag", None)

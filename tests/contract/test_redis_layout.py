@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import re
+import subprocess
+import sys
 from urllib.parse import unquote
 
 import pytest
@@ -214,3 +217,17 @@ def test_latest_keys_and_values():
     assert layout.decode_latest(layout.encode_latest(value)) == value
     with pytest.raises(ValueError, match="not a latest-value record"):
         layout.decode_latest(b'{"no": "ts"}')
+
+
+def test_a_series_id_hashed_once_finds_its_equal_after_a_pickle_from_another_process() -> None:
+    """The hash is cached: a pickle must rebuild it, since a string's hash differs between processes."""
+    made = SeriesId("t", "s", "x", 1, "end_offset")
+    assert made == SeriesId("t", "s", "x", 1, "end_offset", None)
+    assert hash(made) == hash(("t", "s", "x", 1, "end_offset", None))
+    assert "_hash" not in repr(made)
+    # The child pickles with another hash seed; this process must find the series under its own hash.
+    code = ("import pickle, sys; from contract.redis_layout import SeriesId; "
+            "sys.stdout.buffer.write(pickle.dumps(SeriesId('t', 's', 'x', 1, 'end_offset')))")
+    env = {"PYTHONHASHSEED": "12345", "PYTHONPATH": ":".join(p for p in sys.path if p)}
+    sent = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env).stdout
+    assert {made: "found"}.get(pickle.loads(sent)) == "found"
