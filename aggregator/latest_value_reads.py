@@ -6,7 +6,7 @@ Redis, then derives each value (aggregator.latest_values) and writes it where `l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,9 @@ class HistoryRead:
 
 def history_reads(latest: Mapping[Subject, dict[str, Any]],
                   replication_records: Mapping[tuple[str, str], dict[str, Any]]) -> list[HistoryRead]:
-    """The reads of a batch: for each partition and group report in `latest` its end-offset history (and
-    for a partition the offset series its lag verdict looks back over); for each replication whose
-    latest value the batch changes (`replication_records`) its record counts."""
+    """The reads of a batch's latest values: for each partition and group report in `latest` its
+    end-offset history; for each replication whose latest value the batch changes (`replication_records`)
+    its record counts. Lag verdicts read offsets (offset_reads)."""
     reads: list[HistoryRead] = []
     for subject, record in latest.items():
         kind, target, source, topic, partition, _ = subject
@@ -43,15 +43,22 @@ def history_reads(latest: Mapping[Subject, dict[str, Any]],
             ts = int(record["ts"])
             low = ts - latest_values.HISTORY_SPAN_MS
             reads.append(HistoryRead(kind, subject, record, series, low, ts))
-            if kind == "partition":
-                low = ts - partition_verdicts.lookback_of(record)
-                reads += [HistoryRead("offsets", subject, record, s, low, ts)
-                          for s in partition_verdicts.offset_series(subject)]
     for (target, source), record in replication_records.items():
         series = series_id(target, source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
         ts, period = int(record["ts"]), latest_values.effective_period_ms(record.get("period_ms"))
         reads.append(HistoryRead("replication", ("replication", target, source), record, series,
                                  ts - latest_values.recent_span_ms(period) + 1, ts))
+    return reads
+
+
+def offset_reads(reports: Iterable[tuple[Subject, dict[str, Any]]]) -> list[HistoryRead]:
+    """The offset series each partition report's lag verdict looks back over (partition_verdicts)."""
+    reads: list[HistoryRead] = []
+    for subject, record in reports:
+        ts = int(record["ts"])
+        low = ts - partition_verdicts.lookback_of(record)
+        reads += [HistoryRead("offsets", subject, record, s, low, ts)
+                  for s in partition_verdicts.offset_series(subject)]
     return reads
 
 

@@ -33,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
+from aggregator.verdict_child import BackgroundVerdicts, InlineVerdicts, VerdictJudge
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -100,7 +101,8 @@ def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -
 
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
-                 target: str | None = None, merge_in_background: bool = False) -> None:
+                 target: str | None = None, merge_in_background: bool = False,
+                 judge_in_background: bool = False) -> None:
         self.redis_url = redis_url
         self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
@@ -113,6 +115,8 @@ class RedisRollupSink:
         self._latest: Any = None
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
+        self.judge_in_background = judge_in_background  # lag verdicts judged beside the latest values
+        self._judging: InlineVerdicts | BackgroundVerdicts | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.written_latest = WrittenLatest()  # what this sink last wrote to each latest field: a hint
@@ -146,12 +150,29 @@ class RedisRollupSink:
                 self._windows.recover(committed)
         return self._windows
 
+    @property
+    def judging(self) -> InlineVerdicts | BackgroundVerdicts:
+        """Judges the batches' lag verdicts (verdict_child); a child gone since the last batch is replaced."""
+        if isinstance(self._judging, BackgroundVerdicts) and not self._judging.usable:
+            self._judging.close()
+            self._judging = None
+        if self._judging is None:
+            if self.judge_in_background:
+                self._judging = BackgroundVerdicts(self.redis_url, self.batch_scope, HISTORY_KEEP_MS)
+            else:
+                self._judging = InlineVerdicts(VerdictJudge(self.client, self.history, self.verdicts,
+                                                            self.written_latest))
+        return self._judging
+
     def close(self, wait_s: float = 0.0) -> None:
         """Ends a background window writer (its query ended), waiting up to `wait_s` for it to finish the
-        merges it was handed; a later batch would start another."""
+        merges it was handed, and a verdict child; a later batch would start others."""
         if isinstance(self._windows, BackgroundWindowWriter):
             self._windows.close(wait_s)
         self._windows = None
+        if self._judging is not None:
+            self._judging.close()
+        self._judging = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
@@ -202,6 +223,9 @@ class RedisRollupSink:
         LOG.debug("%s: batch %d: no sink state in Redis, not written", self.query_name, batch_id)
         self.state_lost = True
         self.history.clear()
+        self.verdicts.clear()
+        if self._judging is not None:
+            self._judging.clear()
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
@@ -219,16 +243,20 @@ class RedisRollupSink:
             return
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
+        judging = self.judging
         try:
-            written = self._derive_latest(plan, batch)
+            judging.begin(plan, [(s, r) for s, r in plan.latest.items() if s[0] == "partition"])
+            written = self._derive_latest(plan, batch, judging)
             derived = time.monotonic()
-            if not self._commit(plan, batch, batch_id, state, require_state):
+            # The batch commits once its verdicts are in Redis: the MULTI is built meanwhile.
+            if not self._commit(plan, batch, batch_id, state, require_state, before=judging.wait):
                 return
         except Exception:
             # From _latest_values on, the kept history has the batch merged and the verdicts hold its
             # verdicts: Redis may not.
             self.history.clear()
             self.verdicts.clear()
+            judging.abort()
             raise
         staged = time.monotonic()
         for series in plan.history:
@@ -240,9 +268,10 @@ class RedisRollupSink:
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
 
-    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
-        """Writes the batch's latest values and lag verdicts; adds its lag-in-seconds windows to the batch.
-        Returns how many values it wrote."""
+    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials,
+                       judging: InlineVerdicts | BackgroundVerdicts) -> int:
+        """Writes the batch's latest values and has `judging` write their lag verdicts (begun); adds the
+        batch's lag-in-seconds windows to it. Returns how many latest values it wrote."""
         reads = history_reads(plan.latest, self._replication_records(plan))
         wanted = uncovered(reads, self.history.covers)
         if wanted:  # series not kept yet (or over too short a range)
@@ -252,21 +281,20 @@ class RedisRollupSink:
         latest, lag_samples, judged = self._latest_values(plan, reads, read_from)
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after (Burrow's rules over every reported partition, from the offset windows merged
-        # here): a partition's lag is readable that much sooner, and its verdict no later than before.
+        # meanwhile): a partition's lag is readable that much sooner, and its verdict no later than before.
         self._write_latest(latest)
-        self._merge_history(plan, partition_verdicts.OFFSET_METRICS, read_from)
-        verdicts = self._verdicts(judged)
-        verdict_values = self._verdict_values(verdicts)
-        self._write_latest(verdict_values)
-        self.verdicts.commit(verdicts)
+        if judging.wants_stored():  # asked this late: the child, which seldom reads Redis, has gone on
+            self.windows.wait_idle()
+            judging.go()
+        judging.finish({read.subject: seconds for read, seconds in judged}, _now_ms())
         if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
             batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
-        return len(latest) + len(verdict_values)
+        return len(latest)
 
     def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,
-                require_state: bool) -> bool:
-        """Stages the batch's windows with its index, counts and sink state in one MULTI; False when the
-        sink state is gone from Redis (nothing written)."""
+                require_state: bool, before: Callable[[], None]) -> bool:
+        """Stages the batch's windows with its index, counts and sink state in one MULTI, sent once
+        `before` returns; False when the sink state is gone from Redis (nothing written)."""
         history_from = self.history_start.pending(self.client, batch.windows)
         try:
             pipe = self.client.pipeline(transaction=True)
@@ -274,6 +302,7 @@ class RedisRollupSink:
                 pipe.watch(layout.batch_key(self.batch_scope))  # a flush from here on aborts the EXEC
                 if not pipe.exists(layout.batch_key(self.batch_scope)):
                     pipe.reset()
+                    before()
                     self._lose_state(batch_id)
                     return False
                 pipe.multi()
@@ -289,6 +318,7 @@ class RedisRollupSink:
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
             pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
             pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
+            before()
             pipe.execute()
         except redis.WatchError:
             self._lose_state(batch_id)
@@ -329,8 +359,6 @@ class RedisRollupSink:
         self._merge_history(plan, LATEST_METRICS, read_from)
         out, samples, judged = [], [], []
         for read in reads:
-            if read.kind == "offsets":  # windows for the partition's verdict, after the values' write
-                continue
             history = self.history.view(read.series, read.low_ms, read.high_ms)
             out.append(latest_value(read.kind, read.subject, read.record, history))
             seconds = out[-1][2].get("lag_seconds")
@@ -346,22 +374,6 @@ class RedisRollupSink:
         """Merges the batch's partials of `metrics` into the kept history, for the views that follow."""
         for series in plan.add_history(metrics, read_from, self.history.longest_keeps):
             self.history.merge(series, plan.history[series])
-
-    def _verdict_values(self, verdicts: partition_verdicts.VerdictUpdates) -> list[LatestValue]:
-        """The lag verdicts of the batch's partitions and their replications' summaries, as latest values."""
-        summaries = self.verdicts.summaries(verdicts, _now_ms())
-        out = [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in verdicts.items()
-               for name, v in fresh.items()]
-        return out + [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
-
-    def _verdicts(self, judged: list[tuple[HistoryRead, Any]]) -> partition_verdicts.VerdictUpdates:
-        """The lag verdicts of the partitions reported in the batch, per replication (each replication
-        loaded from Redis first when this process has not met it yet)."""
-        reports = [(r.subject, r.record, seconds) for r, seconds in judged]
-        updates = partition_verdicts.batch_verdicts(reports, self.history.view)
-        for problem in self.verdicts.load_missing(self.client, updates):
-            LOG.warning("%s: skipping a stored lag verdict: %s", self.query_name, problem)
-        return updates
 
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from aggregator import latest_values, partition_verdicts
-from aggregator.latest_value_reads import earliest_starts, history_reads, latest_value, uncovered
+from aggregator.latest_value_reads import (
+    earliest_starts,
+    history_reads,
+    latest_value,
+    offset_reads,
+    uncovered,
+)
 from contract import redis_layout as layout
 
 TS = 1_700_000_000_000
@@ -11,12 +17,12 @@ PARTITION = ("partition", "west", "east", "orders", "3", "")
 GROUP = ("group", "west", "east", "orders", "3", "billing")
 
 
-def test_a_partition_reads_its_end_offsets_and_the_offsets_its_verdict_looks_back_over():
+def test_a_partition_reads_its_end_offsets_and_its_verdict_the_offsets_it_looks_back_over():
     record = {"ts": TS, "period_ms": 30_000}
-    reads = history_reads({PARTITION: record}, {})
-    end_offsets, *offsets = reads
+    [end_offsets] = history_reads({PARTITION: record}, {})
     assert (end_offsets.kind, end_offsets.series.metric) == ("partition", "source_end_offset")
     assert (end_offsets.low_ms, end_offsets.high_ms) == (TS - latest_values.HISTORY_SPAN_MS, TS)
+    offsets = offset_reads([(PARTITION, record)])
     assert [r.series for r in offsets] == list(partition_verdicts.offset_series(PARTITION))
     assert {(r.kind, r.low_ms, r.high_ms) for r in offsets} == {
         ("offsets", TS - partition_verdicts.lookback_of(record), TS)}
@@ -48,6 +54,7 @@ def test_each_kind_is_kept_in_its_own_hash_and_field():
 def test_earliest_starts_are_per_metric():
     reads = history_reads({PARTITION: {"ts": TS, "period_ms": 30_000},
                            GROUP: {"ts": TS - 5_000}}, {})
+    reads += offset_reads([(PARTITION, {"ts": TS, "period_ms": 30_000})])
     starts = earliest_starts(reads)
     assert starts["source_end_offset"] == TS - 5_000 - latest_values.HISTORY_SPAN_MS
     assert starts["upstream_offset"] == TS - partition_verdicts.lookback_of({"period_ms": 30_000})
@@ -57,6 +64,7 @@ def test_uncovered_names_each_series_once_with_its_lowest_start_and_widest_span(
     later = ("partition", "west", "east", "orders", "3", "")
     reads = history_reads({PARTITION: {"ts": TS}, GROUP: {"ts": TS + 60_000}}, {})
     reads += history_reads({later: {"ts": TS + 1_000}}, {})
+    reads += offset_reads([(PARTITION, {"ts": TS})])
     end_offsets = reads[0].series
     wanted = uncovered(reads, lambda series, low: series.metric != "source_end_offset")
     assert set(wanted) == {end_offsets}
