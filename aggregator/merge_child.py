@@ -18,20 +18,17 @@ unprivileged process cannot raise its priority back when asked to finish.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import multiprocessing
-import multiprocessing.util  # its exit handler, registered on import, must come before ours
-import signal
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import pyarrow as pa
 
+from aggregator import sink_children
 from aggregator.window_writer import WindowWriter
 from contract import redis_connection
 
@@ -91,16 +88,8 @@ class BackgroundWindowWriter:
         self._start_child(committed)
 
     def _start_child(self, committed: int | None) -> None:
-        _OPEN.add(self)
-        # spawn: the parent holds a JVM gateway and threads, which a forked child must not inherit.
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        level = logging.getLogger(__name__).getEffectiveLevel()
-        self._process = context.Process(target=_serve, args=(self.redis_url, self.scope, committed, child,
-                                                             level),
-                                        name=f"{CHILD_PREFIX}{self.scope}", daemon=True)
-        self._process.start()
-        child.close()
+        self._conn, self._process = sink_children.spawn(self, _serve, (self.redis_url, self.scope, committed),
+                                                        f"{CHILD_PREFIX}{self.scope}")
         self._pending = 1  # the recovery of what a crash left staged
         self._waiting_since = time.monotonic()  # the last answer, or the first request after none pending
 
@@ -170,18 +159,6 @@ class BackgroundWindowWriter:
         self._start_child(self._last_submitted)
 
 
-# Writers whose child may still run. A child ignores stop signals and ends when its pipe closes, so at
-# interpreter exit (multiprocessing joins its children then) every pipe still open is closed first: a sink
-# nobody closed would otherwise keep the process from ending.
-_OPEN: weakref.WeakSet[BackgroundWindowWriter] = weakref.WeakSet()
-
-
-@atexit.register  # registered after multiprocessing's own exit handler, so it runs before it
-def _close_open_writers() -> None:
-    for writer in list(_OPEN):
-        writer.close()
-
-
 def join_window_writers(timeout_s: float) -> list[str]:
     """Waits up to `timeout_s` for the merge children whose query ended (they finish the batches they
     were handed, then exit); returns the names of those still running."""
@@ -196,11 +173,7 @@ def _serve(redis_url: str, scope: str, committed: int | None, conn: Connection, 
     """The child: recover, then merge the submitted batches from their staged copies, those that come
     quickly together (_submitted); answer each with None or what failed. After a
     failure nothing more is merged (later batches build on it): the query restarts."""
-    # A stop signal sent to the whole process group (systemd's default, a Ctrl-C, `kill -- -pgid`) must
-    # not end the child between a committed batch and its merge: the parent closing its end ends it.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sink_children.in_child(level)  # not ended by a stop signal between a committed batch and its merge
     writer = WindowWriter(redis_connection.connect(redis_url), scope)
     failure = _attempt(lambda: writer.recover(committed))
     last_merge, last_arrival = 0.0, None

@@ -16,13 +16,8 @@ then the batch's windows, whichever kind judged them.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import multiprocessing
-import multiprocessing.util  # its exit handler, registered on import, must come before ours
-import signal
 import time
-import weakref
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from aggregator import long_lived, partition_verdicts
+from aggregator import long_lived, partition_verdicts, sink_children
 from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.latest_value_reads import earliest_starts, offset_reads, uncovered
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
@@ -169,14 +164,8 @@ class BackgroundVerdicts:
                  answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self.scope = scope
         self.answer_timeout_s = answer_timeout_s
-        _OPEN.add(self)
-        context = multiprocessing.get_context("spawn")  # the parent holds a JVM gateway and threads
-        self._conn, child = context.Pipe()
-        level = logging.getLogger(__name__).getEffectiveLevel()
-        self._process = context.Process(target=_serve, args=(redis_url, keep_ms, child, level),
-                                        name=f"{CHILD_PREFIX}{scope}", daemon=True)
-        self._process.start()
-        child.close()
+        self._conn, self._process = sink_children.spawn(self, _serve, (redis_url, keep_ms),
+                                                        f"{CHILD_PREFIX}{scope}")
         self._stage = "idle"  # then begun (an answer due), asked, going, finished (an answer due)
 
     def begin(self, plan: BatchPlan, reports: list[Report]) -> None:
@@ -250,24 +239,9 @@ class BackgroundVerdicts:
         return self._conn.recv()
 
 
-# Children still running. One ignores stop signals and ends when its pipe closes, so at interpreter exit
-# (multiprocessing joins its children then) every pipe still open is closed first.
-_OPEN: weakref.WeakSet[BackgroundVerdicts] = weakref.WeakSet()
-
-
-@atexit.register  # registered after multiprocessing's own exit handler, so it runs before it
-def _close_open_children() -> None:
-    for child in list(_OPEN):
-        child.close()
-
-
 def _serve(redis_url: str, keep_ms: int, conn: Connection, level: int) -> None:
     """The child: one batch at a time, each answered with None or what failed; the pipe closing ends it."""
-    # A stop signal to the whole process group must not end the child under a batch the sink still
-    # finishes: the parent closing its end does.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sink_children.in_child(level)
     judge = VerdictJudge(redis_connection.connect(redis_url), WindowHistory(keep_ms),
                          partition_verdicts.ReplicationVerdicts(), WrittenLatest())
     batches = 0
