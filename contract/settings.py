@@ -8,7 +8,7 @@ bare. Keys of the replications (``part = "driver"``) are type-checked when the f
 part reads the same file and a typo there would otherwise surface only when a task starts.
 
 Cluster connection keys (``<alias>.bootstrap.servers`` and the Kafka client properties) are not in this
-table: ``contract.client_properties`` owns them.
+table: ``contract.client_keys`` says which keys they are.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
 )
 """Keys with a name inside (a cluster alias, a remote site): read directly where they are used, listed
 here so the configuration reference shows them. Kafka client properties (``<alias>.security.protocol``
-and the rest) belong to ``contract.client_properties``."""
+and the rest) are ``contract.client_keys``'s."""
 
 PARSED_ON_LOAD: Final = frozenset(
     key for key, setting in SETTINGS.items()

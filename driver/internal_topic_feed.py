@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from clients.record_guard import RecordGuard
 from contract.kafka_names import check_group, check_topic
 from contract.records.mm2 import (
     CHECKPOINT_MAX_KEY_BYTES,
@@ -24,7 +25,7 @@ from contract.records.mm2 import (
     Checkpoint,
     OffsetSync,
 )
-from contract.untrusted import RecordGuard, long
+from contract.untrusted import long
 
 LOG = logging.getLogger(__name__)
 
