@@ -127,8 +127,7 @@ class SrmConfig:
             return split_list(found[1].value)
         if spec.type == "string":
             return self._values[found[0]]
-        parse, expected = _PARSERS[spec.type]
-        return self._parse(found, parse, expected)
+        return self._checked(found, spec.key)
 
     def get_list(
         self, key: str, source: str | None = None, target: str | None = None, default: list[str] | None = None
@@ -176,13 +175,6 @@ class SrmConfig:
             source,
             self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
-
-    def positive_seconds(self, key: str, source: str, target: str) -> float:
-        """A duration setting of a replication; zero or less is a config error naming the key."""
-        value = self.setting(key, source, target)
-        if value is None or not value > 0:
-            raise self.config_error(key, f"must be a positive number of seconds, got {value}", source, target)
-        return value
 
     def offset_syncs_location(self, source: str, target: str) -> tuple[str, str]:
         """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
@@ -273,7 +265,16 @@ class SrmConfig:
         for raw_key, entry in self._entries.items():
             for setting in self._setting_names(raw_key):
                 if setting in PARSED_ON_LOAD:
-                    self._parse((raw_key, entry), *_PARSERS[SETTINGS[setting].type])
+                    self._checked((raw_key, entry), setting)
+
+    def _checked(self, found: _Found, key: str) -> Any:
+        """The typed value of entry ``found`` of setting ``key``; an interval must be positive."""
+        spec = SETTINGS[key]
+        value = self._parse(found, *_PARSERS[spec.type])
+        if spec.positive and not value > 0:
+            raise self._error(found[0], f"must be greater than 0, got {self._values[found[0]]!r}: an "
+                              f"interval of 0 or less would repeat its work without pause")
+        return value
 
     def _setting_names(self, raw_key: str) -> list[str]:
         """The setting a raw key sets, once stripped of each scope prefix it might carry."""

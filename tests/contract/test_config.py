@@ -157,6 +157,32 @@ def test_bad_typed_value_names_file_line_and_key(getter, value, expected):
     assert caught.value.key == "service.thing"
 
 
+@pytest.mark.parametrize("line", [
+    "sync.topic.acls.interval.seconds = 0",
+    "east->west.sync.topic.acls.interval.seconds = -5",
+    "west.refresh.groups.interval.seconds = 0",
+    "workers.metrics.period = 0",
+    "aggregator.trigger.interval.ms = 0",
+    "service.advertisement.interval.seconds = -1",
+])
+def test_every_interval_setting_must_be_positive_when_the_file_loads(line):
+    key, value = line.split(" = ")
+    error = error_of(BASE + f"# intervals\n{line}\n")
+    assert (error.line, error.key) == (5, key)
+    assert str(error).startswith(f"{NAME}:5: {key}: must be greater than 0, got '{value}'")
+
+
+def test_the_positive_rule_is_one_rule_of_the_settings_table():
+    from contract.settings import SETTINGS
+
+    intervals = {key for key, setting in SETTINGS.items() if setting.positive}
+    assert {"sync.topic.acls.interval.seconds", "refresh.topics.interval.seconds", "metrics.period",
+            "emit.heartbeats.interval.seconds", "aggregator.trigger.interval.ms"} <= intervals
+    assert "offset.lag.max" not in intervals and "service.remote.timeout.ms" not in intervals
+    config = parse("sync.topic.acls.interval.seconds = 0.5\n")
+    assert config.setting("sync.topic.acls.interval.seconds") == 0.5
+
+
 def test_bad_secret_value_is_not_shown():
     config = parse("east.ssl.key.password = not-a-number\n")
     with pytest.raises(ConfigError) as caught:
