@@ -2,7 +2,7 @@
 
 MM2 compatible: only partition 0 is read, from the beginning. Every record is untrusted: one that is
 too large, does not decode or names something illegal is counted, logged with its topic, partition and
-offset (at a bounded rate) and skipped, never fatal (``contract.untrusted.RecordGuard``).
+offset (at a bounded rate) and skipped, never fatal (``clients.record_guard.RecordGuard``).
 """
 
 from __future__ import annotations

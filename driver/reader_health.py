@@ -1,7 +1,7 @@
 """How the readers one replication depends on are doing, for its raw-metrics replication report.
 
 Each reader of an internal topic takes records from whoever may produce there and refuses the ones it
-cannot use (``contract.untrusted.RecordGuard``). The counts and whether each reader still reads would
+cannot use (``clients.record_guard.RecordGuard``). The counts and whether each reader still reads would
 otherwise live only in the driver's log; this registry gathers them so the replication report carries
 them (``ReplicationMetrics.readers``) and the service shows them in the replication's status and
 ``/metrics``.
