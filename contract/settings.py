@@ -8,11 +8,12 @@ bare. Keys of the replications (``part = "driver"``) are type-checked when the f
 part reads the same file and a typo there would otherwise surface only when a task starts.
 
 Cluster connection keys (``<alias>.bootstrap.servers`` and the Kafka client properties) are not in this
-table: ``contract.client_properties`` owns them.
+table: ``contract.client_keys`` says which keys they are.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -34,6 +35,15 @@ class Setting:
     part: Part
     doc: str
     scope: Scope = "replication"
+
+    @property
+    def positive(self) -> bool:
+        """Intervals and periods must be above zero: zero or less would run their work on every pass of
+        a loop (a describe + create of ACLs per copied batch). One rule for every such key, by name."""
+        return self.type in ("integer", "number") and _INTERVAL_KEY.search(self.key) is not None
+
+
+_INTERVAL_KEY: Final = re.compile(r"(?:^|\.)(?:interval|period)(?:\.|$)")
 
 
 def _table(*settings: Setting) -> dict[str, Setting]:
@@ -213,9 +223,10 @@ NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
 )
 """Keys with a name inside (a cluster alias, a remote site): read directly where they are used, listed
 here so the configuration reference shows them. Kafka client properties (``<alias>.security.protocol``
-and the rest) belong to ``contract.client_properties``."""
+and the rest) are ``contract.client_keys``'s."""
 
 PARSED_ON_LOAD: Final = frozenset(
     key for key, setting in SETTINGS.items()
-    if setting.part == "driver" and setting.type in ("boolean", "integer", "number")
+    if (setting.part == "driver" and setting.type in ("boolean", "integer", "number")) or setting.positive
 )
+"""Keys type-checked (and, for intervals, checked positive) when the file loads, under any scope prefix."""

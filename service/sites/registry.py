@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.record_guard import RecordGuard, RecordPlace
 from contract.config import SrmConfig
 from contract.records.advertisement import (
     MAX_KEY_BYTES,
@@ -35,7 +36,7 @@ from contract.records.advertisement import (
 )
 from contract.records.mm2 import RECORD_PARTITION
 from contract.replication_policy import HEARTBEATS_TOPIC
-from contract.untrusted import RecordGuard, RecordPlace, Rejected
+from contract.untrusted import Rejected
 from service.sites.advertiser import advertisements, advertiser_settings
 from service.sites.site_settings import configured_site_names
 from service.sites.site_trust import Endpoint, parse_site_url
