@@ -29,6 +29,7 @@ COPY --from=requirements /src/requirements.txt ./
 RUN pip install --no-cache-dir -r requirements.txt
 COPY pyproject.toml README.md ./
 COPY contract contract
+COPY clients clients
 COPY driver driver
 COPY aggregator aggregator
 COPY service service
