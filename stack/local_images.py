@@ -34,7 +34,10 @@ class ImageBuild:
 
     def command(self, engine: str) -> list[str]:
         build_args = [f"--build-arg={name}={value}" for name, value in self.args]
-        return [engine, "build", "-t", self.image, "-f", str(ROOT / self.dockerfile), *build_args, str(ROOT)]
+        # podman's default (OCI) image format has no HEALTHCHECK: it would be dropped without a word.
+        image_format = ["--format=docker"] if engine == "podman" else []
+        return [engine, "build", *image_format, "-t", self.image, "-f", str(ROOT / self.dockerfile),
+                *build_args, str(ROOT)]
 
 
 def image_builds(override: Path = OVERRIDE) -> list[ImageBuild]:

@@ -29,7 +29,7 @@ def local_image(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def docker_host(engine: tuple[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """DOCKER_HOST of a Docker-compatible API: podman's own service on a socket of this test's, or Docker's."""
+    """DOCKER_HOST of a Docker-compatible API: podman's service on a socket of this test's, or Docker's."""
     if engine[0] == "docker":
         yield os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         return
@@ -66,4 +66,5 @@ def test_kafka_and_redis_fixtures_run_through_testcontainers_on_the_local_images
     assert "1 passed" in done.stdout, output
     left = subprocess.run([engine[0], "ps", "-a", "-q", "--filter", f"ancestor={kafka}",
                            "--filter", f"ancestor={redis}"], capture_output=True, text=True, timeout=120)
-    assert left.stdout.split() == [], f"testcontainers left containers behind after {time.monotonic() - began:.0f} s"
+    took = time.monotonic() - began
+    assert left.stdout.split() == [], f"testcontainers left containers behind (run of {took:.0f} s)"

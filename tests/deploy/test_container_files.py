@@ -88,3 +88,9 @@ def test_the_local_images_build_once_each_from_one_debian_base():
     assert base_image(builds) == "localhost/srm-debian:bookworm"
     for build in builds:
         assert (ROOT / build.dockerfile).is_file(), build
+
+
+def test_podman_builds_in_docker_format_which_keeps_the_healthcheck():
+    (srm,) = [b for b in image_builds() if b.dockerfile == "Dockerfile"]
+    assert "--format=docker" in srm.command("podman")
+    assert not any(arg.startswith("--format") for arg in srm.command("docker"))
