@@ -40,7 +40,8 @@ def test_the_image_holds_every_package_the_project_ships():
 
 def test_the_base_is_an_argument_defaulting_to_the_official_python_311_slim_image():
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim-bookworm$", DOCKERFILE, re.MULTILINE)
-    assert set(re.findall(r"^FROM\s+(\S+)", DOCKERFILE, re.MULTILINE)) == {"${BASE_IMAGE}"}
+    stages = set(re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", DOCKERFILE, re.MULTILINE))
+    assert set(re.findall(r"^FROM\s+(\S+)", DOCKERFILE, re.MULTILINE)) - stages == {"${BASE_IMAGE}"}
 
 
 def test_the_parts_run_as_a_non_root_user_with_a_healthcheck():
