@@ -34,16 +34,18 @@ COPY driver driver
 COPY aggregator aggregator
 COPY service service
 COPY stack stack
-# The aggregator's Spark Kafka connector jars from Maven Central (the broker's jars stay out: no part runs one).
+# The aggregator's Spark Kafka connector jars from Maven Central (the broker's jars stay out: no part runs
+# one), readable by the parts' user (stack.jars stages them in a private temporary folder).
 RUN pip install --no-cache-dir --no-deps . \
- && SRM_CACHE_DIR=/opt/srm/cache python -c 'from stack.jars import spark_connector_jars; spark_connector_jars()'
+ && SRM_CACHE_DIR=/opt/srm/cache python -c 'from stack.jars import spark_connector_jars; spark_connector_jars()' \
+ && chmod -R a+rX /opt/srm/cache
 
 FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       openjdk-17-jre-headless $(command -v python3 >/dev/null || echo python3) \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --user-group --home-dir /opt/srm --no-create-home srm \
+ && useradd --system --uid 10001 --user-group --home-dir /var/lib/srm --no-create-home srm \
  && mkdir -p /var/lib/srm/checkpoints /etc/srm \
  && chown -R srm:srm /var/lib/srm
 COPY --from=install /opt/srm /opt/srm
