@@ -31,7 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from aggregator.query import RollupQuerySpec, sink_of
 from aggregator.redis_sink import query_scope
-from contract import redis_connection
+from clients import redis_connection
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)

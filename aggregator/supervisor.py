@@ -38,10 +38,10 @@ from pyspark.sql.streaming import StreamingQuery
 from aggregator import merge_child, rebuild, window_layout_upgrade
 from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from aggregator.redis_sink import RedisRollupSink
-from contract import redis_connection
+from clients import redis_connection
+from clients.client_faults import classify_java
+from clients.retry_backoff import MAX_WAIT_S, RetryBackoff
 from contract import redis_layout as layout
-from contract.client_faults import classify_java
-from contract.retry_backoff import MAX_WAIT_S, RetryBackoff
 
 LOG = logging.getLogger(__name__)
 

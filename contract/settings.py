@@ -8,7 +8,7 @@ bare. Keys of the replications (``part = "driver"``) are type-checked when the f
 part reads the same file and a typo there would otherwise surface only when a task starts.
 
 Cluster connection keys (``<alias>.bootstrap.servers`` and the Kafka client properties) are not in this
-table: ``contract.client_properties`` owns them.
+table: ``contract.client_keys`` says which keys they are.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
-    _process("service.remote.max.body.bytes", "integer", 8_388_608, "service",
+    _process("service.remote.max.body.bytes", "integer", 1_048_576, "service",
              "Largest answer a gateway reads from a remote site; a larger one is that site's error."),
     _process("service.remote.max.concurrent.calls", "integer", 4, "service",
              "Calls to one remote site running at once; more wait for a free one until their deadline."),
@@ -223,7 +223,7 @@ NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
 )
 """Keys with a name inside (a cluster alias, a remote site): read directly where they are used, listed
 here so the configuration reference shows them. Kafka client properties (``<alias>.security.protocol``
-and the rest) belong to ``contract.client_properties``."""
+and the rest) are ``contract.client_keys``'s."""
 
 PARSED_ON_LOAD: Final = frozenset(
     key for key, setting in SETTINGS.items()

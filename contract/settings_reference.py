@@ -64,7 +64,7 @@ They are layered, weakest first:
    `<role>.x` (role = `admin`, `consumer` or `producer`), then `<side>.<role>.x`; each at the levels
    bare < `workers.` < `connectors.` < `<alias>.` < `<source>-><target>.`.
 
-`contract/client_properties.py` translates them for the driver's and the service's librdkafka clients:
+`clients/client_properties.py` translates them for the driver's and the service's librdkafka clients:
 names librdkafka shares pass through, Java-only names with a librdkafka counterpart (JAAS PLAIN, SCRAM,
 Kerberos and OAuth credentials, PEM and PKCS#12 stores, renamed settings) are translated, Java-only
 names that cannot matter for connectivity are dropped with a warning, and a connectivity setting that

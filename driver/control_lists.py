@@ -1,6 +1,6 @@
 """The live srm-control allow/deny lists of a target cluster, read from ``srm-control.internal``.
 
-The record format is ``contract.records.control``; ``srm-control`` (``driver.control_cli``) writes it
+The record format is ``driver.control_record``; ``srm-control`` (``driver.control_cli``) writes it
 through ``write_changes``. A record that does not decode is logged with its topic, partition and
 offset and skipped: a bad record must not stop the replications that read the lists.
 """
@@ -16,10 +16,13 @@ from typing import Final, Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.client_renderings import kafka_client_config
+from clients.kafka_clients import ClusterUnavailable, TopicSpec
+from clients.record_guard import RecordGuard
 from contract.config import SrmConfig
-from contract.kafka_clients import ClusterUnavailable, TopicSpec
-from contract.records.control import (
+from contract.replication_policy import CONTROL_TOPIC
+from driver.control_record import (
     LISTS,
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
@@ -30,8 +33,6 @@ from contract.records.control import (
     decode_change,
     shown,
 )
-from contract.replication_policy import CONTROL_TOPIC
-from contract.untrusted import RecordGuard
 from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
 from driver.topic_filter import ListedNames
 
@@ -179,7 +180,7 @@ class ControlLists:
     def __init__(self, config: SrmConfig, alias: str, poll_timeout_s: float = POLL_TIMEOUT_S,
                  client_overrides: ClientOverrides = None) -> None:
         # Built now so an unknown alias or a client setting librdkafka cannot take fails at start-up.
-        config.kafka_client_config(alias, role="consumer")
+        kafka_client_config(config, alias, role="consumer")
         checked_replication_factor(config, RF_SETTING, None, alias)
         self.config, self.alias, self.poll_timeout_s = config, alias, poll_timeout_s
         self.client_overrides = dict(client_overrides or {})

@@ -20,9 +20,9 @@ import time
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.config import Replication, SrmConfig
-from contract.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.records.mm2 import RECORD_PARTITION, Heartbeat
 
 LOG = logging.getLogger(__name__)

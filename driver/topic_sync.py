@@ -23,9 +23,9 @@ from typing import Final
 
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.config import SrmConfig
-from contract.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.replication_policy import ReplicationPolicy
 from contract.settings import SETTINGS
 from driver.topic_filter import FoundAtStart, TopicFilter, should_replicate_topic, topic_filter_for

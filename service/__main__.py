@@ -9,10 +9,10 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from contract import redis_connection
+from clients import redis_connection
+from clients.entry_point import StartupError, parse_and_start
+from clients.reachability import redis_problem
 from contract.config import SrmConfig
-from contract.entry_point import StartupError, parse_and_start
-from contract.reachability import redis_problem
 from service.app import create_app
 from service.server import connection_close, head_with_body
 from service.sites.advertiser import advertiser_settings, gunicorn_hooks

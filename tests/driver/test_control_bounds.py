@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 import driver.topic_filter
-from contract.records.control import ControlChange, ControlEntry, ControlFormatError
+from driver.control_record import ControlChange, ControlEntry, ControlFormatError
 from contract.replication_policy import DefaultReplicationPolicy
 from driver.control_lists import ControlState
 from driver.topic_filter import TopicFilter, should_replicate_topic

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from clients.kafka_clients import TopicConfigEntry
 from contract.config import ConfigError, parse_config
-from contract.kafka_clients import TopicConfigEntry
 from driver.topic_sync import (
     DEFAULT_CONFIG_PROPERTIES_EXCLUDE,
     config_changes,
