@@ -11,7 +11,6 @@ from clients.linear_regex import PatternRefused, compile_user_pattern
 from contract.replication_policy import ReplicationPolicy, is_cycle
 from contract.settings import SETTINGS
 from contract.untrusted import shown
-from driver.control_record import MAX_NAME_CHARS
 
 if TYPE_CHECKING:
     from contract.config import SrmConfig

@@ -8,9 +8,9 @@ import contextlib
 import pytest
 
 import driver.topic_filter
-from driver.control_record import ControlChange, ControlEntry, ControlFormatError
 from contract.replication_policy import DefaultReplicationPolicy
 from driver.control_lists import ControlState
+from driver.control_record import ControlChange, ControlEntry, ControlFormatError
 from driver.topic_filter import TopicFilter, should_replicate_topic
 
 POLICY = DefaultReplicationPolicy()
