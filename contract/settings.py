@@ -195,7 +195,7 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
-    _process("service.remote.max.body.bytes", "integer", 8_388_608, "service",
+    _process("service.remote.max.body.bytes", "integer", 1_048_576, "service",
              "Largest answer a gateway reads from a remote site; a larger one is that site's error."),
     _process("service.remote.max.concurrent.calls", "integer", 4, "service",
              "Calls to one remote site running at once; more wait for a free one until their deadline."),
