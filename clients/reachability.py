@@ -11,6 +11,7 @@ import logging
 import socket
 from urllib.parse import urlsplit, urlunsplit
 
+from clients.client_renderings import kafka_client_config
 from contract.config import SrmConfig
 
 LOG = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def redis_problem(url: str) -> str | None:
     """None when Redis at ``url`` answers PING, else one line naming it and the fix."""
     import redis
 
-    from contract.redis_connection import connect
+    from clients.redis_connection import connect
 
     try:
         client = connect(url, PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
@@ -70,7 +71,7 @@ def warn_unreachable_clusters(config: SrmConfig, aliases: list[str], consequence
     """Logs one warning per cluster that does not accept connections; returns those aliases."""
     unreachable = []
     for alias in dict.fromkeys(aliases):
-        servers = config.kafka_client_config(alias, role="admin")["bootstrap.servers"]
+        servers = kafka_client_config(config, alias, role="admin")["bootstrap.servers"]
         problem = bootstrap_problem(alias, servers)
         if problem:
             LOG.warning("%s; %s", problem, consequence)

@@ -11,7 +11,7 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from contract.client_faults import (
+from clients.client_faults import (
     ClientWatch,
     ClusterRejected,
     SecretScrubber,
@@ -20,8 +20,9 @@ from contract.client_faults import (
     jaas_secrets,
     redact_jaas,
 )
+from clients.client_renderings import secret_values, security_of
+from clients.retry_backoff import RetryBackoff
 from contract.config import parse_config
-from contract.retry_backoff import RetryBackoff
 
 SASL_BAD = ("sasl_plaintext://127.0.0.1:40123/bootstrap: SASL authentication error: Authentication failed "
             "during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
@@ -106,7 +107,7 @@ def test_config_secret_values_and_scrubber():
         "east.ssl.truststore.type = PEM\neast.ssl.truststore.location = /etc/ca.pem\n"
         "east.ssl.keystore.type = PKCS12\neast.ssl.keystore.location = /etc/ks.p12\n"
         "east.ssl.keystore.password = store-pass-9\n", "srm.properties")
-    secrets = config.secret_values()
+    secrets = secret_values(config)
     assert {"pw-123456", "store-pass-9"} <= secrets
     assert "srm" not in secrets
     scrubber = SecretScrubber(secrets)
@@ -120,7 +121,7 @@ def test_config_secret_values_and_scrubber():
     assert scrubber.filter(record)
     assert record.getMessage() == "login [redacted] with x"
     assert "store-pass-9" not in (record.exc_text or "") and "[redacted]" in (record.exc_text or "")
-    assert config.security_of("east") == ("SASL_SSL", "SCRAM-SHA-512")
+    assert security_of(config, "east") == ("SASL_SSL", "SCRAM-SHA-512")
 
 
 def test_backoff_logs_one_line_per_step_and_doubles(caplog):
