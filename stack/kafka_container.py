@@ -47,8 +47,10 @@ class ApacheKafkaContainer:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
-        # On loopback only: a test broker has no authentication.
-        container = DockerContainer(self.image).with_bind_ports(CLIENT_PORT, ("127.0.0.1", self.host_port))
+        container = DockerContainer(self.image)
+        # On loopback only, a test broker having no authentication: docker's (host address, port) form,
+        # which with_bind_ports does not take.
+        container.ports[str(CLIENT_PORT)] = ("127.0.0.1", self.host_port)  # type: ignore[assignment]
         for name, value in broker_environment(self.advertised_host, self.host_port).items():
             container.with_env(name, value)
         self._container = container.start()

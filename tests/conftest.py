@@ -126,7 +126,9 @@ def redis_url(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[str]
 
         from stack.kafka_cluster import free_port
 
-        container = RedisContainer(REDIS_IMAGE).with_bind_ports(6379, ("127.0.0.1", free_port())).start()
+        container = RedisContainer(REDIS_IMAGE)
+        container.ports["6379"] = ("127.0.0.1", free_port())  # loopback only (see stack/kafka_container.py)
+        container.start()
         try:
             url = f"redis://127.0.0.1:{container.get_exposed_port(6379)}/0"
             announce(pytestconfig, f"Redis through testcontainers ({REDIS_IMAGE}) on {url}")
