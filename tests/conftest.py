@@ -128,8 +128,8 @@ def redis_url(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[str]
 
         container = RedisContainer(REDIS_IMAGE)
         container.ports["6379"] = ("127.0.0.1", free_port())  # loopback only (see stack/kafka_container.py)
-        container.start()
         try:
+            container.start()  # inside the try: a container that never got ready is removed too
             url = f"redis://127.0.0.1:{container.get_exposed_port(6379)}/0"
             announce(pytestconfig, f"Redis through testcontainers ({REDIS_IMAGE}) on {url}")
             yield url

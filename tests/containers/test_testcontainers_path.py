@@ -23,6 +23,13 @@ E2E_TEST = "tests/e2e/test_record_count_end_to_end.py"
 RUN_TIMEOUT_S = 1500.0
 
 
+def images_containers(engine: str, *images: str) -> list[str]:
+    filters = [arg for image in images for arg in ("--filter", f"ancestor={image}")]
+    listed = subprocess.run([engine, "ps", "-a", "-q", "--no-trunc", *filters], capture_output=True,
+                            text=True, timeout=120, check=True)
+    return listed.stdout.split()
+
+
 def local_image(prefix: str) -> str:
     return next(b.image for b in image_builds() if b.image.startswith(prefix))
 
@@ -55,7 +62,11 @@ def test_kafka_and_redis_fixtures_run_through_testcontainers_on_the_local_images
     env = {**os.environ, "DOCKER_HOST": docker_host, "SRM_KAFKA_IMAGE": kafka, "SRM_REDIS_IMAGE": redis,
            # Ryuk (testcontainers' reaper) is an image of its own no registry serves here; the fixtures
            # stop their containers themselves.
-           "TESTCONTAINERS_RYUK_DISABLED": "true"}
+           "TESTCONTAINERS_RYUK_DISABLED": "true",
+           # The ports are published on this host's loopback. Left to itself, testcontainers sees that it
+           # runs inside a container and asks for the container's gateway, which podman's API lacks.
+           "TESTCONTAINERS_CONNECTION_MODE": "docker_host", "TC_HOST": "127.0.0.1"}
+    before = set(images_containers(engine[0], kafka, redis))
     began = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", E2E_TEST],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -64,7 +75,6 @@ def test_kafka_and_redis_fixtures_run_through_testcontainers_on_the_local_images
     assert f"Kafka east through testcontainers ({kafka})" in done.stdout, output
     assert f"Redis through testcontainers ({redis})" in done.stdout, output
     assert "1 passed" in done.stdout, output
-    left = subprocess.run([engine[0], "ps", "-a", "-q", "--filter", f"ancestor={kafka}",
-                           "--filter", f"ancestor={redis}"], capture_output=True, text=True, timeout=120)
+    left = set(images_containers(engine[0], kafka, redis)) - before
     took = time.monotonic() - began
-    assert left.stdout.split() == [], f"testcontainers left containers behind (run of {took:.0f} s)"
+    assert not left, f"testcontainers left containers behind (run of {took:.0f} s): {left}"
