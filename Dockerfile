@@ -5,6 +5,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/srm
 COPY pyproject.toml README.md ./
+COPY contract contract
+COPY clients clients
 COPY driver driver
 COPY aggregator aggregator
 COPY service service

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import ALLOCATION_FILE_CONF, write_fair_scheduler_file
-from contract import redis_connection
+from clients import redis_connection
+from clients.client_renderings import java_client_config
+from clients.entry_point import StartupError, config_parser, start
+from clients.reachability import Unreachable, redis_problem, warn_unreachable_clusters
 from contract.config import SrmConfig
-from contract.entry_point import StartupError, config_parser, start
-from contract.reachability import Unreachable, redis_problem, warn_unreachable_clusters
 
 # A stop that takes longer ends the process anyway (SIGTERM to exit within 10 s). Under spark-submit the
 # JVM may be gone first, and a driver was seen blocked for good in py4j's cleanup; the checkpoints and the
@@ -65,7 +66,7 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
     specs = []
     for target in config.service_target_clusters:
         # Spark's Kafka source is the Java client: it takes the file's Java keys as written.
-        client = config.java_client_config(target, role="consumer")
+        client = java_client_config(config, target, role="consumer")
         bootstrap = client.pop("bootstrap.servers")
         for key in sorted(SPARK_MANAGED & set(client)):
             LOG.warning("%s.%s is set by Spark's Kafka source itself; ignored for the aggregator",
@@ -117,7 +118,7 @@ def run(specs: list[RollupQuerySpec], master: str | None, config: SrmConfig | No
 def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: threading.Event) -> None:
     """Probes the target clusters, so the API shows one that is down while it is (cluster_watch)."""
     from aggregator.cluster_watch import ClusterWatch
-    from contract import kafka_clients
+    from clients import kafka_clients
 
     client = redis_connection.connect(specs[0].redis_url)
     admins = {spec.target: kafka_clients.admin(config, spec.target) for spec in specs}

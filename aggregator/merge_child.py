@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from aggregator import sink_children
 from aggregator.window_writer import WindowWriter
-from contract import redis_connection
+from clients import redis_connection
 
 LOG = logging.getLogger(__name__)
 # A merge costs per series it touches, whatever the batch's size: batches a live query commits quickly

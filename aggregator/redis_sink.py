@@ -54,7 +54,7 @@ from aggregator.verdict_child import BackgroundVerdicts, InlineVerdicts, Verdict
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
-from contract import redis_connection
+from clients import redis_connection
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)

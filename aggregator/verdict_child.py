@@ -30,7 +30,8 @@ from aggregator.batch_plan import BatchPlan, Subject
 from aggregator.latest_value_reads import earliest_starts, offset_reads, uncovered
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
 from aggregator.window_history import WindowHistory, load_stored
-from contract import lag_verdicts, redis_connection
+from clients import redis_connection
+from contract import lag_verdicts
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 import redis
 
+from clients import redis_connection
 from contract import legacy_redis_layout as legacy
-from contract import redis_connection
 from contract import redis_layout as layout
 from contract.redis_layout import SeriesId, WindowAggregate
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
-from contract.kafka_clients import LINGER_MS  # noqa: E402
+from clients.kafka_clients import LINGER_MS  # noqa: E402
 from driver.send_queue import FETCH_QUEUE_BACKOFF_MS as DRIVER_FETCH_QUEUE_BACKOFF_MS  # noqa: E402
 from stack import kafka_cluster, srm_properties  # noqa: E402
 from stack.jars import kafka_jars  # noqa: E402

@@ -4,7 +4,8 @@ Setting hierarchy (SRM convention), most specific first, for ``get(key, source, 
 ``<source>-><target>.key`` > ``<target>.key`` > ``<source>.key`` > ``connectors.key`` >
 ``workers.key`` > ``key``. The target alias comes before the source alias because a replication's
 workers, internal topics and heartbeats all live in the target cluster. Client properties follow their
-own per-cluster rules, see ``SrmConfig.kafka_client_config``.
+own per-cluster rules (``contract.client_keys``); ``clients.client_renderings`` renders them for each
+kind of client.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
-from contract.client_properties import ROLES, connection_properties, is_secret
-from contract.client_renderings import ClientRenderings
+from contract.client_keys import connection_properties, is_secret
 from contract.properties_file import (
     ConfigError,
     PropertyEntry,
@@ -36,9 +37,6 @@ _ARROW: Final = "->"
 _GLOBAL_SCOPES: Final = ("connectors", "workers")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+")
 _T = TypeVar("_T")
-RENDERINGS: Final = ("librdkafka", "java")
-"""The two renderings of a cluster's client properties: librdkafka (driver, service, srm-control) and
-Java (the aggregator's Spark Kafka source)."""
 
 
 @dataclass(frozen=True)
@@ -72,19 +70,16 @@ _PARSERS: Final[dict[SettingType, tuple[Callable[[str], Any], str]]] = {
 }
 
 
-class SrmConfig(ClientRenderings):
-    """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``."""
+class SrmConfig:
+    """A parsed, validated properties file; build it with ``load_config`` or ``parse_config``. Its client
+    properties are checked, per client rendering a process uses, by ``clients.client_renderings``."""
 
-    def __init__(self, path: str, entries: Mapping[str, PropertyEntry],
-                 clients: tuple[str, ...] = ("librdkafka",)) -> None:
-        unknown = set(clients) - set(RENDERINGS)
-        if unknown:
-            raise ValueError(f"unknown client rendering(s) {sorted(unknown)}; expected {RENDERINGS}")
+    def __init__(self, path: str, entries: Mapping[str, PropertyEntry]) -> None:
         self.path = path
-        self.clients = clients
         self._entries = dict(entries)
         self._values = {key: entry.value.strip() for key, entry in self._entries.items()}
-        self._warned: set[tuple[str, str, str]] = set()
+        self.values: Mapping[str, str] = MappingProxyType(self._values)
+        """Every entry of the file, raw key -> trimmed value (client properties are layered from these)."""
         self._aliases = self._cluster_aliases()
         self.clusters = {alias: self._cluster(alias) for alias in self._aliases}
         self.service_remote_clusters = self._alias_list("service.remote.clusters", [])
@@ -97,7 +92,6 @@ class SrmConfig(ClientRenderings):
         self._check_replication_keys()
         self._check_typed_settings()
         self._check_policies()
-        self._check_client_configs()
 
     def __repr__(self) -> str:
         return f"SrmConfig(path={self.path!r}, clusters={list(self.clusters)!r})"
@@ -133,8 +127,7 @@ class SrmConfig(ClientRenderings):
             return split_list(found[1].value)
         if spec.type == "string":
             return self._values[found[0]]
-        parse, expected = _PARSERS[spec.type]
-        return self._parse(found, parse, expected)
+        return self._checked(found, spec.key)
 
     def get_list(
         self, key: str, source: str | None = None, target: str | None = None, default: list[str] | None = None
@@ -182,13 +175,6 @@ class SrmConfig(ClientRenderings):
             source,
             self.setting("replication.policy.internal.topic.separator.enabled", source, target),
         )
-
-    def positive_seconds(self, key: str, source: str, target: str) -> float:
-        """A duration setting of a replication; zero or less is a config error naming the key."""
-        value = self.setting(key, source, target)
-        if value is None or not value > 0:
-            raise self.config_error(key, f"must be a positive number of seconds, got {value}", source, target)
-        return value
 
     def offset_syncs_location(self, source: str, target: str) -> tuple[str, str]:
         """Cluster and name of the offset-syncs topic replication `source -> target` writes (MM2's
@@ -279,7 +265,16 @@ class SrmConfig(ClientRenderings):
         for raw_key, entry in self._entries.items():
             for setting in self._setting_names(raw_key):
                 if setting in PARSED_ON_LOAD:
-                    self._parse((raw_key, entry), *_PARSERS[SETTINGS[setting].type])
+                    self._checked((raw_key, entry), setting)
+
+    def _checked(self, found: _Found, key: str) -> Any:
+        """The typed value of entry ``found`` of setting ``key``; an interval must be positive."""
+        spec = SETTINGS[key]
+        value = self._parse(found, *_PARSERS[spec.type])
+        if spec.positive and not value > 0:
+            raise self._error(found[0], f"must be greater than 0, got {self._values[found[0]]!r}: an "
+                              f"interval of 0 or less would repeat its work without pause")
+        return value
 
     def _setting_names(self, raw_key: str) -> list[str]:
         """The setting a raw key sets, once stripped of each scope prefix it might carry."""
@@ -303,20 +298,6 @@ class SrmConfig(ClientRenderings):
             except ValueError as exc:
                 raise self._error(raw_key, str(exc)) from None
 
-    def _check_client_configs(self) -> None:
-        """Fail at start-up, not at the first connection, on client properties that cannot work, in the
-        renderings this process builds clients with (``clients``)."""
-        renderings = [self.kafka_client_config if name == "librdkafka" else self.java_client_config
-                      for name in self.clients]
-        for render in renderings:
-            for alias in self._aliases:
-                for role in ROLES:
-                    render(alias, role)
-            for replication in self.replications():
-                for alias in (replication.source, replication.target):
-                    for role in ROLES:
-                        render(alias, role, replication.source, replication.target)
-
 
 def _alias_problem(alias: str, separator: str) -> str | None:
     if not _ALIAS.fullmatch(alias):
@@ -328,14 +309,12 @@ def _alias_problem(alias: str, separator: str) -> str | None:
     return None
 
 
-def parse_config(text: str, source_name: str = "<string>",
-                 clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
-    """Parse and validate properties text; ``source_name`` is used in error messages; ``clients``: the
-    client renderings (``RENDERINGS``) whose properties must work in this process."""
-    return SrmConfig(source_name, read_entries(text, source_name), clients)
+def parse_config(text: str, source_name: str = "<string>") -> SrmConfig:
+    """Parse and validate properties text; ``source_name`` is used in error messages."""
+    return SrmConfig(source_name, read_entries(text, source_name))
 
 
-def load_config(path: str | os.PathLike[str], clients: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
+def load_config(path: str | os.PathLike[str]) -> SrmConfig:
     """Read, parse and validate a properties file; any problem is a ConfigError naming the file."""
     name = os.fspath(path)
     try:
@@ -348,4 +327,4 @@ def load_config(path: str | os.PathLike[str], clients: tuple[str, ...] = ("librd
     except UnicodeDecodeError:
         # Java reads .properties files as ISO-8859-1; accept such files too.
         text = raw.decode("latin-1")
-    return parse_config(text, name, clients)
+    return parse_config(text, name)

@@ -8,11 +8,12 @@ bare. Keys of the replications (``part = "driver"``) are type-checked when the f
 part reads the same file and a typo there would otherwise surface only when a task starts.
 
 Cluster connection keys (``<alias>.bootstrap.servers`` and the Kafka client properties) are not in this
-table: ``contract.client_properties`` owns them.
+table: ``contract.client_keys`` says which keys they are.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -34,6 +35,15 @@ class Setting:
     part: Part
     doc: str
     scope: Scope = "replication"
+
+    @property
+    def positive(self) -> bool:
+        """Intervals and periods must be above zero: zero or less would run their work on every pass of
+        a loop (a describe + create of ACLs per copied batch). One rule for every such key, by name."""
+        return self.type in ("integer", "number") and _INTERVAL_KEY.search(self.key) is not None
+
+
+_INTERVAL_KEY: Final = re.compile(r"(?:^|\.)(?:interval|period)(?:\.|$)")
 
 
 def _table(*settings: Setting) -> dict[str, Setting]:
@@ -185,7 +195,7 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "behind a proxy that authenticates callers)."),
     _process("service.remote.max.sites", "integer", 64, "service",
              "Sites a gateway keeps from advertisements (sites with service.remote.<site>.url always)."),
-    _process("service.remote.max.body.bytes", "integer", 8_388_608, "service",
+    _process("service.remote.max.body.bytes", "integer", 1_048_576, "service",
              "Largest answer a gateway reads from a remote site; a larger one is that site's error."),
     _process("service.remote.max.concurrent.calls", "integer", 4, "service",
              "Calls to one remote site running at once; more wait for a free one until their deadline."),
@@ -213,9 +223,10 @@ NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
 )
 """Keys with a name inside (a cluster alias, a remote site): read directly where they are used, listed
 here so the configuration reference shows them. Kafka client properties (``<alias>.security.protocol``
-and the rest) belong to ``contract.client_properties``."""
+and the rest) are ``contract.client_keys``'s."""
 
 PARSED_ON_LOAD: Final = frozenset(
     key for key, setting in SETTINGS.items()
-    if setting.part == "driver" and setting.type in ("boolean", "integer", "number")
+    if (setting.part == "driver" and setting.type in ("boolean", "integer", "number")) or setting.positive
 )
+"""Keys type-checked (and, for intervals, checked positive) when the file loads, under any scope prefix."""

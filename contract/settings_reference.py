@@ -47,8 +47,9 @@ Every process reads one SRM-style properties file (`--config srm.properties`): `
 - *process*: bare only; it belongs to one process (or, with part *all*, to every process).
 - *per cluster* / *per site*: the key carries a cluster alias or a remote site name.
 
-Keys of the replications are type-checked when the file loads: a wrong type is one line naming the
-file, the line and the key, and exit status 2.
+Keys of the replications, and every interval or period of any part (a key with `interval` or
+`period` as one of its dotted words), are checked when the file loads: a wrong type, or an interval
+of 0 or less, is one line naming the file, the line and the key, and exit status 2.
 """
 
 CLIENT_PROPERTIES = """## Kafka client properties
@@ -63,7 +64,7 @@ They are layered, weakest first:
    `<role>.x` (role = `admin`, `consumer` or `producer`), then `<side>.<role>.x`; each at the levels
    bare < `workers.` < `connectors.` < `<alias>.` < `<source>-><target>.`.
 
-`contract/client_properties.py` translates them for the driver's and the service's librdkafka clients:
+`clients/client_properties.py` translates them for the driver's and the service's librdkafka clients:
 names librdkafka shares pass through, Java-only names with a librdkafka counterpart (JAAS PLAIN, SCRAM,
 Kerberos and OAuth credentials, PEM and PKCS#12 stores, renamed settings) are translated, Java-only
 names that cannot matter for connectivity are dropped with a warning, and a connectivity setting that

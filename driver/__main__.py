@@ -16,9 +16,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from clients.entry_point import parse_and_start
+from clients.reachability import warn_unreachable_clusters
 from contract.config import SrmConfig
-from contract.entry_point import parse_and_start
-from contract.reachability import warn_unreachable_clusters
 from driver.checkpoint_worker import CheckpointWorker
 from driver.control_lists import ControlLists
 from driver.heartbeat_task import HeartbeatTask

@@ -41,10 +41,10 @@ class CheckpointSettings:
         config.offset_syncs_location(source, target)  # a bad location fails at start, not at first use
         return cls(
             emit_enabled=config.setting("emit.checkpoints.enabled", source, target),
-            emit_interval_s=config.positive_seconds("emit.checkpoints.interval.seconds", source, target),
+            emit_interval_s=config.setting("emit.checkpoints.interval.seconds", source, target),
             sync_enabled=config.setting("sync.group.offsets.enabled", source, target),
-            sync_interval_s=config.positive_seconds("sync.group.offsets.interval.seconds", source, target),
-            metrics_period_s=config.positive_seconds("metrics.period", source, target),
+            sync_interval_s=config.setting("sync.group.offsets.interval.seconds", source, target),
+            metrics_period_s=config.setting("metrics.period", source, target),
             history_size=count("offset-syncs.history.size"),
             spacing=count("offset.lag.max") + 1,
             reverse_spacing=count("offset.lag.max", (target, source)) + 1)

@@ -25,13 +25,13 @@ from typing import Final
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import TopicSpec
+from clients.retry_backoff import RetryBackoff
 from contract.config import ConfigError, Replication, SrmConfig
-from contract.kafka_clients import TopicSpec
 from contract.records import raw_metrics
 from contract.records.mm2 import RECORD_PARTITION, Checkpoint, OffsetSync, WireFormatError
 from contract.replication_policy import metrics_topic
-from contract.retry_backoff import RetryBackoff
 from driver import internal_topic_feed as feeds
 from driver.checkpoint_metrics import CheckpointStats, GroupPartition
 from driver.checkpoint_rules import (

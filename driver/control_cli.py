@@ -8,7 +8,7 @@
 SRM's flags: ``--add``/``--remove`` edit the allow list (also spelled ``--add-allowlist``,
 ``--add-whitelist``...), ``--add-blacklist``/``--remove-blacklist`` the deny list (also
 ``--add-denylist``...). Entries are names or regexes matching whole names. The lists live in the
-target cluster's ``srm-control.internal`` (format: ``contract.records.control``); running drivers apply them
+target cluster's ``srm-control.internal`` (format: ``driver.control_record``); running drivers apply them
 without a restart.
 
 Exit codes: 0 done; 1 nothing to export; 2 bad arguments, bad configuration or a cluster that does not
@@ -28,10 +28,10 @@ from typing import NoReturn
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.client_renderings import check_client_configs
+from clients.kafka_clients import ClusterUnavailable
 from contract.config import ConfigError, SrmConfig, load_config
-from contract.kafka_clients import ClusterUnavailable
-from contract.records.control import ControlChange, ControlEntry, ControlFormatError
 from contract.records.mm2 import RECORD_PARTITION, Checkpoint
 from driver.control_lists import (
     ControlLists,
@@ -40,6 +40,7 @@ from driver.control_lists import (
     ensure_control_topic,
     write_changes,
 )
+from driver.control_record import ControlChange, ControlEntry, ControlFormatError
 from driver.internal_topic_feed import checked_checkpoint
 from driver.offset_export import export_csv
 
@@ -125,7 +126,9 @@ def _positive_seconds(text: str) -> float:
 def _load(path: str) -> SrmConfig:
     if not os.path.exists(path):
         raise UsageError(f"configuration file {path!r} not found; pass --config or set $SRM_CONFIG")
-    return load_config(path)
+    config = load_config(path)
+    check_client_configs(config)
+    return config
 
 
 def _check_pair(config: SrmConfig, source: str, target: str) -> None:

@@ -22,7 +22,7 @@ from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from contract.kafka_clients import ClusterUnavailable
+from clients.kafka_clients import ClusterUnavailable
 from driver.send_queue import PartitionKey, SendQueue
 from driver.source_watch import SourceWatch
 

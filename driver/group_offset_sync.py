@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
+from clients import kafka_clients
 from driver.checkpoint_rules import offsets_to_sync
 
 LOG = logging.getLogger(__name__)

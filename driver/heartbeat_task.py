@@ -20,9 +20,9 @@ import time
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.config import Replication, SrmConfig
-from contract.kafka_clients import ClusterUnavailable, TopicSpec
 from contract.records.mm2 import RECORD_PARTITION, Heartbeat
 
 LOG = logging.getLogger(__name__)
@@ -66,11 +66,7 @@ class HeartbeatTask(threading.Thread):
         super().__init__(name=f"heartbeats-{replication.source}->{replication.target}", daemon=True)
         self.config, self.replication, self.stopping = config, replication, stopping
         source, target = replication.source, replication.target
-        interval_s: float = config.setting("emit.heartbeats.interval.seconds", source, target)
-        self.interval_s = interval_s
-        if self.interval_s <= 0:
-            raise config.config_error("emit.heartbeats.interval.seconds", "must be greater than 0",
-                                      source, target)
+        self.interval_s: float = config.setting("emit.heartbeats.interval.seconds", source, target)
         self.wanted_rf = checked_replication_factor(config, "heartbeats.topic.replication.factor",
                                                     source, target)
         self.topic = config.replication_policy(source, target).heartbeats_topic()

@@ -2,7 +2,7 @@
 
 MM2 compatible: only partition 0 is read, from the beginning. Every record is untrusted: one that is
 too large, does not decode or names something illegal is counted, logged with its topic, partition and
-offset (at a bounded rate) and skipped, never fatal (``contract.untrusted.RecordGuard``).
+offset (at a bounded rate) and skipped, never fatal (``clients.record_guard.RecordGuard``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from clients.record_guard import RecordGuard
 from contract.kafka_names import check_group, check_topic
 from contract.records.mm2 import (
     CHECKPOINT_MAX_KEY_BYTES,
@@ -24,7 +25,7 @@ from contract.records.mm2 import (
     Checkpoint,
     OffsetSync,
 )
-from contract.untrusted import RecordGuard, long
+from contract.untrusted import long
 
 LOG = logging.getLogger(__name__)
 

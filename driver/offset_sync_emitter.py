@@ -19,9 +19,9 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import TopicSpec
 from contract.config import SrmConfig
-from contract.kafka_clients import TopicSpec
 from contract.records.mm2 import OffsetSync
 from driver.offset_sync_writer import (
     DEFAULT_OFFSET_LAG_MAX,

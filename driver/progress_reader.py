@@ -1,5 +1,5 @@
 """Reads replication progress from `mm2-offsets.<source>.internal` on the target (the record format is
-``contract.records.progress``, MM2's Connect offsets, so MM2 and this driver can take over from each
+``driver.progress_record``, MM2's Connect offsets, so MM2 and this driver can take over from each
 other).
 
 The topic may hold other connectors' keys (checkpoints, heartbeats) and other sources' clusters: the
@@ -22,15 +22,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from contract import kafka_clients
-from contract.records.progress import (
+from clients import kafka_clients
+from clients.record_guard import RecordGuard
+from driver.progress_record import (
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
     SourcePartition,
     decode_key,
     decode_value,
 )
-from contract.untrusted import RecordGuard
 
 LOG = logging.getLogger(__name__)
 

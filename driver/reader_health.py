@@ -1,7 +1,7 @@
 """How the readers one replication depends on are doing, for its raw-metrics replication report.
 
 Each reader of an internal topic takes records from whoever may produce there and refuses the ones it
-cannot use (``contract.untrusted.RecordGuard``). The counts and whether each reader still reads would
+cannot use (``clients.record_guard.RecordGuard``). The counts and whether each reader still reads would
 otherwise live only in the driver's log; this registry gathers them so the replication report carries
 them (``ReplicationMetrics.readers``) and the service shows them in the replication's status and
 ``/metrics``.
@@ -23,9 +23,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from contract.records import progress
+from clients.record_guard import RecordGuard
 from contract.records.raw_metrics import READER_KINDS, ReaderHealth
-from contract.untrusted import RecordGuard
+from driver import progress_record
 
 LOG = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class ReplicationReaders:
         """The replication worker's guard of its progress topic. Progress is read when partitions come:
         it reads while the worker runs with its reader open (``worker.progress``; None between attempts)."""
         self.watch("progress", lambda: worker.is_alive() and getattr(worker, "progress", None) is not None)
-        return self.guard("progress", max_key_bytes=progress.MAX_KEY_BYTES,
-                          max_value_bytes=progress.MAX_VALUE_BYTES, logger=LOG)
+        return self.guard("progress", max_key_bytes=progress_record.MAX_KEY_BYTES,
+                          max_value_bytes=progress_record.MAX_VALUE_BYTES, logger=LOG)
 
     def adopt_control(self, lists: object) -> None:
         """The target's srm-control lists (``driver.control_lists.ControlLists``): its own guard, alive

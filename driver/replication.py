@@ -2,7 +2,7 @@
 
 Records are copied as bytes (key, value, headers, timestamp, same partition) to the remote topic the
 ReplicationPolicy names. Where each source partition stands lives in `mm2-offsets.<source>.internal`
-on the target, in MM2's Connect offset format (`contract.records.progress`), so a restart, a takeover by
+on the target, in MM2's Connect offset format (`driver.progress_record`), so a restart, a takeover by
 another driver process or MM2 itself resumes from the last replicated record.
 
 Worker coordination: as MM2, the work is split into ``tasks.max`` tasks, each a fixed set of source
@@ -33,13 +33,12 @@ from typing import Final
 
 from confluent_kafka import OFFSET_INVALID, Message, TopicPartition
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
+from clients.retry_backoff import RetryBackoff
 from contract.config import Replication, SrmConfig
-from contract.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
 from contract.records import raw_metrics
-from contract.records.progress import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from contract.replication_policy import metrics_topic, progress_topic, tasks_topic
-from contract.retry_backoff import RetryBackoff
 from contract.status import DriverStatus
 from driver import replication_clients as clients
 from driver.acl_sync import TopicAclSync
@@ -47,6 +46,7 @@ from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
+from driver.progress_record import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
 from driver.reader_health import ReplicationReaders
 from driver.replication_clients import group_id
 from driver.replication_stats import ReplicationStats
@@ -190,8 +190,7 @@ class ReplicationWorker(threading.Thread):
             if self.refusals.reason is not None:  # granting the ACL is all it takes: look again soon
                 next_refresh = min(next_refresh, now + REFRESH_RETRY_S)
             next_report = now if self.refusals.take_change() else next_report  # a new status goes out now
-            if self.acl_sync is not None and now >= next_acls and not silent:
-                self._sync_acls()
+            if self.acl_sync is not None and now >= next_acls and not silent and self._start_acl_pass():
                 next_acls = now + self.acl_interval_s
             if self._topics:
                 self.writer.write(self._poll())
@@ -279,9 +278,10 @@ class ReplicationWorker(threading.Thread):
         self.refreshes += 1
         self.refusals.note(self.topic_sync.refusal, REFRESH_RETRY_S)
 
-    def _sync_acls(self) -> None:
+    def _start_acl_pass(self) -> bool:
+        """Starts an ACL pass beside the loop (False while the last one runs); the lists are taken now."""
         eligible = functools.partial(self.topic_sync.is_eligible, lists=self._control_lists())
-        self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
+        return self.acl_sync.start_pass(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
         source, target = self.replication.source, self.replication.target

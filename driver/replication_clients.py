@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from contract import kafka_clients
+from clients import kafka_clients
 from contract.config import Replication, SrmConfig
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch

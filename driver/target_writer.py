@@ -1,7 +1,7 @@
 """Writes polled source records to the target with their progress: at-least-once or exactly-once.
 
 Both writers copy a record as bytes (key, value, headers, timestamp) to the same partition of the
-remote topic, and record progress in the MM2 Connect format (`contract.records.progress`).
+remote topic, and record progress in the MM2 Connect format (`driver.progress_record`).
 
 - `AtLeastOnceWriter`: one idempotent producer. Progress only ever names records the target
   acknowledged, written every flush interval and when partitions are revoked, so a crash replays at
@@ -29,8 +29,8 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from contract.records.progress import SourcePartition, encode_key, encode_value
 from driver.offset_sync_emitter import OffsetSyncEmitter
+from driver.progress_record import SourcePartition, encode_key, encode_value
 from driver.replication_stats import PartitionStats
 from driver.send_queue import QueueLimits, SendQueue, record_size
 

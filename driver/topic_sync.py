@@ -23,9 +23,9 @@ from typing import Final
 
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.config import SrmConfig
-from contract.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.replication_policy import ReplicationPolicy
 from contract.settings import SETTINGS
 from driver.topic_filter import FoundAtStart, TopicFilter, should_replicate_topic, topic_filter_for
@@ -73,9 +73,9 @@ def refresh_interval_s(config: SrmConfig, source: str, target: str) -> float:
     config changes (sync.topic.configs.*), whichever is due sooner; never when neither is enabled."""
     intervals = [math.inf]
     if config.setting("refresh.topics.enabled", source, target):
-        intervals.append(config.positive_seconds("refresh.topics.interval.seconds", source, target))
+        intervals.append(config.setting("refresh.topics.interval.seconds", source, target))
     if config.setting("sync.topic.configs.enabled", source, target):
-        intervals.append(config.positive_seconds("sync.topic.configs.interval.seconds", source, target))
+        intervals.append(config.setting("sync.topic.configs.interval.seconds", source, target))
     return min(intervals)
 
 
@@ -89,8 +89,7 @@ class TopicSync:
         self.topic_filter: TopicFilter = topic_filter_for(config, source, target)
         self.heartbeats = config.setting("heartbeats.replication.enabled", source, target)
         self.sync_configs = config.setting("sync.topic.configs.enabled", source, target)
-        self.configs_interval_s = config.positive_seconds("sync.topic.configs.interval.seconds",
-                                                          source, target)
+        self.configs_interval_s = config.setting("sync.topic.configs.interval.seconds", source, target)
         self._configs_due = 0.0
         # refresh.topics.enabled = false: MM2 replicates the topics it found at start, and no new ones.
         self.scope = FoundAtStart(config.setting("refresh.topics.enabled", source, target))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from contract import kafka_clients
-from contract.kafka_clients import ClusterUnavailable, GroupMembership
+from clients import kafka_clients
+from clients.kafka_clients import ClusterUnavailable, GroupMembership
 
 LOG = logging.getLogger(__name__)
 

@@ -9,14 +9,15 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from contract import redis_connection
+from clients import redis_connection
+from clients.entry_point import StartupError, parse_and_start
+from clients.reachability import redis_problem
 from contract.config import SrmConfig
-from contract.entry_point import StartupError, parse_and_start
-from contract.reachability import redis_problem
 from service.app import create_app
 from service.server import connection_close, head_with_body
 from service.sites.advertiser import advertiser_settings, gunicorn_hooks
 from service.sites.discovered_directory import install_discovery
+from service.sites.site_trust import portless_networks
 
 LOG = logging.getLogger("service")
 STOP_GRACE_S = 8  # seconds workers get to finish their requests at a stop
@@ -64,16 +65,22 @@ def check_auth_settings(settings: dict[str, Any]) -> str | None:
 
 
 def startup_warnings(config: SrmConfig) -> list[str]:
-    """What an operator must hear at start: an API anyone who can reach it may read."""
+    """What an operator must hear at start: an API anyone who can reach it may read, and allowlisted
+    networks any writer of ``heartbeats`` may aim the gateway at, on any port."""
     settings = app_settings(config)
+    warnings = [f"service.remote.allowed.hosts: {item!r} is a network without a port, so whoever can write "
+                f"to heartbeats can make this gateway call any port of any host in it and read the answer "
+                f"back; add the port the services listen on, as in 10.0.0.0/8:6670 or [fd00::/64]:6670 "
+                f"(docs/security.md)"
+                for item in portless_networks(config.setting("service.remote.allowed.hosts"))]
     if settings["AUTH_TOKEN"] or settings["AUTH_USERNAME"]:
-        return []
+        return warnings
     bind = f"{config.setting('service.host')}:{config.setting('service.port')}"
     warning = (f"authentication is off: anyone who can reach {bind} reads every metric; set "
                "service.auth.token or service.auth.basic.username/password (docs/security.md)")
     if not _loopback(config.setting("service.host")):
         warning += "; this address is not loopback, so other hosts can reach it"
-    return [warning]
+    return [warning, *warnings]
 
 
 def _loopback(host: str) -> bool:

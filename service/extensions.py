@@ -8,7 +8,7 @@ from flask_smorest import Api
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
-from contract import redis_connection
+from clients import redis_connection
 from service.api.common import Timestamp
 from service.metrics_reader import MetricsReader
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from contract.entry_point import CONFIG_ERROR_EXIT, StartupError
+from clients.entry_point import CONFIG_ERROR_EXIT, StartupError
 from stack import srm_properties
 from stack.jars import kafka_jars, spark_connector_jars
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port

@@ -17,7 +17,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from contract.entry_point import CONFIG_ERROR_EXIT, StartupError
+from clients.entry_point import CONFIG_ERROR_EXIT, StartupError
 from stack.prerequisites import require
 
 LOG = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from contract.entry_point import StartupError
+from clients.entry_point import StartupError
 
 INSTALL_HINTS = {
     "chromium": "install Chromium (the Swagger UI test drives it), e.g. `apt-get install -y chromium`",

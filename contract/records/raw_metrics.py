@@ -161,7 +161,7 @@ READER_KINDS = ("progress", "control", "offset_syncs", "checkpoints")
 @dataclass(frozen=True)
 class ReaderHealth:
     """One reader's word in a replication report: records it refused since the driver started (too
-    large, undecodable, out of range; contract.untrusted.RecordGuard), whether it reads now, and the
+    large, undecodable, out of range; clients.record_guard.RecordGuard), whether it reads now, and the
     last refusal (topic[partition]@offset and why, escaped)."""
 
     rejected: int

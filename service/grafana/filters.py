@@ -5,7 +5,7 @@ by Grafana itself and never regex-formatted by the plugin. The operators Grafana
 (``=  !=  =|  !=|  =~  !~  <  >``) all apply here, and ``<=`` ``>=`` too. An operator the service
 cannot apply is skipped with a notice the panel shows, never a failed panel: newer Grafana versions
 add operators, and one filter must not blank a whole dashboard. Patterns run on RE2
-(``contract.linear_regex``), never on Python's ``re``.
+(``clients.linear_regex``), never on Python's ``re``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.linear_regex import PatternRefused, compile_user_pattern
+from clients.linear_regex import PatternRefused, compile_user_pattern
 from service.grafana.queries import FILTER_KEYS, QueryError, Subject
 from service.grafana.variable_values import NestedObject, RefusedValue, Selector, scalar_text, selector_of
 

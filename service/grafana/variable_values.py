@@ -12,7 +12,7 @@ arrives is not always the name the user picked:
 ``selector_of`` reads a value back: an escaped literal means that name, an alternation of escaped
 literals means that set, a plain Kafka-legal name (letters, digits, ``.``, ``_``, ``-``) means itself
 even with its dots (option lists and code-mode JSON send names unformatted), and anything else is a
-pattern run on RE2 (``contract.linear_regex``), full match, or refused with a message naming where it
+pattern run on RE2 (``clients.linear_regex``), full match, or refused with a message naming where it
 came from. Every reading agrees with what the value means as an anchored regex, except the plain name,
 whose dots stay dots.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from contract.linear_regex import LinearPattern, PatternRefused, compile_user_pattern
+from clients.linear_regex import LinearPattern, PatternRefused, compile_user_pattern
 
 ALL_VALUES = ("", "$__all", "*", "All")
 """Values that put no constraint on a key: unset, Grafana's all marker, and the old catch-alls."""

@@ -31,9 +31,9 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import KafkaError, Message, Producer
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.entry_point import config_parser, start
 from contract.config import SrmConfig
-from contract.entry_point import config_parser, start
 from contract.kafka_names import check_site
 from contract.records.advertisement import (
     MAX_INTERVAL_S,

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 from urllib.parse import urlencode
 
@@ -68,6 +69,7 @@ DEFAULT_MAX_BODY_BYTES: int = SETTINGS["service.remote.max.body.bytes"].default 
 OK = "ok"
 LOCAL = "local"
 ALL = "all"
+MAX_MERGED_ITEMS = 100_000  # items of a merged answer; the site bodies under ``results`` stay whole
 COLLECT_GRACE_S = 0.25  # a call ends at its own deadline; this is only for its thread to hand it over
 
 LocalAnswer = Callable[[], tuple[int, Any]]
@@ -112,7 +114,6 @@ class Gateway:
         # end at their deadline. Created on first use; sites are capped (service.remote.max.sites).
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._executors_lock = threading.Lock()
-        self._misplaced: set[tuple[str, str]] = set()
         self.outcomes = SiteOutcomes()  # how calls to each site ended, for /metrics
 
     @classmethod
@@ -152,13 +153,7 @@ class Gateway:
     def target(self, site: str, candidates: Sequence[RemoteService]) -> tuple[Endpoint, bool] | str:
         """(endpoint, configured) to call for ``site``, or the reason it is not called."""
         configured = self.access(site).url
-        if configured is not None:
-            advertised = candidates[0].base_url if candidates else None
-            if advertised and advertised != configured.base_url and len(self._misplaced) < 256 \
-                    and (site, advertised) not in self._misplaced:
-                self._misplaced.add((site, advertised))
-                LOG.warning("site %s advertised at %s, not its configured URL %s: calling the configured URL",
-                            site, shown(advertised), configured.base_url)
+        if configured is not None:  # the registry keeps only its advertisements at that URL
             return configured, True
         service = choose_service(candidates, self.allowed)
         if service is None:
@@ -241,7 +236,8 @@ def answer_of(site: str, url: str, http_status: int, body: Any, is_json: bool,
 def merge_answers(answers: Sequence[SiteAnswer]) -> dict[str, Any]:
     """One answer: per-site status (sorted by site), the ``ok`` bodies by site, and ``items``, the
     concatenation of list bodies with each object tagged with its site, when every ``ok`` body is a
-    list. ``partial`` is true when any asked site did not answer ``ok``.
+    list. ``partial`` is true when any asked site did not answer ``ok``. ``items`` holds at most
+    ``MAX_MERGED_ITEMS`` (each is a new object); ``items_omitted`` counts the ones left out.
     """
     ordered = sorted(answers, key=lambda a: a.site)
     ok = [a for a in ordered if a.status == OK]
@@ -252,7 +248,11 @@ def merge_answers(answers: Sequence[SiteAnswer]) -> dict[str, Any]:
         "results": {a.site: a.body for a in ok},
     }
     if ok and all(isinstance(a.body, list) for a in ok):
-        merged["items"] = [_tagged(item, a.site) for a in ok for item in a.body]
+        every = ((item, a.site) for a in ok for item in a.body)
+        merged["items"] = [_tagged(item, site) for item, site in islice(every, MAX_MERGED_ITEMS)]
+        total = sum(len(a.body) for a in ok)
+        if total > MAX_MERGED_ITEMS:
+            merged["items_omitted"] = total - MAX_MERGED_ITEMS
     return merged
 
 

@@ -14,15 +14,18 @@ The gateway's own advertisement is left out, so a gateway never calls itself.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from contract import kafka_clients
+from clients import kafka_clients
+from clients.record_guard import RecordGuard, RecordPlace
 from contract.config import SrmConfig
 from contract.records.advertisement import (
     MAX_KEY_BYTES,
@@ -33,14 +36,16 @@ from contract.records.advertisement import (
 )
 from contract.records.mm2 import RECORD_PARTITION
 from contract.replication_policy import HEARTBEATS_TOPIC
-from contract.untrusted import RecordGuard, RecordPlace, Rejected
+from contract.untrusted import Rejected
 from service.sites.advertiser import advertisements, advertiser_settings
+from service.sites.site_settings import configured_site_names
+from service.sites.site_trust import Endpoint, parse_site_url
 
 LOG = logging.getLogger(__name__)
 
 MISSED_INTERVALS = 3
 POLL_TIMEOUT_S = 0.2
-FORGET_AFTER_INTERVALS = 360  # an expired site is still reported (as failing) for this long
+FORGET_AFTER_MS = 3_600_000  # an expired instance is still reported (as failing) for this long
 EXPIRED_STATUS = "error: no live advertisement (expired)"
 MAX_INSTANCES_PER_SITE = 8
 REOPEN_WAIT_S = (1.0, 5.0)  # first and longest pause before the consumers are opened again
@@ -69,18 +74,29 @@ def is_live(last_seen_ms: int, interval_s: float, now_ms: int, missed: int = MIS
 
 
 class ServiceBook:
-    """Newest advertisement per (instance, target cluster); not thread-safe (the Registry locks)."""
+    """Newest advertisement per (instance, target cluster); not thread-safe (the Registry locks).
+
+    Anyone who may write ``heartbeats`` can forge advertisements, so what the book keeps is bounded and
+    a forger cannot squat: only live instances count toward the caps (``MAX_INSTANCES_PER_SITE`` per
+    site, ``max_sites`` sites), so stale forgeries never keep a real instance out; a dead instance is
+    forgotten ``FORGET_AFTER_MS`` after it expired, and sooner, stalest first, when the book is full.
+    A configured site (``service.remote.<site>.url``) only takes advertisements at its configured URL,
+    and no cap applies to it.
+    """
 
     def __init__(self, ignored_instances: frozenset[str] = frozenset(), *, max_skew_ms: int = 60_000,
-                 max_sites: int = 64, configured_sites: frozenset[str] = frozenset()) -> None:
+                 max_sites: int = 64, configured_sites: Mapping[str, Endpoint] | None = None) -> None:
         self._ignored = ignored_instances
         self._ads: dict[str, dict[str, Advertisement]] = {}
-        self.max_skew_ms, self.max_sites, self.configured_sites = max_skew_ms, max_sites, configured_sites
+        self.max_skew_ms, self.max_sites = max_skew_ms, max_sites
+        self.configured_sites: Mapping[str, Endpoint] = configured_sites or {}
+        self.max_kept = max_sites * MAX_INSTANCES_PER_SITE  # instances of unconfigured sites, dead ones too
 
     def add(self, ad: Advertisement, now_ms: int | None = None) -> bool:
         """Keeps ``ad`` unless it is our own or older than what we have; True when kept. Raises
-        Rejected for an advertisement from the future (a forged one would win for ever) and for a new
-        site or instance beyond the caps (forged ones would pile up without limit)."""
+        Rejected for an advertisement from the future (a forged one would win for ever), for one of a
+        configured site away from its configured URL, and for a new (or revived) instance beyond the
+        caps (forged ones would pile up without limit)."""
         if ad.instance_id in self._ignored:
             return False
         now_ms = _now_ms() if now_ms is None else now_ms
@@ -88,30 +104,43 @@ class ServiceBook:
             raise Rejected(f"advertisement of site {ad.site!r} is stamped {(ad.ts - now_ms) / 1000:.0f} s "
                            f"ahead of this gateway's clock (service.remote.max.clock.skew.ms = "
                            f"{self.max_skew_ms})")
+        configured = self.configured_sites.get(ad.site)
+        if configured is not None and not _at(ad, configured):
+            raise Rejected(f"site {ad.site!r} advertised at {ad.base_url}, not at its configured URL "
+                           f"{configured.base_url} (service.remote.{ad.site}.url): not added")
         per_target = self._ads.get(ad.instance_id)
-        if per_target is None:
-            self._check_room(ad)
-            per_target = self._ads.setdefault(ad.instance_id, {})
+        if configured is None and (per_target is None or not _instance_live(per_target, now_ms)):
+            self._make_room(ad, now_ms)
+        per_target = self._ads.setdefault(ad.instance_id, {})
         known = per_target.get(ad.target_cluster)
         if known is not None and known.ts >= ad.ts:
             return False
         per_target[ad.target_cluster] = ad
         return True
 
-    def _check_room(self, ad: Advertisement) -> None:
-        sites: dict[str, int] = {}
-        for per_target in self._ads.values():
+    def _make_room(self, ad: Advertisement, now_ms: int) -> None:
+        """Room for a new or revived instance of an unconfigured site, or Rejected."""
+        live_sites: dict[str, int] = {}
+        dead: list[tuple[int, str]] = []  # (last seen, instance) of unconfigured sites
+        kept = 0
+        for instance, per_target in self._ads.items():
             site = next(iter(per_target.values())).site
-            sites[site] = sites.get(site, 0) + 1
-        if sites.get(ad.site, 0) >= MAX_INSTANCES_PER_SITE:
-            raise Rejected(f"site {ad.site!r} already has {MAX_INSTANCES_PER_SITE} instances; "
+            if site in self.configured_sites or instance == ad.instance_id:
+                continue
+            kept += 1
+            if _instance_live(per_target, now_ms):
+                live_sites[site] = live_sites.get(site, 0) + 1
+            else:
+                dead.append((max(a.ts for a in per_target.values()), instance))
+        if live_sites.get(ad.site, 0) >= MAX_INSTANCES_PER_SITE:
+            raise Rejected(f"site {ad.site!r} already has {MAX_INSTANCES_PER_SITE} live instances; "
                            f"{ad.base_url} not added")
-        if ad.site in self.configured_sites or ad.site in sites:
-            return
-        unconfigured = sum(1 for site in sites if site not in self.configured_sites)
-        if unconfigured >= self.max_sites:
-            raise Rejected(f"{unconfigured} sites known already (service.remote.max.sites); "
+        if ad.site not in live_sites and len(live_sites) >= self.max_sites:
+            raise Rejected(f"{len(live_sites)} sites live already (service.remote.max.sites); "
                            f"site {ad.site!r} not added")
+        # Live instances stay within max_kept (the two caps above): the dead ones make room, stalest first.
+        for _, instance in heapq.nsmallest(max(0, kept + 1 - self.max_kept), dead):
+            del self._ads[instance]
 
     def live(self, now_ms: int) -> list[RemoteService]:
         return [s for s in self._merged(now_ms) if is_live(s.last_seen_ms, s.interval_s, now_ms)]
@@ -122,9 +151,20 @@ class ServiceBook:
     def _merged(self, now_ms: int) -> list[RemoteService]:
         merged = [merge_instance(list(per_target.values())) for per_target in self._ads.values()]
         for service in merged:
-            if not is_live(service.last_seen_ms, service.interval_s, now_ms, FORGET_AFTER_INTERVALS):
+            if now_ms - service.last_seen_ms > MISSED_INTERVALS * service.interval_s * 1000 + FORGET_AFTER_MS:
                 del self._ads[service.instance_id]
         return sorted((s for s in merged if s.instance_id in self._ads), key=lambda s: (s.site, s.base_url))
+
+
+def _instance_live(per_target: Mapping[str, Advertisement], now_ms: int) -> bool:
+    newest = max(per_target.values(), key=lambda ad: ad.ts)
+    return is_live(newest.ts, newest.interval_s, now_ms)
+
+
+def _at(ad: Advertisement, url: Endpoint) -> bool:
+    """The advertisement names exactly the configured URL (scheme, host, port and root path)."""
+    return (ad.protocol, ad.host.lower().rstrip("."), ad.port, ad.root_path) == (
+        url.scheme, url.host.lower().rstrip("."), url.port, url.root_path)
 
 
 def merge_instance(ads: list[Advertisement]) -> RemoteService:
@@ -135,11 +175,16 @@ def merge_instance(ads: list[Advertisement]) -> RemoteService:
                          newest.version, newest.ts, newest.interval_s)
 
 
-def configured_sites(config: SrmConfig) -> frozenset[str]:
-    """Sites with a configured base URL (``service.remote.<site>.url``): always admitted."""
-    prefix, suffix = "service.remote.", ".url"
-    return frozenset(key[len(prefix):-len(suffix)] for key in config.keys()
-                     if key.startswith(prefix) and key.endswith(suffix) and key.count(".") == 3)
+def configured_sites(config: SrmConfig) -> dict[str, Endpoint]:
+    """Sites with a configured base URL (``service.remote.<site>.url``, a site name may hold dots) and
+    that URL; a URL that does not parse is left out here (``Gateway.from_config`` fails on it first)."""
+    sites = {}
+    for site in configured_site_names(config):
+        try:
+            sites[site] = parse_site_url(config.get(f"service.remote.{site}.url") or "")
+        except ValueError:
+            continue
+    return sites
 
 
 def watched_clusters(config: SrmConfig) -> list[str]:

@@ -44,6 +44,7 @@ TIMEOUT: Final = "timeout"
 READ_CHUNK: Final = 65_536
 POOLS: Final = 64
 MAX_ANSWER_DEPTH: Final = 64  # real answers are a few levels deep; orjson writes at most 254
+MAX_ANSWER_VALUES: Final = 200_000  # scalars and containers; a 1 MiB answer of real objects holds fewer
 
 
 class CallFailed(Exception):
@@ -63,31 +64,38 @@ class Reply:
 
 
 def parse_answer(data: bytes) -> tuple[Any, bool]:
-    """(body, is_json) of an answer, or CallFailed for one nested deeper than ``MAX_ANSWER_DEPTH``.
+    """(body, is_json) of an answer, or CallFailed for one nested deeper than ``MAX_ANSWER_DEPTH`` or
+    holding more than ``MAX_ANSWER_VALUES`` values.
 
     orjson: nesting beyond 1024 is a parse error (``json`` raised RecursionError), NaN is refused and
     integers beyond 64 bits come back as floats. orjson writes at most 254 levels, though, and the
     merged answer wraps each body in two more: a parsed body nested 300 deep made the answer a 500.
+    The value count bounds what one answer costs after parsing: every value of a list answer becomes
+    an object of the merged answer, so an 8 MiB ``[0,0,…]`` cost a gigabyte.
     """
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None, False
-    if not _depth_within(body, MAX_ANSWER_DEPTH):
-        raise CallFailed(f"error: answer nested deeper than {MAX_ANSWER_DEPTH} levels", breaks=False)
+    problem = _shape_problem(body, MAX_ANSWER_DEPTH, MAX_ANSWER_VALUES)
+    if problem is not None:
+        raise CallFailed(f"error: {problem}", breaks=False)
     return body, True
 
 
-def _depth_within(value: Any, limit: int) -> bool:
-    pending = [(value, 1)]
+def _shape_problem(value: Any, max_depth: int, max_values: int) -> str | None:
+    pending, values = [(value, 1)], 1
     while pending:
         item, depth = pending.pop()
         if isinstance(item, dict | list):
-            if depth > limit:
-                return False
+            if depth > max_depth:
+                return f"answer nested deeper than {max_depth} levels"
+            values += len(item)
+            if values > max_values:
+                return f"answer has more than {max_values} values"
             children = item.values() if isinstance(item, dict) else item
-            pending.extend((child, depth + 1) for child in children)
-    return True
+            pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return None
 
 
 @dataclass(eq=False)

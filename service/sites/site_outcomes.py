@@ -15,7 +15,7 @@ from typing import Final
 OUTCOMES: Final = ("ok", "timeout", "malformed", "not_called", "expired", "error")
 # Statuses that mean the site did answer, but with something the gateway could not use.
 _MALFORMED: Final = ("error: answer is not JSON", "error: answer nested deeper", "error: answer larger",
-                     "error: compressed answer")
+                     "error: answer has more than", "error: compressed answer")
 
 
 def outcome_of(status: str, expired_status: str) -> str:

@@ -70,7 +70,9 @@ class SiteAnswersSchema(Schema):
     results = fields.Dict(keys=fields.String(), values=fields.Raw(), required=True,
                           metadata={"description": "site -> that site's answer, for the `ok` sites"})
     items = fields.List(fields.Raw(), metadata={
-        "description": "when every answer is a list: their items, each tagged with its `site`"})
+        "description": "when every answer is a list: their items, each tagged with its `site` (at most "
+                       "100,000; the rest are counted in `items_omitted`)"})
+    items_omitted = fields.Integer(metadata={"description": "items left out of `items` (over 100,000)"})
 
 
 def site_selectable(blp: Blueprint, schema: type[Schema], not_found: str | None = None) -> Callable:

@@ -115,6 +115,22 @@ def parse_allowed_hosts(items: Sequence[str]) -> AllowList:
     return AllowList(tuple(_entry(raw) for raw in items if raw.strip()))
 
 
+def portless_networks(items: Sequence[str]) -> list[str]:
+    """Allowlist items that are networks without a port: whoever can write ``heartbeats`` may aim the
+    gateway at any port of any host in them (an admin console, a database with an HTTP API) and read
+    the JSON answer back. Unusable items are left to ``parse_allowed_hosts``."""
+    found = []
+    for raw in items:
+        try:
+            entry = _entry(raw) if raw.strip() else None
+        except ValueError:
+            continue
+        if entry is not None and entry.network is not None and entry.network.num_addresses > 1 \
+                and entry.port is None:
+            found.append(raw.strip())
+    return found
+
+
 def _entry(raw: str) -> AllowEntry:
     item, scheme = raw.strip().lower(), None
     if "://" in item:

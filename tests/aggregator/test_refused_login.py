@@ -37,7 +37,7 @@ def test_wrong_password_is_one_error_then_backed_off_retries(secured_clusters: K
                                 {"east": secured_clusters.bootstrap("east"),
                                  "west": secured_clusters["west"].secured_bootstrap("sasl_plaintext")},
                                 [("east", "west")], redis_url, extra)
-    supervisor = QuerySupervisor(spark, query_specs(load_config(path, clients=("java",))), backoff_s=1.0)
+    supervisor = QuerySupervisor(spark, query_specs(load_config(path)), backoff_s=1.0)
     with caplog.at_level(logging.INFO, logger="aggregator.supervisor"):
         began = time.monotonic()
         supervisor.start_all()

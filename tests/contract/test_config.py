@@ -1,13 +1,11 @@
-"""The SRM-style properties file: hierarchy, replications, client configs and located errors."""
+"""The SRM-style properties file: hierarchy, replications and located errors."""
 
 from __future__ import annotations
 
 import logging
 
-import confluent_kafka
 import pytest
 
-from contract.client_properties import LIBRDKAFKA_PROPERTIES
 from contract.config import ClusterSettings, ConfigError, Replication, load_config, parse_config
 from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
@@ -159,6 +157,32 @@ def test_bad_typed_value_names_file_line_and_key(getter, value, expected):
     assert caught.value.key == "service.thing"
 
 
+@pytest.mark.parametrize("line", [
+    "sync.topic.acls.interval.seconds = 0",
+    "east->west.sync.topic.acls.interval.seconds = -5",
+    "west.refresh.groups.interval.seconds = 0",
+    "workers.metrics.period = 0",
+    "aggregator.trigger.interval.ms = 0",
+    "service.advertisement.interval.seconds = -1",
+])
+def test_every_interval_setting_must_be_positive_when_the_file_loads(line):
+    key, value = line.split(" = ")
+    error = error_of(BASE + f"# intervals\n{line}\n")
+    assert (error.line, error.key) == (5, key)
+    assert str(error).startswith(f"{NAME}:5: {key}: must be greater than 0, got '{value}'")
+
+
+def test_the_positive_rule_is_one_rule_of_the_settings_table():
+    from contract.settings import SETTINGS
+
+    intervals = {key for key, setting in SETTINGS.items() if setting.positive}
+    assert {"sync.topic.acls.interval.seconds", "refresh.topics.interval.seconds", "metrics.period",
+            "emit.heartbeats.interval.seconds", "aggregator.trigger.interval.ms"} <= intervals
+    assert "offset.lag.max" not in intervals and "service.remote.timeout.ms" not in intervals
+    config = parse("sync.topic.acls.interval.seconds = 0.5\n")
+    assert config.setting("sync.topic.acls.interval.seconds") == 0.5
+
+
 def test_bad_secret_value_is_not_shown():
     config = parse("east.ssl.key.password = not-a-number\n")
     with pytest.raises(ConfigError) as caught:
@@ -245,311 +269,6 @@ def test_internal_topic_separator_switch_reaches_the_policy():
         "replication.policy.separator = _\nreplication.policy.internal.topic.separator.enabled = false\n"
     )
     assert config.replication_policy("east", "west").checkpoints_topic("east") == "east.checkpoints.internal"
-
-
-# -- Kafka client configuration -----------------------------------------------------------------
-
-_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
-_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
-
-
-def test_plain_cluster_gets_only_bootstrap_servers():
-    config = parse()
-    assert config.kafka_client_config("west") == {"bootstrap.servers": "west-1:9092"}
-
-
-def test_connection_properties_global_then_cluster():
-    config = parse("security.protocol = SSL\nclient.id = srm\neast.security.protocol = SASL_SSL\n"
-                   "east.sasl.mechanism = SCRAM-SHA-512\n")
-    assert config.kafka_client_config("east")["security.protocol"] == "SASL_SSL"
-    assert config.kafka_client_config("west") == {
-        "bootstrap.servers": "west-1:9092",
-        "security.protocol": "SSL",
-        "client.id": "srm",
-    }
-
-
-def test_global_non_client_settings_do_not_leak_into_clients():
-    config = parse("tasks.max = 3\nmetrics.period = 5\nbootstrap.servers = wrong:1\n")
-    assert config.kafka_client_config("east") == {"bootstrap.servers": "east-1:9092,east-2:9092"}
-
-
-def test_role_prefix_applies_to_that_client_type_only():
-    config = parse("consumer.fetch.min.bytes = 10\neast.producer.linger.ms = 5\n")
-    assert config.kafka_client_config("east", "consumer")["fetch.min.bytes"] == "10"
-    assert "fetch.min.bytes" not in config.kafka_client_config("east", "producer")
-    assert config.kafka_client_config("east", "producer")["linger.ms"] == "5"
-    assert "linger.ms" not in config.kafka_client_config("west", "producer")
-    assert "linger.ms" not in config.kafka_client_config("east", "admin")
-
-
-def test_mm2_consumer_poll_timeout_is_not_a_client_property():
-    config = parse("consumer.poll.timeout.ms = 500\n")
-    assert config.kafka_client_config("east", "consumer") == {"bootstrap.servers": "east-1:9092,east-2:9092"}
-    assert config.get_int("consumer.poll.timeout.ms") == 500
-
-
-SRM_PREFIXES = """\
-A.client.id = cluster
-A->B.source.cluster.client.id = source-cluster
-A->B.consumer.client.id = consumer
-A->B.source.consumer.client.id = source-consumer
-A->B.target.cluster.client.id = target-cluster
-A->B.producer.client.id = producer
-"""
-
-
-def test_srm_client_prefixes_inside_a_replication():
-    config = parse(SRM_PREFIXES, THREE)
-    assert config.kafka_client_config("A", "consumer", "A", "B")["client.id"] == "source-consumer"
-    assert config.kafka_client_config("A", "admin", "A", "B")["client.id"] == "source-cluster"
-    assert config.kafka_client_config("B", "admin", "A", "B")["client.id"] == "target-cluster"
-    assert config.kafka_client_config("B", "producer", "A", "B")["client.id"] == "producer"
-    assert config.kafka_client_config("B", "consumer", "A", "B")["client.id"] == "consumer"
-
-
-def test_replication_prefixes_do_not_apply_outside_the_replication():
-    config = parse(SRM_PREFIXES, THREE)
-    assert config.kafka_client_config("A", "consumer")["client.id"] == "cluster"
-    assert config.kafka_client_config("A", "consumer", "A", "C")["client.id"] == "cluster"
-    assert "client.id" not in config.kafka_client_config("C", "producer", "A", "C")
-
-
-def test_replication_level_beats_global_for_the_same_prefix():
-    config = parse("source.consumer.fetch.min.bytes = 1\nA->B.source.consumer.fetch.min.bytes = 2\n", THREE)
-    assert config.kafka_client_config("A", "consumer", "A", "B")["fetch.min.bytes"] == "2"
-    assert config.kafka_client_config("A", "consumer", "A", "C")["fetch.min.bytes"] == "1"
-
-
-def test_bootstrap_servers_always_come_from_the_cluster():
-    config = parse("east.consumer.bootstrap.servers = elsewhere:1\n")
-    assert config.kafka_client_config("east", "consumer")["bootstrap.servers"] == "east-1:9092,east-2:9092"
-
-
-def test_client_config_argument_checks():
-    config = parse()
-    with pytest.raises(ValueError, match="unknown cluster alias 'north'"):
-        config.kafka_client_config("north")
-    with pytest.raises(ValueError, match="unknown client role 'streams'"):
-        config.kafka_client_config("east", "streams")
-    with pytest.raises(ValueError, match="neither the source"):
-        config.kafka_client_config("east", "admin", "west", "west")
-
-
-@pytest.mark.parametrize("module", [_PLAIN, _SCRAM])
-def test_jaas_plain_and_scram_become_username_and_password(module):
-    config = parse(
-        "east.security.protocol = SASL_SSL\neast.sasl.mechanism = SCRAM-SHA-512\n"
-        f'east.sasl.jaas.config = {module} required username="alice" password="p a;s\\\\\\"s";\n'
-    )
-    client = config.kafka_client_config("east", "producer")
-    assert client["sasl.username"] == "alice"
-    assert client["sasl.password"] == 'p a;s"s'
-    assert client["sasl.mechanism"] == "SCRAM-SHA-512"
-    assert "sasl.jaas.config" not in client
-
-
-def test_explicit_librdkafka_credentials_win_over_jaas():
-    config = parse(
-        f'east.sasl.jaas.config = {_PLAIN} required username="a" password="b";\neast.sasl.username = c\n'
-    )
-    assert config.kafka_client_config("east")["sasl.username"] == "c"
-    assert config.kafka_client_config("east")["sasl.password"] == "b"
-
-
-def test_jaas_kerberos_and_oauthbearer():
-    config = parse(
-        "east.sasl.jaas.config = com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
-        'keyTab="/etc/srm.keytab" principal="srm@EXAMPLE.COM";\n'
-        "west.sasl.jaas.config = org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
-        "required "
-        'clientId="srm" clientSecret="s3cret" scope="kafka";\n'
-        "west.sasl.oauthbearer.token.endpoint.url = https://idp/token\n"
-    )
-    east = config.kafka_client_config("east")
-    assert east["sasl.kerberos.keytab"] == "/etc/srm.keytab"
-    assert east["sasl.kerberos.principal"] == "srm@EXAMPLE.COM"
-    west = config.kafka_client_config("west")
-    assert west["sasl.oauthbearer.method"] == "oidc"
-    assert west["sasl.oauthbearer.client.id"] == "srm"
-    assert west["sasl.oauthbearer.client.secret"] == "s3cret"
-    assert west["sasl.oauthbearer.scope"] == "kafka"
-    assert west["sasl.oauthbearer.token.endpoint.url"] == "https://idp/token"
-
-
-@pytest.mark.parametrize(
-    ("jaas", "reason"),
-    [
-        (
-            "com.example.CustomLoginModule required;",
-            "com.example.CustomLoginModule has no librdkafka equivalent",
-        ),
-        (f'{_PLAIN} required username="alice";', "has no password option"),
-        ("not a jaas entry", "not a '<LoginModule> required"),
-        (f'{_PLAIN} required username="a" password="b"; {_PLAIN} required;', "only one login module"),
-        (f'{_PLAIN} required username="unterminated', "cannot parse the options"),
-    ],
-)
-def test_unusable_jaas_is_a_located_error_without_secrets(jaas, reason):
-    error = error_of(BASE + "\neast.sasl.jaas.config = " + jaas + "\n")
-    assert str(error).startswith(f"{NAME}:5: east.sasl.jaas.config: ")
-    assert reason in str(error)
-    assert "alice" not in str(error)
-
-
-def test_missing_jks_trust_store_is_a_located_error():
-    # A JKS store is exported with keytool for librdkafka (tests/contract/test_java_stores.py): a store
-    # that is not there fails at load, not at the first connection.
-    error = error_of(BASE + "east.ssl.truststore.location = /etc/kafka/truststore.jks\n")
-    assert str(error) == (f"{NAME}:4: east.ssl.truststore.location: cannot read the store: "
-                          "No such file or directory")
-
-
-def test_missing_pkcs12_trust_store_is_located_too():
-    error = error_of(BASE + "ssl.truststore.type = PKCS12\nssl.truststore.location = /etc/ts.p12\n")
-    assert "cannot read the store" in str(error)
-    assert error.key == "ssl.truststore.location"
-    assert error.line == 5
-
-
-def test_pem_trust_store_and_explicit_ca_location():
-    config = parse(
-        "east.ssl.truststore.type = PEM\neast.ssl.truststore.location = /etc/ca.pem\n"
-        "west.ssl.truststore.location = /etc/ts.jks\nwest.ssl.ca.location = /etc/west-ca.pem\n"
-        "west.ssl.truststore.password = changeit\n"
-    )
-    assert config.kafka_client_config("east")["ssl.ca.location"] == "/etc/ca.pem"
-    west = config.kafka_client_config("west")
-    assert west["ssl.ca.location"] == "/etc/west-ca.pem"
-    assert not any(key.startswith("ssl.truststore") for key in west)
-
-
-def test_key_stores():
-    config = parse(
-        "east.ssl.keystore.type = PKCS12\neast.ssl.keystore.location = /etc/ks.p12\n"
-        "east.ssl.keystore.password = pw\n"
-        "west.ssl.keystore.type = PEM\nwest.ssl.keystore.location = /etc/client.pem\n"
-        "west.ssl.key.password = kp\n"
-    )
-    east = config.kafka_client_config("east")
-    assert east["ssl.keystore.location"] == "/etc/ks.p12"
-    assert east["ssl.keystore.password"] == "pw"
-    west = config.kafka_client_config("west")
-    assert west["ssl.certificate.location"] == west["ssl.key.location"] == "/etc/client.pem"
-    assert west["ssl.key.password"] == "kp"
-    assert "ssl.keystore.location" not in west
-
-
-def test_missing_jks_key_store_is_a_located_error_without_its_password():
-    error = error_of(
-        BASE + "east.ssl.keystore.location = /etc/ks.jks\neast.ssl.keystore.password = hunter2\n"
-    )
-    assert str(error).startswith(f"{NAME}:4: east.ssl.keystore.location: cannot read the store")
-    assert "hunter2" not in str(error)
-    declared = error_of(BASE + "east.ssl.keystore.type = JKS\neast.ssl.keystore.location = /etc/ks.p12\n")
-    assert "needs ssl.keystore.password" in str(declared)
-
-
-def test_inline_pem_stores():
-    config = parse(
-        "east.ssl.truststore.certificates = CA-PEM\neast.ssl.keystore.certificate.chain = CHAIN\n"
-        "east.ssl.keystore.key = KEY\n"
-    )
-    east = config.kafka_client_config("east")
-    assert (east["ssl.ca.pem"], east["ssl.certificate.pem"], east["ssl.key.pem"]) == (
-        "CA-PEM",
-        "CHAIN",
-        "KEY",
-    )
-
-
-def test_java_values_and_names_are_translated():
-    config = parse(
-        "east.ssl.endpoint.identification.algorithm =\n"
-        "east.consumer.auto.offset.reset = none\n"
-        "east.consumer.partition.assignment.strategy = org.apache.kafka.clients.consumer.RangeAssignor, "
-        "org.apache.kafka.clients.consumer.CooperativeStickyAssignor\n"
-        "east.consumer.fetch.max.wait.ms = 250\n"
-        "east.producer.max.request.size = 10485760\n"
-        "east.producer.buffer.memory = 33554433\n"
-        "east.receive.buffer.bytes = 65536\n"
-    )
-    consumer = config.kafka_client_config("east", "consumer")
-    assert consumer["ssl.endpoint.identification.algorithm"] == "none"
-    assert consumer["auto.offset.reset"] == "error"
-    assert consumer["partition.assignment.strategy"] == "range,cooperative-sticky"
-    assert consumer["fetch.wait.max.ms"] == "250"
-    assert consumer["socket.receive.buffer.bytes"] == "65536"
-    producer = config.kafka_client_config("east", "producer")
-    assert producer["message.max.bytes"] == "10485760"
-    assert producer["queue.buffering.max.kbytes"] == "32769"
-
-
-def test_assignor_without_librdkafka_counterpart_falls_back_to_the_default():
-    config = parse(
-        "consumer.partition.assignment.strategy = org.apache.kafka.clients.consumer.StickyAssignor\n"
-    )
-    assert "partition.assignment.strategy" not in config.kafka_client_config("east", "consumer")
-
-
-def test_bad_buffer_memory_is_a_located_error():
-    error = error_of(BASE + "producer.buffer.memory = lots\n")
-    assert str(error) == f"{NAME}:4: producer.buffer.memory: expected a number of bytes"
-
-
-def test_java_only_keys_are_dropped_with_one_warning_and_no_values(caplog):
-    caplog.set_level(logging.WARNING, logger="contract.config")
-    config = parse(
-        "east.ssl.enabled.protocols = TLSv1.3\n"
-        "east.consumer.key.deserializer = org.apache.kafka.common.serialization.ByteArrayDeserializer\n"
-        "east.security.providers = com.example.SecretProvider\n"
-    )
-    client = config.kafka_client_config("east", "consumer")
-    assert client == {"bootstrap.servers": "east-1:9092,east-2:9092"}
-    assert "srm.properties:4: east.ssl.enabled.protocols is a Java client property" in caplog.text
-    assert "east.consumer.key.deserializer" in caplog.text
-    assert "TLSv1.3" not in caplog.text
-    assert "SecretProvider" not in caplog.text
-    warnings = len(caplog.records)
-    config.kafka_client_config("east", "consumer")
-    assert len(caplog.records) == warnings
-
-
-def test_translated_keys_are_all_librdkafka_properties():
-    config = parse(
-        f'east.sasl.jaas.config = {_SCRAM} required username="u" password="p";\n'
-        "east.ssl.truststore.type = PEM\neast.ssl.truststore.location = /ca.pem\n"
-        "east.ssl.keystore.location = /ks.p12\neast.producer.max.request.size = 1\n"
-        "east.producer.buffer.memory = 1\neast.consumer.fetch.max.wait.ms = 1\neast.send.buffer.bytes = 1\n"
-    )
-    for role in ("admin", "consumer", "producer"):
-        assert set(config.kafka_client_config("east", role)) <= LIBRDKAFKA_PROPERTIES
-
-
-def test_installed_librdkafka_knows_every_pass_through_property():
-    unknown = []
-    for name in sorted(LIBRDKAFKA_PROPERTIES):
-        try:
-            # No bootstrap.servers: a client that does get created never connects anywhere.
-            confluent_kafka.Producer({name: "not-a-valid-value", "log_level": 0})
-        except TypeError:
-            pass  # confluent-kafka itself type-checks some properties it knows
-        except confluent_kafka.KafkaException as exc:
-            if "No such configuration property" in str(exc):
-                unknown.append(name)
-    assert unknown == []
-
-
-def test_secrets_never_reach_the_log(caplog):
-    caplog.set_level(logging.DEBUG)
-    config = parse(
-        f'east.sasl.jaas.config = {_PLAIN} required username="u" password="TOPSECRET";\n'
-        "east.ssl.key.password = TOPSECRET\neast.ssl.keystore.password = TOPSECRET\n"
-        "east.ssl.keystore.location = /x.p12\nsasl.password = TOPSECRET\nsasl.password = TOPSECRET\n"
-    )
-    for role in ("admin", "consumer", "producer"):
-        config.kafka_client_config("east", role, "east", "west")
-    assert "TOPSECRET" not in caplog.text
 
 
 # -- located errors at load time ----------------------------------------------------------------
@@ -668,12 +387,3 @@ def test_bad_policy_settings_fail_at_load():
 def test_invalid_unicode_escape_is_located():
     error = error_of(BASE + "ok = 1\nbad = \\u12G4\n")
     assert str(error).startswith(f"{NAME}:5: invalid \\u escape")
-
-
-def test_client_errors_in_replication_prefixes_fail_at_load():
-    error = error_of(
-        BASE + "east->west.source.cluster.ssl.truststore.location = /x.jks\neast->west.enabled = true\n"
-    )
-    assert str(error).startswith(
-        f"{NAME}:4: east->west.source.cluster.ssl.truststore.location: cannot read the store"
-    )

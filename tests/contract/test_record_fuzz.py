@@ -17,19 +17,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aggregator.raw_records import flat_table
-from contract.records import advertisement, control, progress, raw_metrics
+from clients.record_guard import RecordGuard
+from contract.records import advertisement, raw_metrics
 from contract.records.mm2 import Checkpoint, Heartbeat, OffsetSync
-from contract.untrusted import RecordGuard
+from driver import control_record, progress_record
 
 EXAMPLES = int(os.environ.get("SRM_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _SAMPLES = [
     raw_metrics.encode(raw_metrics.PartitionMetrics(1, 5000, "east", "west", "east.t", "t", 0, 1, 2))[1],
-    control.ControlEntry("east", "west", "topics", "allow", "orders").encode_key(),
+    control_record.ControlEntry("east", "west", "topics", "allow", "orders").encode_key(),
     b'{"v":1,"ts":5}',
-    progress.encode_key(progress.SourcePartition("east", "orders", 3)),
-    progress.encode_value(41),
+    progress_record.encode_key(progress_record.SourcePartition("east", "orders", 3)),
+    progress_record.encode_value(41),
     Checkpoint("g", "east.t", 0, 10, 9, "meta").encode_key(),
     Checkpoint("g", "east.t", 0, 10, 9, "meta").encode_value(),
     OffsetSync("t", 0, 10, 9).encode_key(),
@@ -61,8 +62,8 @@ _ADVERSARIAL = st.one_of(
     st.just(b'{"v":1,"offset":1e999}'), st.just(b'{"offset":' + b"9" * 40 + b"}"),
     st.just(b"\xff\xfe\xfd"), st.just(b'"\\ud800"'),
     st.integers(1, 3000).map(lambda n: _SAMPLES[-1][:10] + b"[" * n),  # an advertisement value's JSON
-    st.sampled_from(["*", "t" * 300, "..", ""]).map(lambda name: progress.encode_key(
-        progress.SourcePartition("e", name, 0))),
+    st.sampled_from(["*", "t" * 300, "..", ""]).map(lambda name: progress_record.encode_key(
+        progress_record.SourcePartition("e", name, 0))),
 )
 RECORD_BYTES = st.one_of(st.binary(max_size=4096), mutated(), _ADVERSARIAL)
 MAYBE = st.one_of(st.none(), RECORD_BYTES)
@@ -74,9 +75,9 @@ def _raw_metrics(key: bytes | None, value: bytes | None) -> object:
 
 DECODERS = {
     "raw metrics": (_raw_metrics, raw_metrics.RawMetricsError),
-    "control": (control.decode_change, control.ControlFormatError),
-    "progress key": (lambda key, value: progress.decode_key(key), ValueError),
-    "progress value": (lambda key, value: progress.decode_value(value), ValueError),
+    "control": (control_record.decode_change, control_record.ControlFormatError),
+    "progress key": (lambda key, value: progress_record.decode_key(key), ValueError),
+    "progress value": (lambda key, value: progress_record.decode_value(value), ValueError),
     "heartbeat": (Heartbeat.decode, ValueError),
     "checkpoint": (Checkpoint.decode, ValueError),
     "offset sync": (OffsetSync.decode, ValueError),

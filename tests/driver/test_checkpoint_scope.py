@@ -58,9 +58,8 @@ class TestSettings:
         ("offset-syncs.topic.location = elsewhere", "offset-syncs.topic.location"),
     ])
     def test_bad_values_name_the_key(self, line, key):
-        config = parse_config(BASE + line + "\n", "srm.properties")
-        with pytest.raises(ConfigError) as error:
-            CheckpointSettings.of(config, "A", "B")
+        with pytest.raises(ConfigError) as error:  # intervals when the file loads, the rest here
+            CheckpointSettings.of(parse_config(BASE + line + "\n", "srm.properties"), "A", "B")
         assert key in str(error.value) and "srm.properties" in str(error.value)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contract.records.control import ControlChange, ControlEntry, ControlFormatError, decode_change
 from driver.control_lists import ControlState
+from driver.control_record import ControlChange, ControlEntry, ControlFormatError, decode_change
 
 
 def entry(name: str = "orders", kind: str = "topics", list_name: str = "allow") -> ControlEntry:

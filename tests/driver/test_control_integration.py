@@ -19,11 +19,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from contract.config import SrmConfig, load_config
-from contract.records.control import ControlChange, ControlEntry
 from contract.records.mm2 import Checkpoint
 from contract.replication_policy import CONTROL_TOPIC
 from driver.control_cli import main
 from driver.control_lists import ControlLists, write_changes
+from driver.control_record import ControlChange, ControlEntry
 from stack.processes import REPO_ROOT, ManagedProcess
 
 pytestmark = pytest.mark.integration

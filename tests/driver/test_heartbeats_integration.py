@@ -170,9 +170,9 @@ def test_driver_with_bad_config_exits_2_naming_the_setting(tmp_path: Path):
     ("a->b.emit.heartbeats.interval.seconds = 0", "must be greater than 0"),
 ])
 def test_bad_heartbeat_settings_are_config_errors_at_start(setting: str, message: str):
-    config = parse_config(f"clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
-                          f"b.bootstrap.servers = 127.0.0.1:2\ndriver.target.clusters = b\n{setting}\n",
-                          "srm.properties")
     key = setting.split(" =")[0]
     with pytest.raises(ConfigError, match=f"srm.properties:5: {re.escape(key)}: {re.escape(message)}"):
+        config = parse_config(f"clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
+                              f"b.bootstrap.servers = 127.0.0.1:2\ndriver.target.clusters = b\n{setting}\n",
+                              "srm.properties")
         build_tasks(config, threading.Event())

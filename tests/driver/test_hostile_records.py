@@ -16,12 +16,12 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from contract.records.mm2 import Checkpoint, OffsetSync
-from contract.records.progress import SourcePartition, encode_key, encode_value
 from driver.checkpoint_rules import CheckpointDecider
 from driver.checkpoint_worker import _apply_sync
 from driver.internal_topic_feed import OFFSET_SYNC_CAPS, InternalTopicFeed, checked_checkpoint
 from driver.offset_sync_store import OffsetSyncStore
 from driver.progress_reader import ProgressReader
+from driver.progress_record import SourcePartition, encode_key, encode_value
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from clients.record_guard import RecordGuard
 from contract.records.raw_metrics import ReaderHealth
-from contract.untrusted import RecordGuard
 from driver.reader_health import ReplicationReaders
 
 LOG = logging.getLogger("test-reader-health")

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from contract.config import SrmConfig, load_config
 from contract.records import raw_metrics
 from contract.records.mm2 import OffsetSync, WireFormatError
-from contract.records.progress import PROGRESS_TOPIC_PARTITIONS
 from contract.replication_policy import progress_topic
+from driver.progress_record import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from contract.client_faults import ClusterUnavailable, RequestRefused
-from contract.kafka_clients import authorization_refusal
+from clients.client_faults import ClusterUnavailable, RequestRefused
+from clients.kafka_clients import authorization_refusal
 from driver.topic_sync import TopicRefusals
 
 

@@ -9,8 +9,8 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from contract import kafka_clients
-from contract.kafka_clients import ClusterUnavailable, GroupMembership
+from clients import kafka_clients
+from clients.kafka_clients import ClusterUnavailable, GroupMembership
 from driver.worker_census import WorkerCensus
 
 

@@ -66,7 +66,7 @@ def test_api_reports_the_refused_remote_topic_then_the_recovery(
         try:
             service = ManagedProcess.python_module("service", "service", ["--config", str(monitoring)],
                                                    tmp_path).start()
-            query = start_rollup_query(spark, query_specs(load_config(monitoring, clients=("java",)))[0])
+            query = start_rollup_query(spark, query_specs(load_config(monitoring))[0])
             wait_for_port(port, 30, service.process)
             with running_driver(tmp_path, driver_bootstraps, [("east", "west")], driver_settings) as driver:
                 answer = poll_json(url, lambda a: a["state"] == "FAILED" and refused in a["explanation"], 90)

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from aggregator.__main__ import query_specs
 from aggregator.query import start_rollup_query
+from clients.client_renderings import check_client_configs
 from contract.config import load_config
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
@@ -95,7 +96,8 @@ def test_record_count_flows_through_secured_clusters(mode_id: str, secured_clust
     mode, trust, key_store = MODES[mode_id]
     config_path = write_config(tmp_path / "srm.properties", secured_clusters, mode, trust, key_store,
                                redis_url)
-    config = load_config(config_path, clients=("java",))  # what srm-aggregator loads
+    config = load_config(config_path)
+    check_client_configs(config, ("java",))  # what srm-aggregator checks at start-up
     spec = query_specs(config)[0]
     port = config.setting("service.port")
     topic = f"orders-{mode_id.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
@@ -130,7 +132,7 @@ def test_wrong_password_is_named_at_once_reported_failed_and_quiet(secured_clust
     # The driver alone has the wrong password for east (its source); west, the target, takes it.
     bad = write_config(tmp_path / "driver.properties", secured_clusters, "sasl_ssl", "pem", "pem", redis_url,
                        passwords={"east": wrong})
-    config = load_config(good, clients=("java",))
+    config = load_config(good)
     port = config.setting("service.port")
     processes, query = [], None
     try:

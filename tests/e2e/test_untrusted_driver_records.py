@@ -25,14 +25,14 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from contract.records.mm2 import OffsetSync
-from contract.records.progress import (
+from contract.replication_policy import CONTROL_TOPIC, progress_topic
+from driver.progress_record import (
     PROGRESS_TOPIC_CONFIGS,
     PROGRESS_TOPIC_PARTITIONS,
     SourcePartition,
     encode_key,
     encode_value,
 )
-from contract.replication_policy import CONTROL_TOPIC, progress_topic
 from stack import srm_properties
 from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess

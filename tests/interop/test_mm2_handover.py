@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from contract.records import progress
 from contract.records.mm2 import OffsetSync
+from driver import progress_record
 from tests.interop.conftest import MirrorProbe
 from tests.interop.mm2 import MirrorMaker
 from tests.interop.support import (
@@ -90,9 +90,9 @@ def progress_of(west: str, topic: str) -> dict[int, int]:
     last: dict[int, int] = {}
     for partition in range(25):  # Connect's default offsets topic has 25 partitions
         for message in read_all(west, "mm2-offsets.east.internal", partition):
-            source = progress.decode_key(message.key())
+            source = progress_record.decode_key(message.key())
             if source is not None and source.topic == topic and source.cluster == "east":
-                value = progress.decode_value(message.value())
+                value = progress_record.decode_value(message.value())
                 if value is not None:
                     last[source.partition] = value
     return last

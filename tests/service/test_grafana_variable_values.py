@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from contract import linear_regex
+from clients import linear_regex
 from service.grafana.filters import filters_of, ordered, payload_filters, select
 from service.grafana.queries import QueryError, Subject
 from service.grafana.variable_values import NestedObject, RefusedValue, selector_of

@@ -134,16 +134,55 @@ def test_a_forged_advertisement_of_a_configured_site_never_gets_its_credentials(
     handle = start_advertiser(advertised)
     try:
         deadline, urls = time.monotonic() + 60, set()
-        while time.monotonic() < deadline and len(urls) < 2:
+        while time.monotonic() < deadline and not urls:
             urls = {s.base_url for s in discovery.registry.services() if s.site == site}
             time.sleep(0.2)
-        assert urls == {f"http://127.0.0.1:{genuine_port}", f"http://127.0.0.1:{evil_port}"}
+        # The forged advertisement came first in the topic: by now it was read, and refused.
+        assert urls == {f"http://127.0.0.1:{genuine_port}"}
+        assert discovery.registry.skipped_records >= 1
         for _ in range(3):
             (answer,) = fan_out(discovery.gateway, discovery.registry.services(), "/v2/replications",
                                 selector=site).sites
             assert (answer.status, answer.url) == ("ok", f"http://127.0.0.1:{genuine_port}/v2/replications")
         assert evil.requests == []  # type: ignore[attr-defined]
         assert genuine.requests == ["Bearer s3cret"] * 3  # type: ignore[attr-defined]
+    finally:
+        discovery.stop()
+        handle.stop()
+
+
+def test_squatters_in_heartbeats_keep_no_real_site_out_after_a_gateway_restart(
+        kafka_clusters: dict[str, str]):
+    """Before: expired instances counted toward the per-site cap and a configured site had that cap
+    too, so eight forged advertisements of a site in the compacted topic (stale ones, or fresh ones
+    at other addresses) kept the real instance out after every gateway start, even with
+    ``service.remote.<site>.url`` set (a site name with a dot was not even taken for configured)."""
+    run = uuid.uuid4().hex[:8]
+    configured, free = f"east.dc-{run}", f"free-{run}"
+    now = int(time.time() * 1000)
+    forged = [Advertisement("http", "127.0.0.1", 7100 + n, "", "west", configured, "x", now, 3600.0)
+              for n in range(8)]  # live for hours, but not at the configured URL
+    forged += [Advertisement("http", "127.0.0.1", 7200 + n, "", "west", free, "x", now - 600_000, 10.0)
+               for n in range(8)]  # expired ten minutes ago
+    real_free = Advertisement("http", "127.0.0.1", 7300, "", "west", free, "x", now, 3600.0)
+    _produce(kafka_clusters["west"], [encode(ad)[:2] for ad in [*forged, real_free]])
+    advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "west", "service.site": configured, "service.port": 7001,
+        "service.advertisement.interval.seconds": 1, "service.advertised.host": "srm.example.com"}))
+    watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq",
+        f"service.remote.{configured}.url": "http://srm.example.com:7001"}))
+    handle = start_advertiser(advertised)
+    app = create_app({"REDIS_URL": UNUSED_REDIS, "SERVICE_SITE": "hq"})
+    discovery = install_discovery(app, watcher)  # a gateway (re)starting: reads the topic from its start
+    assert discovery is not None
+    try:
+        deadline, found = time.monotonic() + 60, set()
+        while time.monotonic() < deadline and len(found) < 2:
+            found = {(s.site, s.base_url) for s in discovery.registry.services()
+                     if s.site in (configured, free)}
+            time.sleep(0.2)
+        assert found == {(configured, "http://srm.example.com:7001"), (free, "http://127.0.0.1:7300")}
     finally:
         discovery.stop()
         handle.stop()

@@ -8,10 +8,14 @@ stored per-site token with any caller's request.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -128,8 +132,8 @@ def test_tarpits_end_at_their_deadline_and_cannot_starve_the_healthy_sites(far_s
         statuses = {a.site: a.status for a in answer.sites}
         assert took < 1.5, f"one fan-out took {took:.1f} s against 1 s deadlines: {statuses}"
         assert statuses == {"far": "ok", "body-drip": "timeout", "header-drip": "timeout",
-                            "huge-declared": "error: answer larger than 8388608 bytes",
-                            "endless": "error: answer larger than 8388608 bytes",
+                            "huge-declared": "error: answer larger than 1048576 bytes",
+                            "endless": "error: answer larger than 1048576 bytes",
                             "gzip": "error: compressed answer (gzip) refused"}
         tarpit = hostile_sites["body-drip"]
         while not tarpit.closed_at and time.monotonic() - began < 1.5:  # type: ignore[attr-defined]
@@ -159,3 +163,52 @@ def test_tarpits_end_at_their_deadline_and_cannot_starve_the_healthy_sites(far_s
             assert breaker[kind].startswith("error: not called: "), breaker
     finally:
         gateway.close()
+
+
+# Run in a fresh process, so its peak RSS is this fan-out's alone: the gateway of a worker with the
+# default settings asks a site that answers a JSON list of zeros (ports in argv: a small, a big answer).
+_FAN_OUT_IN_A_WORKER = """
+import json, resource, sys
+from contract.config import parse_config
+from service.app import create_app
+from service.sites.discovered_directory import GATEWAY_KEY, REGISTRY_KEY
+from service.sites.gateway import Gateway
+from tests.service.hostile_servers import Listed, remote
+
+sites = dict(zip(("small", "huge", "many"), map(int, sys.argv[1:4])))
+app = create_app({"REDIS_URL": "redis://127.0.0.1:1/0", "SERVICE_SITE": "hq"})
+app.extensions[GATEWAY_KEY] = gateway = Gateway.from_config(parse_config(
+    "clusters = a\\na.bootstrap.servers = a:1\\nservice.site = hq\\n"
+    "service.remote.allowed.hosts = 127.0.0.1\\n"))
+app.extensions[REGISTRY_KEY] = Listed([remote(site, port) for site, port in sites.items()])
+client = app.test_client()
+statuses = {}
+for site in sites:  # the small answer first: the process is warm before the big ones
+    if site == "huge":
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    answer = client.get("/v2/services", query_string={"site": site})
+    statuses[site] = answer.get_json()["sites"][0]["status"]
+grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+gateway.close()
+print(json.dumps({"statuses": statuses, "grown_mib": grown_kib / 1024}))
+"""
+
+
+def _zeros(count: int) -> bytes:
+    return b"[" + b"0," * (count - 1) + b"0]"
+
+
+def test_a_huge_answer_is_that_sites_error_and_the_workers_memory_stays_bounded():
+    """Before: an 8 MiB answer ``[0,0,...]`` (within the default 8 MiB body cap) cost a worker about
+    1 GB of peak RSS, 5 s of CPU and a 112 MiB reply: every zero became an object of ``items``."""
+    huge = _zeros(4 * 2**20 - 1)  # 8 MiB less one byte
+    many = _zeros(2**19 - 1)  # 1 MiB less one byte: under the body cap, over the values cap
+    with serving(GarbageHandler, {"small": _zeros(10), "huge": huge, "many": many}) as servers:
+        ports = [str(servers[site].server_address[1]) for site in ("small", "huge", "many")]
+        child = subprocess.run([sys.executable, "-c", _FAN_OUT_IN_A_WORKER, *ports], capture_output=True,
+                               text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert child.returncode == 0, child.stderr[-3000:]
+    measured = json.loads(child.stdout.splitlines()[-1])
+    assert measured["statuses"] == {"small": "ok", "huge": "error: answer larger than 1048576 bytes",
+                                    "many": "error: answer has more than 200000 values"}
+    assert measured["grown_mib"] < 100, measured

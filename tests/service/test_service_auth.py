@@ -132,6 +132,20 @@ def test_an_open_api_is_announced_loudly_at_start(tmp_path, monkeypatch, caplog)
     assert record.levelno == logging.ERROR
 
 
+def test_an_allowlisted_network_without_a_port_is_named_at_start(tmp_path, monkeypatch, caplog):
+    """Before: ``10.0.0.0/8`` (the docs' own example) let any writer of ``heartbeats`` aim the gateway at
+    any port in that range and read the JSON back, and nothing said so."""
+    path = tmp_path / "srm.properties"
+    path.write_text(PROPERTIES + "service.remote.allowed.hosts = 10.0.0.0/8, https://fd00::/64, "
+                                 "10.9.0.0/16:6670, [fd01::/64]:6670, 127.0.0.1, *.srm.example.com\n")
+    monkeypatch.setattr(ServiceServer, "run", lambda self: None)  # start-up only, no gunicorn
+    with caplog.at_level(logging.WARNING):
+        assert main(["--config", str(path)]) == 0
+    named = [r.getMessage() for r in caplog.records if "network without a port" in r.getMessage()]
+    assert len(named) == 2
+    assert "'10.0.0.0/8'" in named[0] and "'https://fd00::/64'" in named[1]
+
+
 def test_cors_only_for_configured_origins():
     unused = "redis://127.0.0.1:1/0"
     default = create_app({"REDIS_URL": unused}).test_client()

@@ -16,7 +16,7 @@ from service.app import create_app
 from service.sites.advertiser import start_advertiser
 from service.sites.discovered_directory import install_discovery
 from service.sites.registry import (
-    FORGET_AFTER_INTERVALS,
+    FORGET_AFTER_MS,
     MAX_INSTANCES_PER_SITE,
     ServiceBook,
     configured_sites,
@@ -24,6 +24,7 @@ from service.sites.registry import (
     own_instances,
     watched_clusters,
 )
+from service.sites.site_trust import parse_site_url
 from stack import srm_properties
 
 T0 = 1_700_000_000_000
@@ -81,7 +82,9 @@ def test_long_gone_services_are_forgotten():
     book = ServiceBook()
     book.add(advert(ts=T0))
     assert book.expired(T0 + 60_000)
-    assert book.expired(T0 + int(FORGET_AFTER_INTERVALS * INTERVAL_S * 1000) + 1) == []
+    expired_at = T0 + int(3 * INTERVAL_S * 1000)
+    assert book.expired(expired_at + FORGET_AFTER_MS)
+    assert book.expired(expired_at + FORGET_AFTER_MS + 1) == []
     assert book.live(T0) == []
 
 
@@ -168,7 +171,7 @@ def test_advertisements_from_the_future_are_refused():
 
 
 def test_forged_sites_and_instances_are_capped_configured_sites_always_admitted():
-    book = ServiceBook(max_sites=2, configured_sites=frozenset({"east"}))
+    book = ServiceBook(max_sites=2, configured_sites={"east": parse_site_url("http://10.0.0.4:6670")})
     book.add(advert("a", host="10.0.0.1"), now_ms=T0)
     book.add(advert("b", host="10.0.0.2"), now_ms=T0)
     with pytest.raises(Rejected, match="service.remote.max.sites"):
@@ -182,6 +185,54 @@ def test_forged_sites_and_instances_are_capped_configured_sites_always_admitted(
 
 
 def test_sites_with_a_configured_url_are_known_from_the_config():
+    """Before: a site whose name has a dot (``east.dc1``) was not taken for a configured one."""
     config = parse_config(CONFIG + "service.remote.east.url = https://srm-east.example.com:6670\n"
-                                   "service.remote.east.token = t\n")
-    assert configured_sites(config) == frozenset({"east"})
+                                   "service.remote.east.token = t\n"
+                                   "service.remote.east.dc1.url = http://10.1.0.1:6670/srm\n"
+                                   "service.remote.north.timeout.ms = 900\n")
+    assert set(configured_sites(config)) == {"east", "east.dc1"}
+    assert configured_sites(config)["east.dc1"].base_url == "http://10.1.0.1:6670/srm"
+
+
+def test_stale_forgeries_do_not_fill_the_caps():
+    """Before: expired instances counted toward the caps, so eight stale forged advertisements of
+    ``east`` (or 64 stale forged sites) kept the real ones out, also after a gateway restart."""
+    book = ServiceBook(max_sites=2)
+    stale = T0 - 600_000  # expired (30 s), not yet forgotten
+    for n in range(MAX_INSTANCES_PER_SITE):
+        assert book.add(advert("east", host=f"10.6.6.{n}", ts=stale), now_ms=T0)
+    book.add(advert("forged-1", host="10.6.7.1", ts=stale), now_ms=T0)
+    assert book.add(advert("east", host="10.0.0.9", ts=T0), now_ms=T0)
+    assert book.add(advert("north", host="10.0.0.8", ts=T0), now_ms=T0)
+    assert [(s.site, s.host) for s in book.live(T0)] == [("east", "10.0.0.9"), ("north", "10.0.0.8")]
+    with pytest.raises(Rejected, match="service.remote.max.sites"):  # two live sites: the cap holds
+        book.add(advert("south", host="10.0.0.7", ts=T0), now_ms=T0)
+
+
+def test_a_configured_site_takes_only_its_url_and_no_cap():
+    """Before: forged advertisements of a configured site at other addresses filled its instance cap
+    and the real one at the configured URL was refused."""
+    book = ServiceBook(max_sites=1, configured_sites={
+        "east": parse_site_url("http://srm-east.example.com:6670"),
+        "east.dc1": parse_site_url("https://10.1.0.1/srm")})
+    for n in range(MAX_INSTANCES_PER_SITE):
+        with pytest.raises(Rejected, match="configured URL"):
+            book.add(advert("east", host=f"10.6.6.{n}"), now_ms=T0)
+    assert book.add(advert("west", host="10.0.0.5"), now_ms=T0)  # fills max.sites
+    assert book.add(advert("east", host="SRM-east.example.com"), now_ms=T0)
+    dotted = Advertisement("https", "10.1.0.1", 443, "/srm", "x", "east.dc1", "1", T0, 10.0)
+    assert book.add(dotted, now_ms=T0)
+    assert sorted(s.site for s in book.live(T0)) == ["east", "east.dc1", "west"]
+
+
+def test_dead_instances_make_room_stalest_first():
+    book = ServiceBook(max_sites=1)  # room for 8 instances, dead ones included
+    for n in range(MAX_INSTANCES_PER_SITE):
+        assert book.add(advert("a", host=f"10.0.0.{n}", ts=T0 + n), now_ms=T0 + n)
+    later = T0 + 60_000  # all eight expired
+    assert book.add(advert("b", host="10.0.1.1", ts=later), now_ms=later)
+    assert book.add(advert("c", host="10.0.1.2", ts=later + 40_000), now_ms=later + 40_000)
+    now = later + 40_000
+    assert [s.site for s in book.live(now)] == ["c"]
+    kept = {s.host for s in book.expired(now)}
+    assert kept == {"10.0.1.1"} | {f"10.0.0.{n}" for n in range(2, MAX_INSTANCES_PER_SITE)}

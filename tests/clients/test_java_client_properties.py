@@ -12,22 +12,30 @@ import stat
 
 import pytest
 
-from contract.config import ConfigError, parse_config
-from contract.java_client_properties import to_java
+from clients.client_renderings import check_client_configs, java_client_config, kafka_client_config
+from clients.java_client_properties import to_java
+from contract.config import ConfigError, SrmConfig, parse_config
 from stack.pki import StackPki
 
 BASE = "clusters = east, west\neast.bootstrap.servers = e:9092\nwest.bootstrap.servers = w:9092\n"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
+def checked(text: str, renderings: tuple[str, ...] = ("librdkafka",)) -> SrmConfig:
+    """The file as a process that builds ``renderings`` clients loads it (``clients.entry_point``)."""
+    config = parse_config(text, "srm.properties")
+    check_client_configs(config, renderings)
+    return config
+
+
 def test_java_keys_pass_through_as_written():
-    config = parse_config(BASE + (
+    config = checked(BASE + (
         "east.security.protocol = SASL_SSL\neast.sasl.mechanism = SCRAM-SHA-512\n"
         f'east.sasl.jaas.config = {SCRAM} required username="srm" password="pw";\n'
         "east.ssl.truststore.location = /etc/ts.jks\neast.ssl.truststore.password = changeit\n"
         "east.ssl.keystore.location = /etc/ks.jks\neast.ssl.keystore.password = changeit\n"
-        "east.consumer.max.poll.records = 100\n"), "srm.properties", clients=("java",))
-    java = config.java_client_config("east", role="consumer")
+        "east.consumer.max.poll.records = 100\n"), ("java",))
+    java = java_client_config(config, "east", role="consumer")
     assert java == {
         "bootstrap.servers": "e:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.jaas.config": f'{SCRAM} required username="srm" password="pw";',
@@ -39,9 +47,9 @@ def test_java_keys_pass_through_as_written():
 def test_jks_files_that_librdkafka_cannot_use_are_fine_for_the_java_rendering():
     text = BASE + "west.ssl.truststore.location = /nonexistent/ts.jks\n"
     with pytest.raises(ConfigError, match="cannot read the store"):
-        parse_config(text, "srm.properties")  # the driver's check: librdkafka would need the file
-    config = parse_config(text, "srm.properties", clients=("java",))  # the aggregator's
-    assert config.java_client_config("west")["ssl.truststore.location"] == "/nonexistent/ts.jks"
+        checked(text)  # the driver's check: librdkafka would need the file
+    config = checked(text, ("java",))  # the aggregator's
+    assert java_client_config(config, "west")["ssl.truststore.location"] == "/nonexistent/ts.jks"
 
 
 def test_librdkafka_spellings_are_mapped_back(tmp_path):
@@ -68,27 +76,25 @@ def test_kerberos_keys_become_a_krb5_jaas_entry_for_java_and_a_config_error_for_
     assert java.config["sasl.kerberos.service.name"] == "kafka"
     text = BASE + ("east.security.protocol = SASL_PLAINTEXT\neast.sasl.mechanism = GSSAPI\n"
                    "east.sasl.kerberos.service.name = kafka\n")
-    assert parse_config(text, "srm.properties", clients=("java",)).java_client_config("east")
+    assert java_client_config(checked(text, ("java",)), "east")
     with pytest.raises(ConfigError) as caught:
-        parse_config(text, "srm.properties")
+        checked(text)
     assert str(caught.value).startswith("srm.properties:5: east.sasl.mechanism: Kerberos (GSSAPI) is not "
                                         "built into this librdkafka")
 
 
 def test_dropped_librdkafka_only_keys_warn_once(caplog):
-    config = parse_config(BASE + "east.enable.ssl.certificate.verification = false\n", "srm.properties",
-                          clients=("java",))
+    config = checked(BASE + "east.enable.ssl.certificate.verification = false\n", ("java",))
     with caplog.at_level(logging.WARNING):
-        config.java_client_config("east")
-        config.java_client_config("east", role="consumer")
+        java_client_config(config, "east")
+        java_client_config(config, "east", role="consumer")
     assert "enable.ssl.certificate.verification = " not in caplog.text
     assert caplog.text.count("east.enable.ssl.certificate.verification is a librdkafka-only property") <= 1
 
 
 def test_username_without_a_password_mechanism_is_a_located_error():
     with pytest.raises(ConfigError, match="need sasl.mechanism PLAIN or SCRAM"):
-        parse_config(BASE + "east.sasl.username = srm\neast.sasl.password = pw\n", "srm.properties",
-                     clients=("java",))
+        checked(BASE + "east.sasl.username = srm\neast.sasl.password = pw\n", ("java",))
 
 
 @pytest.fixture(scope="module")
@@ -102,18 +108,18 @@ def test_jks_stores_are_converted_for_librdkafka_with_keytool(pki):
         f"east.ssl.truststore.password = {pki.store_password}\n"
         f"east.ssl.keystore.location = {pki.client_jks}\neast.ssl.keystore.password = {pki.store_password}\n"
     ), "srm.properties")
-    rendered = config.kafka_client_config("east")
+    rendered = kafka_client_config(config, "east")
     ca = rendered["ssl.ca.location"]
     assert open(ca).read().strip() == pki.ca_pem.read_text().strip()
     assert stat.S_IMODE(os.stat(rendered["ssl.keystore.location"]).st_mode) == 0o600
     assert rendered["ssl.keystore.location"].endswith("key.p12")
-    assert config.kafka_client_config("east", role="producer")["ssl.ca.location"] == ca  # exported once
+    assert kafka_client_config(config, "east", role="producer")["ssl.ca.location"] == ca  # exported once
 
 
 def test_a_wrong_store_password_is_named_without_the_password(pki):
     with pytest.raises(ConfigError) as caught:
-        parse_config(BASE + f"east.ssl.keystore.location = {pki.client_jks}\n"
-                            "east.ssl.keystore.password = not-the-password\n", "srm.properties")
+        checked(BASE + f"east.ssl.keystore.location = {pki.client_jks}\n"
+                       "east.ssl.keystore.password = not-the-password\n")
     assert "keytool cannot read the store" in str(caught.value)
     assert "not-the-password" not in str(caught.value)
 
@@ -123,5 +129,5 @@ def test_without_keytool_a_jks_store_is_a_config_error_saying_what_to_do(pki, mo
     moved = pki.directory / "moved.jks"
     moved.write_bytes(pki.truststore_jks.read_bytes())  # a file not converted yet
     with pytest.raises(ConfigError) as caught:
-        parse_config(BASE + f"east.ssl.truststore.location = {moved}\n", "srm.properties")
+        checked(BASE + f"east.ssl.truststore.location = {moved}\n")
     assert "needs the JDK's keytool on PATH" in str(caught.value)

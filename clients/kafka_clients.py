@@ -3,8 +3,8 @@
 Byte-array clients only (MM2 compatible: records are copied as opaque bytes). librdkafka errors from
 topic creation are turned into one exception type naming the cluster and topic.
 
-Every client carries a ``watch`` (``contract.client_faults.ClientWatch``, fed by its error callback)
-and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``contract.librdkafka_logs``).
+Every client carries a ``watch`` (``clients.client_faults.ClientWatch``, fed by its error callback)
+and logs librdkafka's lines, rate-limited, under ``librdkafka.<alias>`` (``clients.librdkafka_logs``).
 Admin requests wait by polling the client, because librdkafka serves the error callback only inside
 ``poll``: a rejected login is a ``ClusterRejected`` naming the cluster within about a second, not a
 timeout 30 s later.
@@ -32,9 +32,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from contract.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable, RequestRefused
+from clients.client_faults import ClientWatch, ClusterRejected, ClusterUnavailable, RequestRefused
+from clients.client_renderings import kafka_client_config, security_of
+from clients.librdkafka_logs import client_log_settings
 from contract.config import SrmConfig
-from contract.librdkafka_logs import client_log_settings
 
 __all__ = ["ClusterRejected", "ClusterUnavailable", "RequestRefused"]
 
@@ -69,7 +70,7 @@ class WatchedConsumer(Consumer):
 
 def _watched(config: SrmConfig, alias: str, settings: dict[str, Any]) -> ClientWatch:
     """Adds the error callback to ``settings`` (the caller's own one wins)."""
-    watch = ClientWatch(alias, config.security_of(alias)[1])
+    watch = ClientWatch(alias, security_of(config, alias)[1])
     settings.setdefault("error_cb", watch.error_cb)
     return watch
 
@@ -106,7 +107,7 @@ class GroupMembership:
 
 def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None) -> WatchedAdmin:
     settings: dict[str, Any] = {**CLIENT_TIMEOUTS, **client_log_settings(alias),
-                                **config.kafka_client_config(alias, role="admin"), **(overrides or {})}
+                                **kafka_client_config(config, alias, role="admin"), **(overrides or {})}
     watch = _watched(config, alias, settings)
     client = WatchedAdmin(settings)
     client.watch = watch
@@ -126,7 +127,7 @@ def producer(config: SrmConfig, alias: str, overrides: dict[str, object] | None 
                                    "enable.idempotence": True, "acks": "all",
                                    "partitioner": "murmur2_random", **CLIENT_TIMEOUTS,
                                    **client_log_settings(alias)}
-    settings.update(config.kafka_client_config(alias, role="producer", source=source, target=target))
+    settings.update(kafka_client_config(config, alias, role="producer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)
     client = WatchedProducer(settings)
@@ -139,7 +140,7 @@ def consumer(config: SrmConfig, alias: str, group_id: str, overrides: dict[str, 
     settings: dict[str, object] = {"group.id": group_id, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                                    **CLIENT_TIMEOUTS, **client_log_settings(alias)}
-    settings.update(config.kafka_client_config(alias, role="consumer", source=source, target=target))
+    settings.update(kafka_client_config(config, alias, role="consumer", source=source, target=target))
     settings.update(overrides or {})
     watch = _watched(config, alias, settings)
     client = WatchedConsumer(settings)

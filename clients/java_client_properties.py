@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from contract.client_properties import LIBRDKAFKA_PROPERTIES, UnsupportedClientProperty
+from clients.client_properties import LIBRDKAFKA_PROPERTIES, UnsupportedClientProperty
 
 # librdkafka keys that Java clients know under the same name and meaning.
 JAVA_SHARED: Final[frozenset[str]] = frozenset(

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from contract.records.progress import (
+from driver.progress_record import (
     SourcePartition,
     decode_key,
     decode_value,

@@ -9,7 +9,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from contract.librdkafka_logs import RepeatLimiter, client_log_settings
+from clients.librdkafka_logs import RepeatLimiter, client_log_settings
 
 
 def record(name: str, message: str, level: int = logging.ERROR) -> logging.LogRecord:

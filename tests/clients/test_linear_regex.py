@@ -1,4 +1,4 @@
-"""contract/linear_regex.py: user patterns run on RE2 with a cap and a clear refusal, never on ``re``."""
+"""clients/linear_regex.py: user patterns run on RE2 with a cap and a clear refusal, never on ``re``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from contract import linear_regex
-from contract.linear_regex import MAX_PATTERN_LENGTH, PatternRefused, compile_user_pattern
+from clients import linear_regex
+from clients.linear_regex import MAX_PATTERN_LENGTH, PatternRefused, compile_user_pattern
 
 
 def test_full_match_semantics() -> None:

@@ -2,7 +2,7 @@
 
 Left alone, librdkafka writes to stderr itself and, against an unreachable cluster, repeats
 ``Connect to ... failed: Connection refused`` for every reconnect of every client: about 80 lines a
-second for one driver. Every client built in ``contract.kafka_clients`` passes ``client_log_settings``,
+second for one driver. Every client built in ``clients.kafka_clients`` passes ``client_log_settings``,
 so its lines go to the logger ``librdkafka.<alias>`` (level, format and handlers as the process sets
 them), and a line of the same shape as one already shown in the last ``REPEAT_INTERVAL_S`` seconds is
 counted instead of written. The next line of that shape after the interval says how many were held

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Final
 
-from contract.client_properties import UnsupportedClientProperty
+from clients.client_properties import UnsupportedClientProperty
 
 KEYTOOL_TIMEOUT_S: Final = 60.0
 _PEM_BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)

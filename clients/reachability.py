@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import socket
-from urllib.parse import urlsplit, urlunsplit
 
+from clients.client_faults import redact_url_secrets
+from clients.client_renderings import kafka_client_config
 from contract.config import SrmConfig
 
 LOG = logging.getLogger(__name__)
@@ -24,20 +25,15 @@ class Unreachable(Exception):
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its password, fit for a log line."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password or the secrets of its query string, fit for a log line."""
+    return redact_url_secrets(url)
 
 
 def redis_problem(url: str) -> str | None:
     """None when Redis at ``url`` answers PING, else one line naming it and the fix."""
     import redis
 
-    from contract.redis_connection import connect
+    from clients.redis_connection import connect
 
     try:
         client = connect(url, PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
@@ -70,7 +66,7 @@ def warn_unreachable_clusters(config: SrmConfig, aliases: list[str], consequence
     """Logs one warning per cluster that does not accept connections; returns those aliases."""
     unreachable = []
     for alias in dict.fromkeys(aliases):
-        servers = config.kafka_client_config(alias, role="admin")["bootstrap.servers"]
+        servers = kafka_client_config(config, alias, role="admin")["bootstrap.servers"]
         problem = bootstrap_problem(alias, servers)
         if problem:
             LOG.warning("%s; %s", problem, consequence)

@@ -3,9 +3,9 @@
 A configuration problem ends the process with exit status 2 and one line naming the file, the line and
 the key (``ConfigError``), never a traceback: a restart cannot fix it. So does a missing prerequisite
 (``StartupError``, e.g. no ``java`` for the aggregator). Something that does not answer yet
-(``contract.reachability.Unreachable``, e.g. the aggregator's Redis) is one line too, with exit
+(``clients.reachability.Unreachable``, e.g. the aggregator's Redis) is one line too, with exit
 status 1: a restart once it answers works. Once the file is read, every secret value in it is hidden
-from every log line (``contract.client_faults.SecretScrubber``).
+from every log line (``clients.client_faults.SecretScrubber``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from contract.client_faults import install_secret_scrubber
+from clients.client_faults import install_secret_scrubber
+from clients.client_renderings import check_client_configs, secret_values
+from clients.reachability import Unreachable
 from contract.config import ConfigError, SrmConfig, load_config
-from contract.reachability import Unreachable
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 CONFIG_ERROR_EXIT = 2
@@ -42,11 +43,12 @@ def start(prog: str, args: argparse.Namespace, prepare: Callable[[SrmConfig], _T
     """Logging set up, the config loaded and ``prepare(config)`` run; on a ConfigError or StartupError
     the error is printed as ``<prog>: <message>`` and the exit status is returned instead (2; 1 for
     ``Unreachable``). ``clients``: the client renderings this process uses
-    (``contract.config.RENDERINGS``), checked at load."""
+    (``clients.client_renderings.RENDERINGS``), checked at load."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        config = load_config(args.config, clients)
-        install_secret_scrubber(config.secret_values())
+        config = load_config(args.config)
+        check_client_configs(config, clients)
+        install_secret_scrubber(secret_values(config))
         return prepare(config)
     except (ConfigError, StartupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
