@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_values import parse_values
-from contract.kafka_names import ALIAS, MAX_GROUP_CHARS, TOPIC_ARROW
+from contract.kafka_names import ALIAS, TOPIC_ARROW, check_group
 from contract.records.raw_metrics import (
     MAX_NUMBER,
     MAX_VALUE_BYTES,
@@ -32,6 +32,7 @@ from contract.records.raw_metrics import (
 )
 from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
 from contract.replication_policy import METRICS_TOPIC_SOURCE
+from contract.untrusted import Rejected
 
 # Raw metrics topics are `srm-metrics.<source>.internal` (contract.replication_policy.metrics_topic).
 EXCERPT_CHARS = 200
@@ -196,8 +197,16 @@ def _legal_topic(names: pa.Array) -> pa.Array:
 
 
 def _legal_group(names: pa.Array) -> pa.Array:
-    return pc.and_(pc.less_equal(pc.utf8_length(names), MAX_GROUP_CHARS),
-                   pc.and_(pc.greater(pc.utf8_length(names), 0), pc.not_equal(names, ALL_TOPICS)))
+    """The contract's own rule (printable, as Python means it), per distinct name: a few a batch."""
+    return pa.array([name is None or _is_group(name) for name in names.to_pylist()], pa.bool_())
+
+
+def _is_group(name: str) -> bool:
+    try:
+        check_group(name)
+    except Rejected:
+        return False
+    return True
 
 
 def _source_of_topic(topics: pa.Array) -> pa.Array:
