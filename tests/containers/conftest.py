@@ -13,7 +13,8 @@ from tests.containers.compose_stack import ComposeStack, find_engine
 
 
 @pytest.fixture(scope="session")
-def engine() -> tuple[str, list[str]]:
+def engine(external_processes: None) -> tuple[str, list[str]]:
+    """Requests external_processes: every container test is in the integration tier, out of `make check`."""
     found = find_engine()
     if isinstance(found, str):
         pytest.skip(f"no container engine runs here ({found})")
