@@ -178,7 +178,8 @@ def test_no_copy_of_a_private_key_outlives_a_sigkill(pki, tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     child = key_copy_holder(BASE + (
-        f"east.security.protocol = SSL\neast.ssl.truststore.location = {pki.ca_pem}\n"
+        f"east.security.protocol = SSL\neast.ssl.truststore.type = PEM\n"
+        f"east.ssl.truststore.location = {pki.ca_pem}\n"
         f"east.ssl.keystore.location = {pki.client_jks}\neast.ssl.keystore.password = {pki.store_password}\n"
     ), tmpdir)
     try:
