@@ -176,6 +176,7 @@ def files_in(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()]
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_no_copy_of_a_private_key_outlives_a_sigkill(pki, tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -195,6 +196,7 @@ def test_no_copy_of_a_private_key_outlives_a_sigkill(pki, tmp_path):
     assert files_in(tmpdir) == []
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_a_conversion_killed_midway_is_cleaned_by_the_next(pki, tmp_path, monkeypatch):
     tmpdir, bin_dir = tmp_path / "tmp", tmp_path / "bin"
     tmpdir.mkdir()
