@@ -219,7 +219,7 @@ def decode(value: bytes | str) -> RawMetrics:
     if body.get("v") != VERSION:
         raise RawMetricsError(f"unsupported version {body.get('v')!r} (expected {VERSION})")
     kind = body.pop("kind", None)
-    cls = _BY_KIND.get(kind)  # type: ignore[arg-type]
+    cls = _BY_KIND.get(kind)
     if cls is None:
         raise RawMetricsError(f"unknown kind {kind!r}")
     body.pop("v")
