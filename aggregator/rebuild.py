@@ -125,28 +125,55 @@ def clear_target(client: redis.Redis, spec: RollupQuerySpec) -> int:
     return deleted
 
 
-def rebuild(spark: SparkSession, spec: RollupQuerySpec, query: StreamingQuery, client: redis.Redis) -> str:
-    """Stops the query (and its merge child), clears the target's keys, records the rebuild and moves
-    the checkpoint aside; the caller starts the query again. Returns where the checkpoint went."""
-    location = checkpoint_location(spec)
-    now_ms = int(time.time() * 1000)
-    aside = f"{location}.lost-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now_ms / 1000))}"
-    LOG.error("query %s: its state is gone from Redis (flushed, or a new Redis) while its checkpoint %s has "
-              "progress; rebuilding the rollups of %s from what its raw-metrics topics still hold, on a new "
-              "checkpoint (the old one kept as %s); history older than Kafka's retention is lost",
-              spec.query_name, location, spec.target, aside)
-    sink = sink_of(spark, query)
-    if query.isActive:
-        query.stop()
-    if sink is not None:
-        sink.close(CHILD_WAIT_S)
-    cleared = clear_target(client, spec)
-    LOG.debug("query %s: %d keys written since the loss cleared", spec.query_name, cleared)
-    aside = set_checkpoint_aside(spark, location, aside)
-    key = layout.rebuild_key(spec.target)
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(key)
-    pipe.hset(key, mapping={"detected_ts": now_ms, "checkpoint_kept": aside})
-    pipe.pexpire(key, layout.INDEX_TTL_MS)
-    pipe.execute()
-    return aside
+@dataclass
+class Rebuild:
+    """One loss of a query's Redis state, rebuilt once. Each step (stop the query and its sink's children,
+    clear the target's keys, set the checkpoint aside, record the rebuild) is done once, in order; a step
+    that fails is tried again at the next `advance`, after the steps already done. Starting over instead
+    would say the loss twice, and once the checkpoint is aside, set the rebuilt query's new one aside too;
+    restarting the old query from its checkpoint would roll up only what arrives from now on."""
+
+    spec: RollupQuerySpec
+    detected_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    stopped: bool = False
+    cleared: bool = False
+    kept_as: str | None = None  # where the checkpoint went, once it is aside
+
+    def __post_init__(self) -> None:
+        LOG.error("query %s: its state is gone from Redis (flushed, or a new Redis) while its checkpoint %s "
+                  "has progress; rebuilding the rollups of %s from what its raw-metrics topics still hold, "
+                  "on a new checkpoint (the old one kept as %s); history older than Kafka's retention is "
+                  "lost",
+                  self.spec.query_name, self.location, self.spec.target, self.aside)
+
+    @property
+    def location(self) -> str:
+        return checkpoint_location(self.spec)
+
+    @property
+    def aside(self) -> str:
+        return f"{self.location}.lost-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(self.detected_ms / 1000))}"
+
+    def advance(self, spark: SparkSession, query: StreamingQuery, client: redis.Redis) -> str:
+        """Does the steps not done yet; the caller starts the query again once this returns (where the
+        checkpoint went). Whatever it raises, the steps done stay done."""
+        if not self.stopped:
+            sink = sink_of(spark, query)
+            if query.isActive:
+                query.stop()
+            if sink is not None:
+                sink.close(CHILD_WAIT_S)
+            self.stopped = True
+        if not self.cleared:
+            cleared = clear_target(client, self.spec)
+            LOG.debug("query %s: %d keys written since the loss cleared", self.spec.query_name, cleared)
+            self.cleared = True
+        if self.kept_as is None:
+            self.kept_as = set_checkpoint_aside(spark, self.location, self.aside)
+        key = layout.rebuild_key(self.spec.target)
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping={"detected_ts": self.detected_ms, "checkpoint_kept": self.kept_as})
+        pipe.pexpire(key, layout.INDEX_TTL_MS)
+        pipe.execute()
+        return self.kept_as

@@ -75,6 +75,7 @@ class QuerySupervisor:
     counter: RestartCounter | None = None  # None: one writing to each spec's Redis
     state_check: rebuild.RedisStateCheck | None = None  # None: one for `spark` (none without a session)
     rebuilds: dict[str, int] = field(default_factory=dict)  # query -> rebuilds from Kafka
+    _rebuilding: dict[str, rebuild.Rebuild] = field(default_factory=dict)  # query -> its rebuild under way
     upgrade_layout: UpgradeLayout = window_layout_upgrade.upgrade_target
     _upgraded: set[str] = field(default_factory=set)  # targets whose old-layout windows are moved
     _progress: dict[str, tuple[object, float]] = field(default_factory=dict)  # query -> (batch, since)
@@ -106,7 +107,7 @@ class QuerySupervisor:
                 if now >= self._restart_at[name] and self._start(spec, now):
                     restarted.append(name)
                 continue
-            if self._state_gone(spec, query, now, at_once=False):
+            if name in self._rebuilding or self._state_gone(spec, query, now, at_once=False):
                 if self._rebuild(spec, query):
                     restarted.append(name)
                 continue
@@ -150,15 +151,23 @@ class QuerySupervisor:
             return False
 
     def _rebuild(self, spec: RollupQuerySpec, query: StreamingQuery) -> bool:
-        """Rebuilds the query's rollups from Kafka (rebuild); whether it started again. One that could not
-        is retried at the next check: its state is still gone."""
+        """Rebuilds the query's rollups from Kafka (rebuild); whether it started again. A rebuild that
+        failed part-way goes on at the next check from the step that failed: the query is neither restarted
+        from its old checkpoint nor rebuilt a second time meanwhile."""
         name = spec.query_name
         assert self.state_check is not None
+        if name not in self._rebuilding:
+            self._rebuilding[name] = rebuild.Rebuild(spec)
+        under_way = self._rebuilding[name]
         try:
-            rebuild.rebuild(self.spark, spec, query, self.state_check.client(spec))
+            under_way.advance(self.spark, query, self.state_check.client(spec))
         except Exception as exc:
             LOG.warning("query %s: rebuild not done yet: %s", name, _first_line(exc))
             return False
+        del self._rebuilding[name]
+        # The old query is done with: should the start fail, the next check starts the query anew rather
+        # than find the old query's sink still flagging the loss and rebuild again.
+        del self.queries[name]
         self._stalled.discard(name)
         self._restart_at.pop(name, None)
         self._progress.pop(name, None)

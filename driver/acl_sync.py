@@ -11,11 +11,16 @@ the same binding on the remote topic (`east.orders`), with ALLOW ALL downgraded 
 other binding is copied as it is, DENY ones included: a DENY that protects data on the source keeps
 protecting its copy. ACLs are never deleted on the target. A target without an authorizer refuses
 with SECURITY_DISABLED: one warning per replication, then silence, and the replication goes on.
+
+A pass runs on a thread of its own (``start_pass``), never on the copy loop's: it waits on both
+clusters (up to ``ADMIN_TIMEOUT_S`` each) and matches every binding's topic against the filters and
+the srm-control lists, none of which may hold up the records.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException
@@ -74,6 +79,22 @@ class TopicAclSync:
         self.passes = 0  # completed passes, for tests and operators' logs
         self._synced: list[AclBinding] | None = None
         self._warned: set[str] = set()
+        self._pass: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a pass started by ``start_pass`` is still under way."""
+        return self._pass is not None and self._pass.is_alive()
+
+    def start_pass(self, source_admin: AdminClient, target_admin: AdminClient,
+                   eligible: Callable[[str], bool]) -> bool:
+        """Starts one pass on a thread beside the caller; False (nothing started) while the last runs."""
+        if self.running:
+            return False
+        self._pass = threading.Thread(target=self.run_once, args=(source_admin, target_admin, eligible),
+                                      name=f"acl-sync-{self.source}->{self.target}", daemon=True)
+        self._pass.start()
+        return True
 
     def run_once(self, source_admin: AdminClient, target_admin: AdminClient,
                  eligible: Callable[[str], bool]) -> None:

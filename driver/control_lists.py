@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Final, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -29,16 +29,21 @@ from driver.control_record import (
     PARTITION,
     TOPIC_CONFIGS,
     ControlChange,
+    ControlFormatError,
     decode_change,
     shown,
 )
 from driver.heartbeat_task import checked_replication_factor, fitted_replication_factor
+from driver.topic_filter import ListedNames
 
 LOG = logging.getLogger(__name__)
 
 RF_SETTING: Final = "control.topic.replication.factor"
 POLL_TIMEOUT_S: Final = 0.5
 MAX_RETRY_WAIT_S: Final = 30.0
+MAX_LIST_ENTRIES: Final = 1000
+"""Entries one list takes; past it a new entry is refused (counted, logged) until others are removed.
+Far above what operators keep by hand, and it bounds what one refresh matches a name against."""
 
 
 ClientOverrides = Mapping[str, object] | None
@@ -59,28 +64,62 @@ class ControlWriteError(RuntimeError):
     """Control records the target cluster did not acknowledge."""
 
 
-class ControlState:
-    """The lists as the records so far make them: (source, target, kind, list) -> entries."""
+class ControlRefused(ControlFormatError):
+    """A well-formed control record the lists do not take: a full list, or a replication no driver
+    reading this topic runs."""
 
-    def __init__(self) -> None:
-        self._lists: dict[tuple[str, str, str, str], set[str]] = {}
+
+ListKey = tuple[str, str, str, str]  # (source, target, kind, list)
+
+
+class ControlState:
+    """The lists as the records so far make them: (source, target, kind, list) -> entries.
+
+    Bounded, since anyone who may produce to the topic can write records: at most
+    ``MAX_LIST_ENTRIES`` entries a list, and, when ``target`` and ``sources`` are given, only lists
+    of replications ``<one of sources> -> target`` (no driver reads any other from this topic).
+    """
+
+    def __init__(self, target: str | None = None, sources: Collection[str] | None = None) -> None:
+        self.target, self.sources = target, None if sources is None else frozenset(sources)
+        self._lists: dict[ListKey, set[str]] = {}
+        self._shown: dict[ListKey, ListedNames] = {}  # the current version of each list, as matched
 
     def apply(self, change: ControlChange) -> bool:
-        """Applies ``change``; True when a list changed (re-adding a present entry changes nothing)."""
+        """Applies ``change``; True when a list changed (re-adding a present entry changes nothing).
+        ControlRefused when the change is not taken (a full list, another replication's list)."""
         e = change.entry
-        entries = self._lists.setdefault((e.source, e.target, e.kind, e.list_name), set())
+        key = (e.source, e.target, e.kind, e.list_name)
+        if self.target is not None and e.target != self.target:
+            raise ControlRefused(f"entry for target {e.target!r} in the control topic of {self.target!r}")
+        if self.sources is not None and e.source not in self.sources:
+            raise ControlRefused(f"entry for source {e.source!r}, not a cluster that replicates to "
+                                 f"{e.target!r} ({', '.join(sorted(self.sources)) or 'none'})")
+        entries = self._lists.get(key, set())
         if change.present == (e.name in entries):
             return False
         if change.present:
+            if len(entries) >= MAX_LIST_ENTRIES:
+                raise ControlRefused(f"the {e.kind} {e.list_name} list of {e.source}->{e.target} is full "
+                                     f"({MAX_LIST_ENTRIES} entries); remove some to add {e.name[:80]!r}")
+            self._lists[key] = entries
             entries.add(e.name)
         else:
             entries.discard(e.name)
+        self._shown.pop(key, None)
         return True
 
-    def lists(self, source: str, target: str, kind: str) -> tuple[frozenset[str], frozenset[str]]:
-        """(allow, deny) of ``kind`` for the replication ``source -> target``."""
-        allow, deny = (frozenset(self._lists.get((source, target, kind, name), ())) for name in LISTS)
+    def lists(self, source: str, target: str, kind: str) -> tuple[ListedNames, ListedNames]:
+        """(allow, deny) of ``kind`` for the replication ``source -> target``: the same objects until
+        a list changes, so what they matched is remembered for the version."""
+        allow, deny = (self._listed((source, target, kind, name)) for name in LISTS)
         return allow, deny
+
+    def _listed(self, key: ListKey) -> ListedNames:
+        listed = self._shown.get(key)
+        if listed is None:
+            listed = self._shown[key] = ListedNames(self._lists.get(key, ()))
+        return listed
 
 
 def cluster_metadata(config: SrmConfig, alias: str, client: AdminClient, timeout_s: float,
@@ -145,7 +184,7 @@ class ControlLists:
         checked_replication_factor(config, RF_SETTING, None, alias)
         self.config, self.alias, self.poll_timeout_s = config, alias, poll_timeout_s
         self.client_overrides = dict(client_overrides or {})
-        self._state = ControlState()
+        self._state = ControlState(alias, [a for a in config.clusters if a != alias])
         self._version = 0
         self._lock = threading.Lock()
         self._loaded = threading.Event()
@@ -157,11 +196,11 @@ class ControlLists:
         self.failure: str | None = None  # the last error outside a record, until reading resumes
         self._thread = threading.Thread(target=self._run, name=f"control-lists-{alias}", daemon=True)
 
-    def topic_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]:
+    def topic_lists(self, source: str, target: str) -> tuple[ListedNames, ListedNames]:
         with self._lock:
             return self._state.lists(source, target, "topics")
 
-    def group_lists(self, source: str, target: str) -> tuple[frozenset[str], frozenset[str]]:
+    def group_lists(self, source: str, target: str) -> tuple[ListedNames, ListedNames]:
         with self._lock:
             return self._state.lists(source, target, "groups")
 
@@ -254,14 +293,17 @@ class ControlLists:
             else:
                 LOG.warning("reading %s on %s: %s", CONTROL_TOPIC, self.alias, error)
             return
-        change = self.guard.read(message, decode_change, self.alias)
-        if change is not None:
-            with self._lock:
-                if self._state.apply(change):
-                    self._version += 1
+        self.guard.read(message, self._apply, self.alias)  # a refused change is counted as a bad record
         self._next_offset = message.offset() + 1
         if message.offset() + 1 >= self._end_offset:
             self._mark_loaded()
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> ControlChange:
+        change = decode_change(key, value)
+        with self._lock:
+            if self._state.apply(change):
+                self._version += 1
+        return change
 
     def _mark_loaded(self) -> None:
         if not self._loaded.is_set():

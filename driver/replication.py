@@ -190,8 +190,7 @@ class ReplicationWorker(threading.Thread):
             if self.refusals.reason is not None:  # granting the ACL is all it takes: look again soon
                 next_refresh = min(next_refresh, now + REFRESH_RETRY_S)
             next_report = now if self.refusals.take_change() else next_report  # a new status goes out now
-            if self.acl_sync is not None and now >= next_acls and not silent:
-                self._sync_acls()
+            if self.acl_sync is not None and now >= next_acls and not silent and self._start_acl_pass():
                 next_acls = now + self.acl_interval_s
             if self._topics:
                 self.writer.write(self._poll())
@@ -279,9 +278,10 @@ class ReplicationWorker(threading.Thread):
         self.refreshes += 1
         self.refusals.note(self.topic_sync.refusal, REFRESH_RETRY_S)
 
-    def _sync_acls(self) -> None:
+    def _start_acl_pass(self) -> bool:
+        """Starts an ACL pass beside the loop (False while the last one runs); the lists are taken now."""
         eligible = functools.partial(self.topic_sync.is_eligible, lists=self._control_lists())
-        self.acl_sync.run_once(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
+        return self.acl_sync.start_pass(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
         source, target = self.replication.source, self.replication.target

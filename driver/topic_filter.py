@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Set
@@ -12,7 +11,6 @@ from clients.linear_regex import PatternRefused, compile_user_pattern
 from contract.replication_policy import ReplicationPolicy, is_cycle
 from contract.settings import SETTINGS
 from contract.untrusted import shown
-from driver.control_record import MAX_NAME_CHARS
 
 if TYPE_CHECKING:
     from contract.config import SrmConfig
@@ -23,6 +21,12 @@ DEFAULT_TOPICS: Final = tuple(SETTINGS["topics"].default)  # type: ignore[arg-ty
 DEFAULT_TOPICS_EXCLUDE: Final = tuple(SETTINGS["topics.exclude"].default)  # type: ignore[arg-type]
 DEFAULT_GROUPS: Final = tuple(SETTINGS["groups"].default)  # type: ignore[arg-type]
 DEFAULT_GROUPS_EXCLUDE: Final = tuple(SETTINGS["groups.exclude"].default)  # type: ignore[arg-type]
+MAX_PATTERN_CHARS: Final = 256
+"""An srm-control entry longer than this is a name, never a pattern: no topic name is longer than 249
+characters, and each pattern is compiled and run for every name a replication looks at."""
+MEMO_NAMES: Final = 100_000  # answers one list version remembers before it starts afresh
+_PLAIN: Final = re.compile(r"[\w-]+")  # an entry that means the same as a name and as a pattern
+_WARNED_MAX: Final = 4096
 
 
 class PatternList:
@@ -149,22 +153,66 @@ def should_replicate_group(
 
 
 def _listed(name: str, entries: Set[str]) -> bool:
-    if name in entries:
-        return True
-    return any(_control_entry(entry)(name) for entry in entries)
+    if not entries:
+        return False
+    listed = entries if isinstance(entries, ListedNames) else ListedNames(entries)
+    return listed.matches(name)
 
 
-@functools.lru_cache(maxsize=1024)
-def _control_entry(entry: str) -> Callable[[str], bool]:
-    """An srm-control list entry as a full-match test. Entries come from a topic anyone with Produce
-    rights may write, so they run on RE2 (linear time: ``(.+)+X`` cannot stall a replication); one RE2
-    refuses (not a regex, backreferences, too long) only matches itself."""
-    try:
-        return compile_user_pattern(entry, "srm-control entry", max_length=MAX_NAME_CHARS).fullmatch
-    except PatternRefused as exc:
-        # A typo in the lists must not stop the replication.
-        LOG.warning("%s; matching it literally", shown(str(exc), 300))
-        return entry.__eq__
+class ListedNames(frozenset[str]):
+    """One version of an srm-control list: its entries (a frozenset, for printing and comparing) with
+    their matching prepared once. Plain names go in a set, patterns are compiled on first use, and
+    every name's answer is remembered: a refresh of thousands of topics under a list of a thousand
+    entries matches each name once per version, not once per entry and refresh.
+
+    Entries come from a topic anyone with Produce rights may write, so patterns run on RE2 (linear
+    time: ``(.+)+X`` cannot stall a replication). An entry RE2 refuses (not a regex, backreferences,
+    longer than ``MAX_PATTERN_CHARS``) only matches itself."""
+
+    _patterns: tuple[Callable[[str], bool], ...] | None  # full-match tests of the non-plain entries
+    _memo: dict[str, bool]
+
+    def __new__(cls, entries: Iterable[str] = ()) -> ListedNames:
+        listed = super().__new__(cls, entries)
+        listed._patterns, listed._memo = None, {}
+        return listed
+
+    def matches(self, name: str) -> bool:
+        known = self._memo.get(name)
+        if known is None:
+            patterns = self._patterns if self._patterns is not None else self._compile()
+            plain_hit = name in self and _PLAIN.fullmatch(name) is not None
+            known = plain_hit or any(fullmatch(name) for fullmatch in patterns)
+            if len(self._memo) >= MEMO_NAMES:
+                self._memo.clear()
+            self._memo[name] = known
+        return known
+
+    def _compile(self) -> tuple[Callable[[str], bool], ...]:
+        patterns: list[Callable[[str], bool]] = []
+        for entry in self:
+            if _PLAIN.fullmatch(entry):
+                continue
+            try:
+                pattern = compile_user_pattern(entry, "srm-control entry", max_length=MAX_PATTERN_CHARS)
+                patterns.append(pattern.fullmatch)
+            except PatternRefused as exc:  # a typo in the lists must not stop the replication
+                patterns.append(entry.__eq__)
+                _warn_once(entry, str(exc))
+        self._patterns = tuple(patterns)
+        return self._patterns
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(entry: str, problem: str) -> None:
+    if entry in _warned:
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(entry)
+    LOG.warning("%s; matching it literally", shown(problem, 300))
 
 
 class FoundAtStart:

@@ -23,6 +23,7 @@ from streaming_input import (
     wait_until,
 )
 
+from aggregator import rebuild
 from aggregator.merge_child import join_window_writers
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.redis_sink import windows_merged
@@ -173,3 +174,53 @@ def test_a_flushed_redis_is_rebuilt_from_kafka_retention_as_an_uninterrupted_run
     finally:
         flushed.cleanup()
         reference.cleanup()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("failing_step", ["clear_target", "set_checkpoint_aside"])
+def test_a_rebuild_that_fails_part_way_goes_on_and_rebuilds_once(spark, kafka_clusters, tmp_path, caplog,
+                                                                  monkeypatch, failing_step):
+    """A step of the rebuild fails once (after the query stopped; after the checkpoint went aside): the
+    rebuild goes on from there at the next check, so the loss is said once, one checkpoint is set aside,
+    and what Kafka holds is rolled up once, not restarted from the old checkpoint nor rebuilt twice."""
+    bootstrap = kafka_clusters["east"]
+    source = new_source()
+    create_topic(bootstrap, metrics_topic(source))
+    before, after = reports(source, T0, [1, 2, 3]), reports(source, T0 + 60_000, [4, 5])
+    expected = sum(r.record_count for r in before + after if isinstance(r, PartitionMetrics))
+    server = RedisServer(tmp_path / "redis").start()
+    client = redis.Redis.from_url(server.url)
+    checkpoints = tmp_path / "checkpoints"
+    spec = spec_for(bootstrap, server.url, source, checkpoints)
+    step = getattr(rebuild, failing_step)
+    failures: list[str] = []
+
+    def fails_once(*args: object, **kwargs: object) -> object:
+        done = step(*args, **kwargs)  # the step's effect stays: the failure comes after it
+        if not failures:
+            failures.append(failing_step)
+            raise OSError(9, "Bad file descriptor")
+        return done
+
+    monkeypatch.setattr(rebuild, failing_step, fails_once)
+    caplog.set_level(logging.INFO, logger="aggregator")
+    try:
+        produce(bootstrap, source, before)
+        supervisor = supervise(spark, spec)
+        try:
+            wait_until(lambda: (supervisor.check(), total(client, source) > 0)[1], what="first rollups")
+            client.flushall()
+            produce(bootstrap, source, after)
+            supervise_until(supervisor, client, source, expected, "rebuild after a failed step")
+        finally:
+            stop(supervisor)
+        assert failures == [failing_step]
+        said = [r.getMessage() for r in caplog.records if r.name == "aggregator.supervisor"]
+        assert sum("rebuild not done yet: [Errno 9] Bad file descriptor" in line for line in said) == 1
+        assert len([r for r in caplog.records if REBUILD_LINE in r.getMessage()]) == 1
+        aside = sorted(path.name for path in checkpoints.iterdir() if ".lost-" in path.name)
+        assert len(aside) == 1
+        assert client.hget(layout.rebuild_key("east"), "checkpoint_kept").decode().endswith(aside[0])
+        assert total(client, source) == expected
+    finally:
+        server.cleanup()
