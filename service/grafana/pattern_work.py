@@ -7,7 +7,7 @@ RE2's measure (past it RE2's DFA runs out of memory and falls back to a far slow
 compilation and every match of a (pattern, name) pair not seen before in the request costs
 ``1 + program size // PROGRAM_STEP`` points of ``service.max.points.per.request``, the budget reads of
 stored windows spend too (``service.point_budget``). A pair seen before is answered from the
-request's memo, free.
+request's memo, free. Outside a request (tools, tests of pure rules) nothing is charged or kept.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Final
+
+from flask import has_request_context
 
 from clients.linear_regex import LinearPattern, PatternRefused, compile_user_pattern
 from service import point_budget
@@ -35,7 +37,10 @@ _WORK: ContextVar[PatternWork | None] = ContextVar("srm_pattern_work", default=N
 
 
 def _work() -> PatternWork:
-    """This request's work, tied to its point budget (a new request has a new budget, so a new memo)."""
+    """This request's work, tied to its point budget (a new request has a new budget, so a new memo);
+    outside a request, work of its own each time."""
+    if not has_request_context():
+        return PatternWork(point_budget.PointBudget(point_budget.DEFAULT_MAX_POINTS))
     budget = point_budget.current(point_budget.DEFAULT_MAX_POINTS)
     work = _WORK.get()
     if work is None or work.budget is not budget:
