@@ -21,6 +21,7 @@ its prefetch queue fills, as the driver does, and is the stricter anchor.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import statistics
 import subprocess
@@ -74,30 +75,41 @@ class Bench:
             {"bootstrap.servers": west})
         self.tag = f"{int(time.time()) % 100000}"
         self.topics = [f"bench{self.tag}-{size}" for size in SIZES]
+        self.expected = records * len(self.topics)  # what the source topics hold, once preloaded
 
     # --- set-up --------------------------------------------------------------------------------
 
     def preload(self) -> None:
-        names = [*self.topics, f"lat{self.tag}-driver", f"lat{self.tag}-mm2"]
+        names = [*self.topics, *(f"lat{self.tag}-{name}" for name in ("driver", "base", "mm2"))]
         futures = self.east_admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names])
         for future in futures.values():
             future.result(60)
         for topic, size in zip(self.topics, SIZES.values(), strict=True):
             began = time.monotonic()
-            self.perf_producer(topic, self.records, size, -1).wait()
+            finish(self.perf_producer(topic, self.records, size, -1), DEADLINE_S, f"preload of {topic}")
             LOG.info("preloaded %d x %d B into %s in %.1f s", self.records, size, topic,
                      time.monotonic() - began)
+        # The perf producer may lose a few records: the copies must reach what the topics hold.
+        self.expected = sum(self.end_offsets(self.east_admin, t) for t in self.topics)
+        if self.expected != self.records * len(self.topics):
+            LOG.warning("the source topics hold %d records, not %d", self.expected,
+                        self.records * len(self.topics))
 
-    def perf_producer(self, topic: str, count: int, size: int, rate: int) -> subprocess.Popen:
+    def perf_producer(self, topic: str, count: int, size: int, rate: int,
+                      props: list[str] | None = None) -> subprocess.Popen:
         java = require("java")
         return subprocess.Popen(
             [java, "-Xmx256m", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp", f"{kafka_jars()}/*",
              "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(count),
              "--record-size", str(size), "--throughput", str(rate), "--producer-props",
-             f"bootstrap.servers={self.east}", "linger.ms=5", "batch.size=65536"],
+             f"bootstrap.servers={self.east}", *(props or ["linger.ms=5", "batch.size=65536"])],
             stdout=open(self.workdir / f"perf-{topic}.log", "ab"), stderr=subprocess.STDOUT)
 
     # --- throughput ----------------------------------------------------------------------------
+
+    def end_offsets(self, admin: AdminClient, topic: str) -> int:
+        requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+        return sum(f.result().offset for f in admin.list_offsets(requests, request_timeout=30).values())
 
     def remote_total(self, prefix: str) -> int:
         """Records in the remote topics (end offsets: no transactions in these runs)."""
@@ -113,7 +125,7 @@ class Bench:
             return 0
 
     def time_copy(self, name: str, prefix: str) -> Run:
-        expected = self.records * len(self.topics)
+        expected = self.expected
         deadline = time.monotonic() + DEADLINE_S
         first_at, first_count = None, 0
         while time.monotonic() < deadline:
@@ -145,8 +157,11 @@ class Bench:
         for future in created.values():
             future.result(60)
         producer.list_topics(timeout=10)
-        expected, copied, began = self.records * len(self.topics), 0, None
+        expected, copied, began = self.expected, 0, None
+        deadline = time.monotonic() + DEADLINE_S
         while copied < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} copied {copied} of {expected} records in {DEADLINE_S:.0f} s")
             for message in consumer.consume(POLL_BATCH, timeout=POLL_TIMEOUT_S):
                 if message.error() is not None:
                     continue
@@ -174,11 +189,19 @@ class Bench:
                              "auto.offset.reset": "latest"})
         wait_for_topic(self.west_admin, remote_topic)
         consumer.assign([TopicPartition(remote_topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        self.perf_producer(source_topic, 200, 100, -1).wait()  # warm-up: replication is flowing
+        finish(self.perf_producer(source_topic, 200, 100, -1), 120, "warm-up")  # replication is flowing
         samples: list[float] = []
         stop = threading.Event()
         load = self.perf_producer(source_topic, int(LATENCY_RATE * seconds), 100, LATENCY_RATE)
-        threading.Thread(target=lambda: (load.wait(), time.sleep(3), stop.set()), daemon=True).start()
+
+        def end() -> None:
+            try:
+                finish(load, seconds + 60, f"latency load into {source_topic}")
+            finally:
+                time.sleep(3)
+                stop.set()
+
+        threading.Thread(target=end, daemon=True).start()
         warm_until = time.time() * 1000 + 2000
         while not stop.is_set():
             # A batch consume returns when the batch is full or at its timeout: at 20k rec/s a 5,000
@@ -195,14 +218,18 @@ class Bench:
 
     # --- the replicators -----------------------------------------------------------------------
 
-    def start_driver(self, latency_topic: str) -> ManagedProcess:
-        path = srm_properties.write(self.workdir / "srm.properties", {"east": self.east, "west": self.west},
-                                    [("east", "west")], "redis://127.0.0.1:1/0", {
+    def start_driver(self, latency_topic: str, checkout: Path | None = None) -> ManagedProcess:
+        """This checkout's driver (aliases east, west), or another's (`checkout`, with its own .venv;
+        aliases ebase, wbase)."""
+        source, target = ("east", "west") if checkout is None else ("ebase", "wbase")
+        path = srm_properties.write(self.workdir / f"srm-{source}.properties",
+                                    {source: self.east, target: self.west},
+                                    [(source, target)], "redis://127.0.0.1:1/0", {
                                         "topics": f"bench{self.tag}-.*|{latency_topic}",
                                         "emit.heartbeats.enabled": "false",
                                         "emit.checkpoints.enabled": "false",
                                         "refresh.topics.interval.seconds": 5, "metrics.period": 5})
-        return ManagedProcess.python_module("driver", "driver", ["--config", str(path)], self.workdir).start()
+        return driver_process("driver" if checkout is None else "base", path, self.workdir, checkout).start()
 
     def start_mm2(self, latency_topic: str) -> ManagedProcess:
         path = self.workdir / "mm2.properties"
@@ -223,6 +250,24 @@ class Bench:
         return ManagedProcess("mm2", command, self.workdir / "mm2.log").start()
 
 
+def driver_process(name: str, config: Path, workdir: Path, checkout: Path | None = None) -> ManagedProcess:
+    """`python -m driver` of this checkout, or of another one (`checkout`, with its own .venv)."""
+    if checkout is None:
+        return ManagedProcess.python_module(name, "driver", ["--config", str(config)], workdir)
+    # -P: the other checkout's packages, not this one's from the working directory
+    command = [str(checkout / ".venv/bin/python"), "-P", "-m", "driver", "--config", str(config)]
+    return ManagedProcess(name, command, workdir / f"{name}.log", {"PYTHONPATH": str(checkout)})
+
+
+def finish(process: subprocess.Popen, timeout_s: float, what: str) -> None:
+    """Waits for a perf producer; one that hangs is killed and named."""
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise TimeoutError(f"the {what} did not end within {timeout_s:.0f} s") from None
+
+
 def wait_for_topic(admin: AdminClient, topic: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while topic not in admin.list_topics(timeout=10).topics:
@@ -238,10 +283,14 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(bench: Bench, latency_seconds: float) -> str:
+def measure(bench: Bench, latency_seconds: float, compare_driver: Path | None = None) -> str:
     pipe, tuned_pipe = bench.ceiling(), bench.ceiling(DRIVER_FETCH_QUEUE_BACKOFF_MS)
     results = {}
-    for name, start, prefix in (("driver", bench.start_driver, "east."), ("mm2", bench.start_mm2, "src.")):
+    replicators = [("driver", bench.start_driver, "east."), ("mm2", bench.start_mm2, "src.")]
+    if compare_driver is not None:
+        start_base = functools.partial(bench.start_driver, checkout=compare_driver)
+        replicators.insert(1, ("base", start_base, "ebase."))
+    for name, start, prefix in replicators:
         lat_topic = f"lat{bench.tag}-{name}"
         process = start(lat_topic)
         try:
@@ -259,7 +308,9 @@ def measure(bench: Bench, latency_seconds: float) -> str:
     return (f"driver_vs_mm2_throughput={driver_run.rate / mm2_run.rate:.2f} "
             f"driver_vs_ceiling={driver_run.rate / pipe.rate:.2f} "
             f"driver_vs_tuned_pipe={driver_run.rate / tuned_pipe.rate:.2f} "
-            f"p99_ms_driver={percentile(driver_lat, 0.99):.1f} p99_ms_mm2={percentile(mm2_lat, 0.99):.1f}")
+            f"p99_ms_driver={percentile(driver_lat, 0.99):.1f} p99_ms_mm2={percentile(mm2_lat, 0.99):.1f}"
+            + (f" driver_vs_base_throughput={driver_run.rate / results['base'][0].rate:.2f} "
+               f"p99_ms_base={percentile(results['base'][1], 0.99):.1f}" if "base" in results else ""))
 
 
 def main() -> None:
@@ -269,6 +320,11 @@ def main() -> None:
     parser.add_argument("--bootstraps", help="east=host:port,west=host:port of running clusters")
     parser.add_argument("--scale", action="store_true",
                         help="one topic of 1,000 partitions instead (bench/replication_scale.py)")
+    parser.add_argument("--tasks-max", default="1,4", help="--scale: tasks.max values, one line each")
+    parser.add_argument("--repeat", type=int, default=3, help="--scale: interleaved repetitions")
+    parser.add_argument("--compare-driver", type=Path,
+                        help="also run the driver of this checkout (with its own .venv), e.g. the code "
+                             "before a change")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-replication-"))
@@ -283,12 +339,14 @@ def main() -> None:
     try:
         if args.scale:
             from bench.replication_scale import ScaleBench, measure_scale
-            line = measure_scale(ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir),
-                                 args.latency_seconds)
+            bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
+                               args.compare_driver)
+            line = measure_scale(bench, args.latency_seconds, [int(v) for v in args.tasks_max.split(",")],
+                                 args.repeat)
         else:
             bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
             bench.preload()
-            line = measure(bench, args.latency_seconds)
+            line = measure(bench, args.latency_seconds, args.compare_driver)
     finally:
         if clusters is not None:
             clusters.cleanup()

@@ -1,21 +1,32 @@
 """`bench/replication.py --scale`: the driver and MM2 over one topic of 1,000 partitions.
 
-N records of 1 KB are preloaded into one 1,000-partition topic on east and copied to west four times:
-by `python -m driver` (tasks.max = 1) and by MM2 in dedicated mode (tasks.max = 1), each without and
-with exactly-once (the driver's `exactly.once = true`; MM2's `exactly.once.source.support = enabled`,
-KIP-618, with its internal REST server as dedicated mode needs for it). Each run uses its own cluster
-aliases for the same brokers, so remote topics, progress and groups never meet.
+N records of 1 KB are preloaded into one 1,000-partition topic on east; what the topic then holds is
+counted (Kafka's perf producer may lose a few) and is what every copy must reach. The topic is copied
+to west by `python -m driver` and by MM2 in dedicated mode, each without and with exactly-once (the
+driver's `exactly.once = true`; MM2's `exactly.once.source.support = enabled`, KIP-618, with its internal
+REST server as dedicated mode needs for it), at each ``tasks.max`` asked (1 and 4 by default, the same
+for both), ``--repeat`` times, interleaved: within a repetition every replicator copies once in each
+mode before the next repetition starts, and the replicators' order rotates between repetitions. Every
+copy uses cluster aliases of its own for the same brokers, so remote topics, progress and groups never
+meet; its remote and internal topics are deleted after it (thousands of partitions would otherwise
+pile up in the brokers).
 
-Throughput counts from the first copied record to the last, as the 8-partition line does: end offsets
-of the remote topic at-least-once; in exactly-once runs the progress committed with the records
-(`mm2-offsets.<alias>.internal`, MM2's Connect format, written by both), since end offsets there also
-count transaction markers. The driver's peak RSS and thread count are sampled from /proc throughout
-its runs; `assign_s` is the slower of its two runs from process start to its log naming all 1,000
-partitions assigned. Latency: after the at-least-once copy, 20k records/s of 100 B into a second
-1,000-partition topic of that replicator's own, arrival on west minus CreateTime.
+Throughput counts from the first copied record to the last: end offsets of the remote topic at least
+once; in exactly-once runs the progress committed with the records (`mm2-offsets.<alias>.internal`,
+MM2's Connect format, written by both), since end offsets there also count transaction markers. Latency:
+after each at-least-once copy, 20k records/s of 100 B into a second 1,000-partition topic (emptied by
+`DeleteRecords` before each replicator starts, so it starts at its end), arrival on west minus
+CreateTime. The driver's peak RSS and thread count are sampled from /proc throughout its runs;
+`assign_s` is the slowest of its runs from process start to its log naming all 1,000 partitions
+assigned. Every wait is bounded and ends with a message naming what did not happen.
 
-Last line: `driver_vs_mm2_throughput=… driver_vs_mm2_throughput_eos=… p99_ms_driver=… p99_ms_mm2=…
-driver_rss_mb=… driver_threads=… assign_s=…`.
+`--compare-driver PATH` adds a third replicator: the driver of another checkout (its own `.venv`), run
+the same way in the same repetitions, e.g. the code before a change.
+
+One line per ``tasks.max``, each the median over the repetitions (per-repetition ratios are logged):
+`tasks_max=… driver_vs_mm2_throughput=… driver_vs_mm2_throughput_eos=… p50_ms_driver=… p50_ms_mm2=…
+p99_ms_driver=… p99_ms_mm2=… driver_rss_mb=… driver_threads=… assign_s=…` (with `--compare-driver`
+also `driver_vs_base_throughput=… driver_vs_base_throughput_eos=… p50_ms_base=… p99_ms_base=…`).
 """
 
 from __future__ import annotations
@@ -23,15 +34,28 @@ from __future__ import annotations
 import json
 import logging
 import re
+import statistics
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from bench.replication import LATENCY_RATE, POLL_BATCH, POLL_TIMEOUT_S, Bench, Run, percentile, wait_for_topic
+from bench.replication import (
+    LATENCY_RATE,
+    POLL_BATCH,
+    POLL_TIMEOUT_S,
+    Bench,
+    Run,
+    driver_process,
+    finish,
+    percentile,
+    wait_for_topic,
+)
 from stack import srm_properties
 from stack.jars import kafka_jars
 from stack.kafka_cluster import LOG4J2, free_port
@@ -42,84 +66,130 @@ LOG = logging.getLogger("bench.replication.scale")
 
 PARTITIONS = 1000
 SIZE = 1024
-DEADLINE_S = 900.0
+FIRST_RECORD_S = 240.0  # from a replicator's start to its first copied record
+STALL_S = 120.0  # a copy whose count does not move for this long has stalled
+PRELOAD_S = 600.0
+ADMIN_S = 60.0
 ASSIGNED = re.compile(r"^(\S+ \S+) INFO driver\.replication: \S+ assigned (.*)$")
 
 
+@dataclass
+class Figures:
+    """One replicator's runs at one tasks.max: a rate per repetition and mode, latency per repetition."""
+
+    alo: list[float] = field(default_factory=list)
+    eos: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+
+
 class ScaleBench(Bench):
-    def __init__(self, east: str, west: str, records: int, workdir: Path) -> None:
+    def __init__(self, east: str, west: str, records: int, workdir: Path,
+                 compare_driver: Path | None = None) -> None:
         super().__init__(east, west, records, workdir)
         self.topic = f"scale{self.tag}"
+        self.latency_topic = f"{self.topic}lat"
+        self.compare_driver = compare_driver
+        self.expected = 0  # what the source topic holds after the preload
         self.peak_rss_mb, self.peak_threads, self.assign_s = 0.0, 0, 0.0
+        self.runs = 0
 
     def preload_scale(self) -> None:
-        names = [self.topic, f"{self.topic}lat-driver", f"{self.topic}lat-mm2"]
+        names = [self.topic, self.latency_topic]
         for future in self.east_admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names]).values():
             future.result(120)
         began = time.monotonic()
-        self.perf_producer(self.topic, self.records, SIZE, -1).wait()
-        LOG.info("preloaded %d x %d B into %s (%d partitions) in %.1f s", self.records, SIZE, self.topic,
-                 PARTITIONS, time.monotonic() - began)
+        # Lingering fills the batches of 1,000 partitions: fewer, fuller requests than the default.
+        finish(self.perf_producer(self.topic, self.records, SIZE, -1, ["linger.ms=100", "batch.size=262144"]),
+               PRELOAD_S, f"preload of {self.topic}")
+        self.expected = end_offsets(self.east_admin, self.topic)
+        LOG.info("preloaded %d x %d B into %s (%d partitions) in %.1f s; it holds %d", self.records, SIZE,
+                 self.topic, PARTITIONS, time.monotonic() - began, self.expected)
+        if self.expected < self.records * 0.99:
+            raise RuntimeError(f"the perf producer lost {self.records - self.expected} of {self.records} "
+                               f"records: see {self.workdir}/perf-{self.topic}.log")
 
     # --- counting copies -------------------------------------------------------------------------
 
-    def end_offsets(self, remote: str) -> int:
-        if remote not in self.west_admin.list_topics(timeout=10).topics:
-            return 0
-        requests = {TopicPartition(remote, p): OffsetSpec.latest() for p in range(PARTITIONS)}
-        try:
-            futures = self.west_admin.list_offsets(requests, request_timeout=30)
-            return sum(future.result().offset for future in futures.values())
-        except KafkaException:  # leaders not elected yet
-            return 0
-
-    def time_scale_copy(self, name: str, count: object) -> Run:
-        deadline, first_at, first_count = time.monotonic() + DEADLINE_S, None, 0
-        while time.monotonic() < deadline:
-            copied = count()  # type: ignore[operator]
+    def time_scale_copy(self, name: str, count: Callable[[], int]) -> Run:
+        started = time.monotonic()
+        first_at, first_count, last_count, moved_at = None, 0, -1, started
+        while True:
+            copied = count()
             now = time.monotonic()
+            if copied != last_count:
+                last_count, moved_at = copied, now
             if first_at is None and copied > 0:
                 first_at, first_count = now, copied
-            if copied >= self.records:
-                run = Run(name, self.records - first_count, now - (first_at or now))
+            if copied >= self.expected:
+                run = Run(name, self.expected - first_count, now - (first_at or now))
                 LOG.info("%s copied %d records in %.2f s: %.0f rec/s", name, run.records, run.seconds,
                          run.rate)
                 return run
-            time.sleep(0.5)
-        raise TimeoutError(f"{name} did not copy {self.records} records within {DEADLINE_S:.0f} s")
+            if first_at is None and now - started > FIRST_RECORD_S:
+                raise TimeoutError(f"{name} copied no record within {FIRST_RECORD_S:.0f} s of its start")
+            if first_at is not None and now - moved_at > STALL_S:
+                raise TimeoutError(f"{name} stalled at {copied} of {self.expected} records "
+                                   f"(nothing more for {STALL_S:.0f} s)")
+            time.sleep(0.2)
 
     # --- the runs --------------------------------------------------------------------------------
 
-    def driver_run(self, exactly_once: bool, latency_s: float) -> tuple[Run, list[float]]:
-        source, target = ("eeos", "weos") if exactly_once else ("east", "west")
+    def aliases(self) -> tuple[str, str]:
+        """A new pair of aliases, with the remote topics created beforehand for the replicator to find:
+        their end offsets are then readable from the first copied record on (while a topic of 1,000
+        partitions is being created, one read of them waits out its timeout, and a whole copy fitted in
+        that wait)."""
+        self.runs += 1
+        source, target = f"s{self.runs}", f"t{self.runs}"
+        remotes = [NewTopic(f"{source}.{t}", PARTITIONS, 1) for t in (self.topic, self.latency_topic)]
+        for future in self.west_admin.create_topics(remotes, operation_timeout=ADMIN_S).values():
+            future.result(ADMIN_S)
+        deadline = time.monotonic() + ADMIN_S
+        while not all(leaders_ready(self.west_admin, t.topic) for t in remotes):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the remote topics of {source} have no leaders after {ADMIN_S:.0f} s")
+            time.sleep(0.5)
+        return source, target
+
+    def driver_run(self, exactly_once: bool, tasks_max: int, latency_s: float,
+                   checkout: Path | None = None) -> tuple[Run, list[float]]:
+        source, target = self.aliases()
         path = srm_properties.write(
             self.workdir / f"srm-{source}.properties", {source: self.east, target: self.west},
             [(source, target)], "redis://127.0.0.1:1/0", {
-                "topics": f"{self.topic}|{self.topic}lat-driver", "exactly.once": str(exactly_once).lower(),
-                "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
-                "refresh.topics.interval.seconds": 5, "metrics.period": 5})
-        name = f"driver-{'eos' if exactly_once else 'alo'}"
-        process = ManagedProcess.python_module(name, "driver", ["--config", str(path)], self.workdir)
+                "topics": f"{self.topic}|{self.latency_topic}", "exactly.once": str(exactly_once).lower(),
+                "tasks.max": tasks_max, "emit.heartbeats.enabled": "false",
+                "emit.checkpoints.enabled": "false", "refresh.topics.interval.seconds": 5,
+                "metrics.period": 5})
+        base = "base" if checkout is not None else "driver"
+        name = f"{base}-{'eos' if exactly_once else 'alo'}-{source}"
+        process = driver_process(name, path, self.workdir, checkout)
         started, sampling = time.time(), threading.Event()
+        if not exactly_once:
+            self.empty_latency_topic()
         process.start()
-        sampler = threading.Thread(target=self._sample, args=(process, sampling), daemon=True)
+        sampler = threading.Thread(target=self._sample, args=(process, sampling, checkout is None),
+                                   daemon=True)
         sampler.start()
         try:
-            run, samples = self.measure(name, source, "driver", exactly_once, latency_s)
+            run, samples = self.measure(name, source, exactly_once, latency_s)
         finally:
             sampling.set()
             sampler.join(5)
             process.stop()
-        self.assign_s = max(self.assign_s, assigned_after(process.log_file, started, self.topic))
+            self.delete_topics(source, target)
+        if checkout is None:
+            self.assign_s = max(self.assign_s, assigned_after(process.log_file, started, self.topic))
         return run, samples
 
-    def mm2_run(self, exactly_once: bool, latency_s: float) -> tuple[Run, list[float]]:
-        source, target = ("srce", "dste") if exactly_once else ("src", "dst")
+    def mm2_run(self, exactly_once: bool, tasks_max: int, latency_s: float) -> tuple[Run, list[float]]:
+        source, target = self.aliases()
         settings = {
             "clusters": f"{source}, {target}", f"{source}.bootstrap.servers": self.east,
             f"{target}.bootstrap.servers": self.west, f"{source}->{target}.enabled": "true",
             f"{target}->{source}.enabled": "false",
-            f"{source}->{target}.topics": f"{self.topic}|{self.topic}lat-mm2", "tasks.max": "1",
+            f"{source}->{target}.topics": f"{self.topic}|{self.latency_topic}", "tasks.max": str(tasks_max),
             "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
             "sync.topic.acls.enabled": "false", "refresh.topics.interval.seconds": "5",
             "replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
@@ -133,31 +203,53 @@ class ScaleBench(Bench):
                              "listeners": f"http://127.0.0.1:{free_port()}"})
         path = self.workdir / f"mm2-{source}.properties"
         path.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
-        name = f"mm2-{'eos' if exactly_once else 'alo'}"
+        name = f"mm2-{'eos' if exactly_once else 'alo'}-{source}"
         command = [require("java"), "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp",
                    f"{kafka_jars()}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(path)]
+        if not exactly_once:
+            self.empty_latency_topic()
         process = ManagedProcess(name, command, self.workdir / f"{name}.log").start()
         try:
-            run, samples = self.measure(name, source, "mm2", exactly_once, latency_s)
+            return self.measure(name, source, exactly_once, latency_s)
         finally:
             process.stop()
-        return run, samples
+            self.delete_topics(source, target)
 
-    def measure(self, name: str, source: str, replicator: str, exactly_once: bool,
+    def measure(self, name: str, source: str, exactly_once: bool,
                 latency_s: float) -> tuple[Run, list[float]]:
         """The copy's timing (with exactly-once, through the progress topic) and, at least once, the
-        latency of a steady load on the `<topic>lat-<replicator>` topic."""
+        latency of a steady load on the latency topic."""
         remote = f"{source}.{self.topic}"
-        tracker = ProgressTracker(self.west, f"mm2-offsets.{source}.internal") if exactly_once else None
-        run = self.time_scale_copy(name, tracker.total if tracker else lambda: self.end_offsets(remote))
-        if tracker is not None:
-            tracker.close()
-        latency_topic = f"{self.topic}lat-{replicator}"
-        samples = [] if exactly_once else self.scale_latency(latency_topic, f"{source}.{latency_topic}",
-                                                              latency_s)
-        return run, samples
+        if exactly_once:
+            tracker = ProgressTracker(self.west, f"mm2-offsets.{source}.internal")
+            try:
+                return self.time_scale_copy(name, tracker.total), []
+            finally:
+                tracker.close()
+        run = self.time_scale_copy(name, lambda: end_offsets(self.west_admin, remote))
+        return run, self.scale_latency(f"{source}.{self.latency_topic}", latency_s)
 
-    def scale_latency(self, topic: str, remote: str, seconds: float) -> list[float]:
+    def empty_latency_topic(self) -> None:
+        """The next replicator starts at the latency topic's end: earlier loads are not copied again."""
+        ends = {TopicPartition(self.latency_topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+        marks = [TopicPartition(tp.topic, tp.partition, f.result().offset)
+                 for tp, f in self.east_admin.list_offsets(ends, request_timeout=ADMIN_S).items()]
+        for future in self.east_admin.delete_records([tp for tp in marks if tp.offset > 0],
+                                                     request_timeout=ADMIN_S).values():
+            future.result(ADMIN_S)
+
+    def delete_topics(self, source: str, target: str) -> None:
+        """A copy's remote and internal topics: a thousand partitions each, and their files, released."""
+        for admin, alias in ((self.west_admin, source), (self.east_admin, target)):
+            try:
+                names = [t for t in admin.list_topics(timeout=ADMIN_S).topics if alias in t.split(".")]
+                if names:
+                    for future in admin.delete_topics(names, operation_timeout=ADMIN_S).values():
+                        future.result(ADMIN_S)
+            except KafkaException as exc:  # left behind: costs the brokers memory, not the figures
+                LOG.warning("could not delete the topics of %s: %s", alias, exc)
+
+    def scale_latency(self, remote: str, seconds: float) -> list[float]:
         consumer = Consumer({"bootstrap.servers": self.west, "group.id": f"bench-lat-{remote}",
                              "enable.auto.commit": False})
         wait_for_topic(self.west_admin, remote)
@@ -165,11 +257,15 @@ class ScaleBench(Bench):
                 for p in range(PARTITIONS)]
         consumer.assign([TopicPartition(remote, p, end) for p, end in enumerate(ends)])
         samples: list[float] = []
-        stop = threading.Event()
-        load = self.perf_producer(topic, int(LATENCY_RATE * seconds), 100, LATENCY_RATE)
-        threading.Thread(target=lambda: (load.wait(), time.sleep(3), stop.set()), daemon=True).start()
+        load = self.perf_producer(self.latency_topic, int(LATENCY_RATE * seconds), 100, LATENCY_RATE)
         warm_until = time.time() * 1000 + 2000
-        while not stop.is_set():
+        load_deadline = time.monotonic() + seconds + 60
+        stop_at: float | None = None
+        while stop_at is None or time.monotonic() < stop_at:
+            if stop_at is None and load.poll() is not None:
+                stop_at = time.monotonic() + 3  # the load's last records
+            if stop_at is None and time.monotonic() > load_deadline:
+                finish(load, 0, f"latency load into {self.latency_topic}")
             # What is fetched at once, else the first record only: a batch consume would stamp every
             # record with the time its batch filled (bench/replication.py's latency()).
             messages = consumer.consume(POLL_BATCH, timeout=0) or consumer.consume(1, timeout=POLL_TIMEOUT_S)
@@ -177,18 +273,40 @@ class ScaleBench(Bench):
                 if message.error() is None and message.timestamp()[1] > warm_until:
                     samples.append(time.time() * 1000 - message.timestamp()[1])
         consumer.close()
+        if not samples:
+            raise RuntimeError(f"no latency sample arrived in {remote}")
         return samples
 
-    def _sample(self, process: ManagedProcess, stop: threading.Event) -> None:
+    def _sample(self, process: ManagedProcess, stop: threading.Event, counted: bool) -> None:
         while not stop.wait(0.5):
             pid = process.process.pid if process.process is not None else None
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except (OSError, TypeError):
                 continue
+            if not counted:
+                continue
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
             self.peak_rss_mb = max(self.peak_rss_mb, int(fields["VmRSS"].split()[0]) / 1024)
             self.peak_threads = max(self.peak_threads, int(fields["Threads"]))
+
+
+def leaders_ready(admin: AdminClient, topic: str) -> bool:
+    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return (metadata is not None and metadata.error is None and len(metadata.partitions) == PARTITIONS
+            and all(p.leader >= 0 for p in metadata.partitions.values()))
+
+
+def end_offsets(admin: AdminClient, topic: str) -> int:
+    """The sum of the topic's end offsets; 0 while it does not exist or has no leaders yet."""
+    if topic not in admin.list_topics(timeout=10).topics:
+        return 0
+    requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+    try:
+        futures = admin.list_offsets(requests, request_timeout=30)
+        return sum(future.result().offset for future in futures.values())
+    except KafkaException:  # leaders not elected yet
+        return 0
 
 
 class ProgressTracker:
@@ -240,21 +358,67 @@ def assigned_after(log_file: Path, started: float, topic: str) -> float:
     return float("nan")
 
 
-def measure_scale(bench: ScaleBench, latency_seconds: float) -> str:
-    bench.preload_scale()
-    driver, driver_lat = bench.driver_run(False, latency_seconds)
-    mm2, mm2_lat = bench.mm2_run(False, latency_seconds)
-    driver_eos, _ = bench.driver_run(True, latency_seconds)
-    try:
-        mm2_eos, _ = bench.mm2_run(True, latency_seconds)
-        eos_ratio = f"{driver_eos.rate / mm2_eos.rate:.2f}"
-    except TimeoutError as exc:
-        LOG.error("MM2 with exactly-once did not finish: %s", exc)
-        mm2_eos, eos_ratio = Run("mm2-eos", 0, 0.0), "nan"
-    print(f"scale: {PARTITIONS} partitions, {SIZE} B records; driver {driver.rate:.0f} rec/s, mm2 "
-          f"{mm2.rate:.0f} rec/s; exactly-once: driver {driver_eos.rate:.0f} rec/s, mm2 {mm2_eos.rate:.0f} "
-          f"rec/s; p50 ms driver {percentile(driver_lat, 0.5):.1f} mm2 {percentile(mm2_lat, 0.5):.1f}")
-    return (f"driver_vs_mm2_throughput={driver.rate / mm2.rate:.2f} driver_vs_mm2_throughput_eos={eos_ratio} "
-            f"p99_ms_driver={percentile(driver_lat, 0.99):.1f} p99_ms_mm2={percentile(mm2_lat, 0.99):.1f} "
+def repetition(bench: ScaleBench, tasks_max: int, latency_s: float, rep: int,
+               figures: dict[str, Figures]) -> None:
+    """Every replicator once in each mode; the order rotates with the repetition."""
+    runners: dict[str, Callable[[bool], tuple[Run, list[float]]]] = {
+        "driver": lambda eos: bench.driver_run(eos, tasks_max, latency_s),
+        "mm2": lambda eos: bench.mm2_run(eos, tasks_max, latency_s)}
+    if bench.compare_driver is not None:
+        runners["base"] = lambda eos: bench.driver_run(eos, tasks_max, latency_s, bench.compare_driver)
+    names = list(runners)
+    order = names[rep % len(names):] + names[:rep % len(names)]
+    for exactly_once in (False, True):
+        for name in order:
+            run, samples = runners[name](exactly_once)
+            got = figures.setdefault(name, Figures())
+            (got.eos if exactly_once else got.alo).append(run.rate)
+            if samples:
+                got.p50.append(percentile(samples, 0.5))
+                got.p99.append(percentile(samples, 0.99))
+                LOG.info("%s latency over %d records: p50 %.1f ms, p99 %.1f ms", name, len(samples),
+                         got.p50[-1], got.p99[-1])
+
+
+def ratios(ours: list[float], theirs: list[float]) -> list[float]:
+    """Per-repetition ratios (the runs of one repetition are neighbours in time)."""
+    return [a / b if b > 0 else float("nan") for a, b in zip(ours, theirs, strict=True)]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def scale_line(bench: ScaleBench, tasks_max: int, figures: dict[str, Figures]) -> str:
+    driver, mm2 = figures["driver"], figures["mm2"]
+    alo, eos = ratios(driver.alo, mm2.alo), ratios(driver.eos, mm2.eos)
+    print(f"scale: tasks.max {tasks_max}, {PARTITIONS} partitions, {bench.expected} records of {SIZE} B, "
+          f"{len(alo)} repetitions; rec/s at least once: "
+          + "; ".join(f"{n} {[round(r) for r in f.alo]}" for n, f in figures.items())
+          + "; exactly once: " + "; ".join(f"{n} {[round(r) for r in f.eos]}" for n, f in figures.items())
+          + f"; driver/mm2 per repetition {[round(r, 2) for r in alo]}, eos {[round(r, 2) for r in eos]}")
+    line = (f"tasks_max={tasks_max} driver_vs_mm2_throughput={median(alo):.2f} "
+            f"driver_vs_mm2_throughput_eos={median(eos):.2f} "
+            f"p50_ms_driver={median(driver.p50):.1f} p50_ms_mm2={median(mm2.p50):.1f} "
+            f"p99_ms_driver={median(driver.p99):.1f} p99_ms_mm2={median(mm2.p99):.1f} "
             f"driver_rss_mb={bench.peak_rss_mb:.0f} driver_threads={bench.peak_threads} "
             f"assign_s={bench.assign_s:.1f}")
+    base = figures.get("base")
+    if base is not None:
+        line += (f" driver_vs_base_throughput={median(ratios(driver.alo, base.alo)):.2f} "
+                 f"driver_vs_base_throughput_eos={median(ratios(driver.eos, base.eos)):.2f} "
+                 f"p50_ms_base={median(base.p50):.1f} p99_ms_base={median(base.p99):.1f}")
+    return line
+
+
+def measure_scale(bench: ScaleBench, latency_seconds: float, tasks_values: list[int], repeat: int) -> str:
+    bench.preload_scale()
+    lines = []
+    for tasks_max in tasks_values:
+        figures: dict[str, Figures] = {}
+        bench.peak_rss_mb, bench.peak_threads, bench.assign_s = 0.0, 0, 0.0
+        for rep in range(repeat):
+            repetition(bench, tasks_max, latency_seconds, rep, figures)
+        lines.append(scale_line(bench, tasks_max, figures))
+        LOG.info("%s", lines[-1])
+    return "\n".join(lines)

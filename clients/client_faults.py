@@ -42,6 +42,10 @@ _TLS_ALERTS: Final = (
 )
 _JAAS_OPTION: Final = re.compile(
     r'(?P<name>[\w.$-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;"]+))')
+_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_URL_PASSWORD: Final = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)(?P<secret>[^\s/?#@]+)(?=@)")
+_QUERY_VALUE: Final = re.compile(r"(?P<head>[?&;](?P<name>[\w.-]+)=)(?P<secret>[^&;#\s'\"]+)")
+_SECRET_QUERY_MARKERS: Final = ("pass", "pwd", "token", "secret", "credential", "key", "sig", "auth")
 _PUBLIC_JAAS_OPTIONS: Final = frozenset({"username", "principal", "keytab", "usekeytab", "storekey",
                                          "serviceName".lower(), "debug", "useticketcache", "clientid",
                                          "scope", "unsecuredloginstringclaim_sub"})
@@ -197,8 +201,37 @@ def redact_jaas(text: str) -> str:
     return _JAAS_OPTION.sub(hide, text)
 
 
+def _secret_query_name(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_QUERY_MARKERS)
+
+
+def url_secrets(text: str) -> list[str]:
+    """The secrets inside the URLs of ``text``: user-info passwords and the values of query parameters
+    named like secrets (``redis://:pw@host/0``, ``redis://host/0?password=pw``, ``?token=...``)."""
+    found: list[str] = []
+    for url in _URL.findall(text):
+        found += [match["secret"] for match in _URL_PASSWORD.finditer(url)]
+        found += [match["secret"] for match in _QUERY_VALUE.finditer(url)
+                  if _secret_query_name(match["name"])]
+    return found
+
+
+def redact_url_secrets(text: str) -> str:
+    """``text`` with the secrets of its URLs (see ``url_secrets``) replaced by [redacted]."""
+    def hide_query(match: re.Match[str]) -> str:
+        return f"{match['head']}{REDACTED}" if _secret_query_name(match["name"]) else match.group(0)
+
+    def hide(url: re.Match[str]) -> str:
+        without_password = _URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}", url.group(0))
+        return _QUERY_VALUE.sub(hide_query, without_password)
+
+    return _URL.sub(hide, text)
+
+
 class SecretScrubber(logging.Filter):
-    """Replaces each known secret value in a record's message and traceback text by [redacted]."""
+    """Replaces each known secret value in a record's message and traceback text by [redacted], and
+    whatever stands as a password or token in a URL, known or not (a URL a library puts in an error)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
@@ -209,11 +242,9 @@ class SecretScrubber(logging.Filter):
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        return text
+        return redact_url_secrets(text) if "://" in text else text
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
         message = record.getMessage()
         cleaned = self.scrub(message)
         if cleaned != message:

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from clients.client_faults import jaas_secrets
+from clients.client_faults import jaas_secrets, url_secrets
 from clients.client_properties import UnsupportedClientProperty, to_librdkafka
 from clients.java_client_properties import to_java
 from clients.librdkafka_features import unsupported_mechanism
@@ -98,12 +98,14 @@ def security_of(config: SrmConfig, alias: str) -> tuple[str, str | None]:
 
 
 def secret_values(config: SrmConfig) -> set[str]:
-    """Every secret value of the file (passwords, keys, JAAS password options) worth hiding in logs."""
+    """Every secret value of the file (passwords, keys, tokens, JAAS password options, and the passwords
+    and tokens inside URLs such as ``redis.url``) worth hiding in logs."""
     found: set[str] = set()
     for raw_key, value in config.values.items():
         if is_secret(raw_key):
             found.add(value)
             found.update(jaas_secrets(value))
+        found.update(url_secrets(value))
     return {value for value in found if len(value) >= 4}
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from urllib.parse import urlsplit, urlunsplit
 
+from clients.client_faults import redact_url_secrets
 from clients.client_renderings import kafka_client_config
 from contract.config import SrmConfig
 
@@ -25,13 +25,8 @@ class Unreachable(Exception):
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its password, fit for a log line."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password or the secrets of its query string, fit for a log line."""
+    return redact_url_secrets(url)
 
 
 def redis_problem(url: str) -> str | None:

@@ -19,6 +19,7 @@ _CONNECTION_NAMES: Final = frozenset(
     """.split()
 )
 _SECRET_MARKERS: Final = tuple("password secret jaas private.key key.pem keystore.key credential".split())
+_TOKEN_SETTINGS: Final = (".url", ".ms", ".seconds", ".enabled", ".method")  # about a token, not one
 
 ROLES: Final = ("admin", "consumer", "producer")
 SourcedProperties = dict[str, tuple[str, str]]
@@ -34,9 +35,13 @@ def is_connection_property(key: str) -> bool:
 
 
 def is_secret(key: str) -> bool:
-    """True for keys whose values must never be logged or shown."""
+    """True for keys whose values must never be logged or shown: passwords, keys, JAAS entries and
+    tokens (``service.auth.token``, ``service.remote.<site>.token``), but not the settings that only
+    name where or how long a token is (``sasl.oauthbearer.token.endpoint.url``)."""
     lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    if any(marker in lowered for marker in _SECRET_MARKERS):
+        return True
+    return "token" in lowered and not lowered.endswith(_TOKEN_SETTINGS)
 
 
 def layered_client_properties(

@@ -9,28 +9,33 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from contract.records.raw_metrics import LatencySummary, PartitionMetrics, ReaderHealth, ReplicationMetrics
 from contract.status import DriverStatus
 
-# Keeps a long period's summary cheap: beyond this, latencies are sampled evenly rather than all kept.
-MAX_SAMPLES_PER_PERIOD = 4096
+INFINITY = float("inf")
 
 
 @dataclass
 class PartitionStats:
+    """One partition's counters of the period. Latency and age are kept as running min, max and sum
+    (called once a copied record: no list of samples to grow, sample or summarise)."""
+
     remote_topic: str
     upstream_topic: str
     partition: int
     record_count: int = 0
     byte_count: int = 0
-    latencies: list[float] = field(default_factory=list)
-    ages: list[float] = field(default_factory=list)
-    seen: int = 0
     polled_count: int = 0
     last_latency: float = 0.0
+    latency_min: float = INFINITY
+    latency_max: float = -INFINITY
+    latency_sum: float = 0.0
     last_age: float = 0.0
+    age_min: float = INFINITY
+    age_max: float = -INFINITY
+    age_sum: float = 0.0
     upstream_offset: int | None = None  # last replicated
     target_offset: int | None = None
     source_end_offset: int | None = None
@@ -39,10 +44,11 @@ class PartitionStats:
         """A record was read from the source (MM2 measures record age at poll time)."""
         self.polled_count += 1
         self.last_age = age_ms
-        if len(self.ages) < MAX_SAMPLES_PER_PERIOD:
-            self.ages.append(age_ms)
-        else:
-            self.ages[self.polled_count % MAX_SAMPLES_PER_PERIOD] = age_ms
+        self.age_sum += age_ms
+        if age_ms < self.age_min:
+            self.age_min = age_ms
+        if age_ms > self.age_max:
+            self.age_max = age_ms
 
     def replicated(self, upstream_offset: int, target_offset: int, size: int, latency_ms: float) -> None:
         """The target acknowledged a record; `size` is the value length, as MM2's byte-count."""
@@ -50,12 +56,12 @@ class PartitionStats:
         self.byte_count += size
         self.upstream_offset = upstream_offset
         self.target_offset = target_offset
-        self.seen += 1
         self.last_latency = latency_ms
-        if len(self.latencies) < MAX_SAMPLES_PER_PERIOD:
-            self.latencies.append(latency_ms)
-        else:  # replace evenly so the summary still covers the whole period
-            self.latencies[self.seen % MAX_SAMPLES_PER_PERIOD] = latency_ms
+        self.latency_sum += latency_ms
+        if latency_ms < self.latency_min:
+            self.latency_min = latency_ms
+        if latency_ms > self.latency_max:
+            self.latency_max = latency_ms
 
     def records_lag(self) -> int | None:
         if self.source_end_offset is None:
@@ -64,13 +70,10 @@ class PartitionStats:
         return max(0, self.source_end_offset - next_offset)
 
     def report(self, ts: int, period_ms: int, source: str, target: str) -> PartitionMetrics:
-        latency, age = LatencySummary.of(self.latencies), LatencySummary.of(self.ages)
-        # last = the most recent (not the last slot a sample replaced); count = all records of the period
-        if latency is not None:
-            latency = LatencySummary(latency.min, latency.max, latency.avg, self.last_latency,
-                                     self.record_count)
-        if age is not None:
-            age = LatencySummary(age.min, age.max, age.avg, self.last_age, self.polled_count)
+        latency = (LatencySummary(self.latency_min, self.latency_max, self.latency_sum / self.record_count,
+                                  self.last_latency, self.record_count) if self.record_count else None)
+        age = (LatencySummary(self.age_min, self.age_max, self.age_sum / self.polled_count, self.last_age,
+                              self.polled_count) if self.polled_count else None)
         record = PartitionMetrics(
             ts=ts, period_ms=period_ms, source=source, target=target, topic=self.remote_topic,
             upstream_topic=self.upstream_topic, partition=self.partition,
@@ -78,8 +81,10 @@ class PartitionStats:
             replication_latency_ms=latency, record_age_ms=age, records_lag=self.records_lag(),
             source_end_offset=self.source_end_offset, upstream_offset=self.upstream_offset,
             target_offset=self.target_offset)
-        self.record_count = self.byte_count = self.seen = self.polled_count = 0
-        self.latencies, self.ages = [], []
+        self.record_count = self.byte_count = self.polled_count = 0
+        self.latency_min = self.age_min = INFINITY
+        self.latency_max = self.age_max = -INFINITY
+        self.latency_sum = self.age_sum = 0.0
         return record
 
 

@@ -87,6 +87,7 @@ class SendQueue:
         self.backlog: dict[PartitionKey, deque[Message]] = {}
         self._last_ack = time.monotonic()
         self._waiting_since: float | None = None  # since when records wait with no acknowledgement
+        self._settled = self._settled_seen = 0  # records acknowledged or refused, and as of the last note
 
     def has_room(self, size: int) -> bool:
         """An empty queue takes any record, so one record larger than the byte limit still moves."""
@@ -101,12 +102,20 @@ class SendQueue:
         self.bytes += size
 
     def settled(self, size: int) -> None:
-        """A record was acknowledged or refused: it no longer takes room."""
-        self.records = max(0, self.records - 1)
-        self.bytes = max(0, self.bytes - size)
-        self._last_ack = time.monotonic()
-        if self.records == 0:
+        """A record was acknowledged or refused: it no longer takes room. Called once a record from the
+        delivery callbacks, so it reads no clock: `note_acknowledgements` does, once per poll."""
+        self.records -= 1
+        self.bytes -= size
+        self._settled += 1
+        if self.records <= 0:
             self._waiting_since = None
+
+    def note_acknowledgements(self, now: float) -> None:
+        """After the producers' poll: when the target last acknowledged something, for the outage watch."""
+        if self._settled != self._settled_seen:
+            self._settled_seen, self._last_ack = self._settled, now
+        if self.records <= 0:
+            self.records, self.bytes, self._waiting_since = 0, max(0, self.bytes), None
 
     def hold(self, key: PartitionKey, message: Message) -> None:
         self.backlog.setdefault(key, deque()).append(message)

@@ -70,10 +70,6 @@ class PartitionFlow:
         return self.topic, self.partition
 
 
-def _now_ms() -> float:
-    return time.time() * 1000
-
-
 def _record_timestamp(message: Message) -> int:
     kind, ts = message.timestamp()
     return ts if kind != 0 and ts >= 0 else 0  # 0: let the producer stamp a record without one
@@ -88,21 +84,29 @@ class _WriterBase:
         self._failure: str | None = None
 
     def write(self, messages: list[Message]) -> None:
-        """Hands polled records to the producer, in order per partition; what does not fit is held."""
-        flows, queue = self.flows, self.queue
+        """Hands polled records to the producer, in order per partition; what does not fit is held.
+
+        The hot path of the copy: a batch holds runs of one partition's records, so the partition's
+        flow is looked up once a run, and each record's timestamp, key and value are read once."""
+        flows, backlog, send = self.flows, self.queue.backlog, self._send
         now_ms = time.time() * 1000
+        last_key: tuple[str, int] | None = None
+        flow: PartitionFlow | None = None
         for message in messages:
             if message.error() is not None:
                 _consume_error(message)
                 continue
             key = (message.topic(), message.partition())
-            flow = flows.get(key)
+            if key != last_key:
+                last_key, flow = key, flows.get(key)
             if flow is None:  # revoked while the batch was in flight
                 continue
-            ts = _record_timestamp(message)
+            kind, ts = message.timestamp()
+            if kind == 0 or ts < 0:
+                ts = 0  # 0: let the producer stamp a record without one
             flow.stats.polled(now_ms - ts if ts else 0.0)  # MM2 measures record age at poll time
-            if queue.held(key) or not self._send(flow, message):
-                queue.hold(key, message)
+            if key in backlog or not send(flow, message, ts):
+                self.queue.hold(key, message)
 
     def paused(self) -> set[tuple[str, int]]:
         """Partitions whose records wait for room: the worker pauses them at the source."""
@@ -111,26 +115,31 @@ class _WriterBase:
     def _send_backlog(self) -> None:
         for key, waiting in list(self.queue.backlog.items()):
             flow = self.flows.get(key)
-            while flow is not None and waiting and self._send(flow, waiting[0]):
+            while flow is not None and waiting and self._send(flow, waiting[0],
+                                                              _record_timestamp(waiting[0])):
                 waiting.popleft()
             if flow is None or not waiting:
                 del self.queue.backlog[key]
 
-    def _send(self, flow: PartitionFlow, message: Message) -> bool:
+    def _send(self, flow: PartitionFlow, message: Message, ts: int) -> bool:
         """Hands one record to the producer; False when there is no room for it now."""
-        size = record_size(message)
-        if not self.queue.has_room(size):
-            return False
+        value, key, queue = message.value(), message.key(), self.queue
+        size = (len(value) if value else 0) + (len(key) if key else 0)
+        if queue.records and (queue.records >= queue.limits.max_records
+                              or queue.bytes + size > queue.limits.max_bytes):
+            return False  # (an empty queue takes any record: one larger than the byte limit still moves)
         try:
-            self._produce(flow, message)
+            self._produce(flow, message, value, key, ts)
         except BufferError:  # librdkafka's own limit (a client property set lower than ours)
             return False
-        self.queue.sent(size)
-        flow.in_flight.append(message.offset())
-        flow.produced = message.offset()
+        queue.sent(size)
+        offset = message.offset()
+        flow.in_flight.append(offset)
+        flow.produced = offset
         return True
 
-    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
+                 ts: int) -> None:
         raise NotImplementedError
 
     def retire(self, tasks: Iterable[int]) -> None:
@@ -155,22 +164,27 @@ class AtLeastOnceWriter(_WriterBase):
         self.producer = producer
         self._by_remote: dict[tuple[str, int], PartitionFlow] = {}
         self._next_flush = time.monotonic() + PROGRESS_FLUSH_INTERVAL_S
+        self._now_ms = time.time() * 1000  # the delivery callbacks' clock, read before each poll
 
     def delivered(self, error: KafkaError | None, message: Message) -> None:
-        """The producer's one delivery callback (bound once: no per-record closure)."""
+        """The producers' one delivery callback (bound once: no per-record closure). Called for every
+        record, from the producers' poll and flush on the copy loop's thread: the clock is read once per
+        poll (`_now_ms`), not once a record."""
         flow = self._by_remote.get((message.topic(), message.partition()))
-        if flow is not None:
-            self.queue.settled(record_size(message))
         if error is not None:
+            if flow is not None:
+                self.queue.settled(record_size(message))
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
         if flow is None:  # progress or metrics record
             return
+        value, key = message.value(), message.key()
+        value_size = len(value) if value else 0
+        self.queue.settled(value_size + (len(key) if key else 0))
         upstream = flow.in_flight.popleft()
         downstream = message.offset()
         flow.acked = upstream
-        flow.stats.replicated(upstream, downstream, len(message.value() or b""),
-                              _now_ms() - message.timestamp()[1])
+        flow.stats.replicated(upstream, downstream, value_size, self._now_ms - message.timestamp()[1])
         if self.emitter is not None:
             self.emitter.acknowledged(flow.topic, flow.partition, upstream, downstream)
 
@@ -179,11 +193,14 @@ class AtLeastOnceWriter(_WriterBase):
             self.flows[flow.key] = flow
             self._by_remote[(flow.remote, flow.partition)] = flow
 
-    def _produce(self, flow: PartitionFlow, message: Message) -> None:
-        _produce(self.producer, flow, message)
+    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
+                 ts: int) -> None:
+        _produce(self.producer, flow, message, value, key, ts)
 
     def tick(self, now: float) -> None:
+        self._now_ms = time.time() * 1000
         self.producer.poll(0)
+        self.queue.note_acknowledgements(now)
         self._check()
         self._send_backlog()
         if self.emitter is not None:
@@ -218,19 +235,21 @@ class AtLeastOnceWriter(_WriterBase):
                 flow.persisted = flow.acked
 
     def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        self._now_ms = time.time() * 1000
         if self.producer.flush(timeout_s) > 0:
             raise DeliveryFailed(f"records not acknowledged by the target within {timeout_s:.0f} s")
+        self.queue.note_acknowledgements(time.monotonic())
         self._check()
 
 
-def _produce(producer: Producer, flow: PartitionFlow, message: Message) -> None:
+def _produce(producer: Producer, flow: PartitionFlow, message: Message, value: bytes | None,
+             key: bytes | None, ts: int) -> None:
     """Copies one record; BufferError when librdkafka's queue is full. A remote partition just created
     that the producer's metadata does not show yet is waited for (bounded)."""
     deadline = None  # set on the first unknown partition: no clock read per record on the hot path
     while True:
         try:
-            producer.produce(flow.remote, message.value(), message.key(), flow.partition,
-                             timestamp=_record_timestamp(message), headers=message.headers())
+            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers())
             return
         except KafkaException as exc:
             deadline = deadline or time.monotonic() + PARTITION_WAIT_S

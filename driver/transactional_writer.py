@@ -54,6 +54,7 @@ class TransactionalWriter(_WriterBase):
         self._by_remote: dict[int, dict[tuple[str, int], PartitionFlow]] = {}
         self._open: set[int] = set()  # tasks with a transaction under way
         self._next_commit = time.monotonic() + TRANSACTION_INTERVAL_S
+        self._now_ms = time.time() * 1000  # the delivery callbacks' clock, read before each poll
 
     def transactional_id(self, task: int) -> str:
         return transactional_id(self.prefix, task)
@@ -74,29 +75,35 @@ class TransactionalWriter(_WriterBase):
             self._by_remote[flow.task][(flow.remote, flow.partition)] = flow
 
     def _delivered(self, task: int, error: KafkaError | None, message: Message) -> None:
+        """A task's delivery callback, for every record; the clock is read once per poll (`_now_ms`)."""
         flow = self._by_remote.get(task, {}).get((message.topic(), message.partition()))
-        if flow is not None:
-            self.queue.settled(record_size(message))
         if error is not None:
+            if flow is not None:
+                self.queue.settled(record_size(message))
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
         if flow is None:  # a progress record, or a partition released meanwhile
             return
-        upstream = flow.in_flight.popleft()
-        flow.stats.replicated(upstream, message.offset(), len(message.value() or b""),
-                              time.time() * 1000 - message.timestamp()[1])
-        flow.pending_syncs.append((upstream, message.offset()))
+        value, key = message.value(), message.key()
+        value_size = len(value) if value else 0
+        self.queue.settled(value_size + (len(key) if key else 0))
+        upstream, downstream = flow.in_flight.popleft(), message.offset()
+        flow.stats.replicated(upstream, downstream, value_size, self._now_ms - message.timestamp()[1])
+        flow.pending_syncs.append((upstream, downstream))
 
-    def _produce(self, flow: PartitionFlow, message: Message) -> None:
+    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
+                 ts: int) -> None:
         producer = self.producers[flow.task]
         if flow.task not in self._open:
             producer.begin_transaction()
             self._open.add(flow.task)
-        _produce(producer, flow, message)
+        _produce(producer, flow, message, value, key, ts)
 
     def tick(self, now: float) -> None:
+        self._now_ms = time.time() * 1000
         for producer in self.producers.values():
             producer.poll(0)
+        self.queue.note_acknowledgements(now)
         self._check()
         self._send_backlog()
         if now >= self._next_commit:
@@ -155,8 +162,10 @@ class TransactionalWriter(_WriterBase):
                 if flow.produced > flow.persisted:
                     progress_key, value = self._progress_record(flow, flow.produced)
                     producer.produce(self.progress_topic, value, progress_key)
+            self._now_ms = time.time() * 1000
             if producer.flush(max(0.1, deadline - time.monotonic())) > 0:
                 raise DeliveryFailed(f"records of task {task} not acknowledged in time")
+            self.queue.note_acknowledgements(time.monotonic())
             self._check()
             producer.commit_transaction(max(0.1, deadline - time.monotonic()))
             self._open.discard(task)

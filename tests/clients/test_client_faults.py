@@ -136,3 +136,39 @@ def test_backoff_logs_one_line_per_step_and_doubles(caplog):
     assert levels == ["ERROR", "WARNING", "WARNING", "WARNING", "ERROR", "INFO"]
     assert caplog.records[0].getMessage() == "east: refused; replication east->west retries in 10 s"
     assert backoff.failed("east: refused") == 10  # success reset the wait
+
+
+def test_tokens_and_url_secrets_are_secrets_of_the_file():
+    from clients.reachability import redacted_url
+    from contract.client_keys import is_secret
+
+    config = parse_config(
+        "clusters = east\neast.bootstrap.servers = e:9092\n"
+        "service.auth.token = tok-service-1\n"
+        "service.remote.paris.url = https://srm-paris.example.com:6670\n"
+        "service.remote.paris.token = tok-paris-2\n"
+        "redis.url = redis://srm:pw-userinfo-3@redis.example.com:6379/0?password=pw-query-4&db=1\n"
+        "east.sasl.oauthbearer.token.endpoint.url = https://idp.example.com/token\n", "srm.properties")
+    secrets = secret_values(config)
+    assert {"tok-service-1", "tok-paris-2", "pw-userinfo-3", "pw-query-4"} <= secrets
+    assert "https://idp.example.com/token" not in secrets  # where a token comes from is no secret
+    assert is_secret("service.auth.token") and is_secret("service.remote.paris.token")
+    assert not is_secret("sasl.oauthbearer.token.endpoint.url")
+    line = "calling paris with tok-paris-2; redis at " + config.get("redis.url")  # type: ignore[operator]
+    scrubbed = SecretScrubber(secrets).scrub(line)
+    assert not any(secret in scrubbed for secret in ("tok-paris-2", "pw-userinfo-3", "pw-query-4")), scrubbed
+    assert "redis.example.com:6379/0" in scrubbed and "db=1" in scrubbed
+    assert "pw-query-4" not in redacted_url(config.get("redis.url"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("https://site.example/v2/replications?token=abc-123-secret&page=2", "abc-123-secret"),
+    ("redis://r:6379/0?password=qs-pass-5", "qs-pass-5"),
+    ("http://admin:userinfo-pass-6@site.example:6670/", "userinfo-pass-6"),
+])
+def test_url_secrets_are_scrubbed_even_when_not_in_the_file(url, secret):
+    # A library's error names a URL the configuration never held (an advertised site, a redirect).
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "call to %s failed", (url,), None)
+    assert SecretScrubber([]).filter(record)
+    assert secret not in record.getMessage() and "[redacted]" in record.getMessage()
+    assert "failed" in record.getMessage()
