@@ -1,10 +1,11 @@
-# Two commands for a newcomer: `make demo` and `make test` (see README.md).
+# Two commands for a newcomer, `make demo` and `make test`, and the maintainer's quick loop, `make check`
+# (see README.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: venv jars demo test lint openapi docs clean
+.PHONY: venv jars demo test check lint openapi docs clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found " + sys.version.split()[0] + ")")'
@@ -23,6 +24,9 @@ demo: jars  ## three local sites (Kafka, driver, aggregator, service each), one 
 
 test: jars  ## the suite; pass pytest arguments with ARGS="..."
 	$(PY) -m pytest $(ARGS)
+
+check: venv  ## every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
+	$(PY) -m pytest -q -m "not integration and not e2e and not interop" $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -31,11 +31,22 @@
 Both inputs are produced by a process of its own (in_child): the bench's process is the Spark driver
 and holds only what an aggregator holds.
 
+5. Cardinality (`--cardinality`): the shape of a real target cluster, many series each reporting once a
+   period. Throughput over --series (default 100,000) x --periods (default 16) reports, then over a tenth
+   of the series with ten times the periods (the same records, the same records per batch), then
+   freshness at --rate records/s over --series series (100,000 series at 20,000 records/s: each series
+   once every 5 s). `driver_cpu_series_growth` = the driver's CPU per steady batch at --series over the
+   same at a tenth of them; `card_rss_mb` = the peak of the aggregator's whole process tree summed
+   (driver, Spark JVM with its executors, Python workers, the sink's children: process_cpu.TreeMemory)
+   over the three runs.
+
 Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms> driver_bytes_per_record=<b>
 driver_cpu_growth=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000 records/s and growth 1.25,
-the ratios to them on the line before. The machine is shared: run it alone (flock /work/bench.lock).
+the ratios to them on the line before. With --cardinality: `card_rps=<n> card_freshness_p50_ms=<ms>
+card_freshness_p99_ms=<ms> card_rss_mb=<mb> driver_cpu_series_growth=<x>`; targets 40 000 records/s,
+p99 3 000 ms, 1 500 MB and growth 1.25. Run it alone (/work/bin/run-bench, or flock on a lock file).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
-[--warm-up 15] [--max-offsets 200000] [--skip-growth]
+[--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality]
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ from bench.process_cpu import (  # noqa: E402
     HOST_STEAL,
     BenchThreads,
     CpuBudget,
+    TreeMemory,
     budget_line,
     children,
     fixed_work_cpu_ms,
@@ -84,6 +96,8 @@ from stack.redis_server import RedisServer  # noqa: E402
 
 LOG = logging.getLogger("bench.aggregator")
 TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH = 100_000, 1_000, 1.25
+CARD_SERIES, CARD_PERIODS, CARD_FEWER = 100_000, 16, 10  # the cardinality run; its growth run's divisor
+CARD_RPS, CARD_P99_MS, CARD_RSS_MB = 40_000, 3_000, 1_500
 GROWTH = 4  # records per series of the throughput run / of the growth baseline
 WARM_UP_BATCHES = 2
 TEMPLATE = ('{"v":1,"kind":"partition","ts":%d,"period_ms":1000,"source":"%s","target":"bench",'
@@ -411,7 +425,13 @@ def main() -> None:
     # (aggregator.max.offsets.per.trigger).
     parser.add_argument("--max-offsets", type=int, default=200_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--skip-growth", action="store_true", help="no growth baseline run")
+    parser.add_argument("--cardinality", action="store_true",
+                        help="many series reporting once a period (default 100,000 x 16; see the docstring)")
     args = parser.parse_args()
+    if args.cardinality:
+        defaults = parser.parse_args([])
+        args.series = CARD_SERIES if args.series == defaults.series else args.series
+        args.periods = CARD_PERIODS if args.periods == defaults.periods else args.periods
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LOG.setLevel(logging.INFO)
     for stage in ("aggregator.redis_sink", "aggregator.window_writer"):  # where a batch's time goes
@@ -428,11 +448,18 @@ def main() -> None:
             admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
         spark = build_session("local[2]", "srm-bench-aggregator")
         DriverLoad.count_collected()
+        memory = TreeMemory().start()
         drained = throughput(spark, bootstrap, server.url, work, "tput", args.series, args.periods,
                              args.max_offsets)
         print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "
               f"batches of {args.max_offsets} records")
-        if not args.skip_growth:
+        if args.cardinality:
+            fewer = throughput(spark, bootstrap, server.url, work, "tput1x", args.series // CARD_FEWER,
+                               args.periods * CARD_FEWER, args.max_offsets)
+            growth = drained.cpu_per_batch_s / fewer.cpu_per_batch_s
+            print(f"driver CPU per batch: {drained.cpu_per_batch_s * 1000:.0f} ms at {args.series} series, "
+                  f"{fewer.cpu_per_batch_s * 1000:.0f} ms at {args.series // CARD_FEWER}")
+        elif not args.skip_growth:
             baseline = throughput(spark, bootstrap, server.url, work, "tput1x", args.series, args.periods,
                                   args.max_offsets // GROWTH, every=GROWTH)
             growth = drained.cpu_per_batch_s / baseline.cpu_per_batch_s
@@ -440,6 +467,10 @@ def main() -> None:
                   f"series, {baseline.cpu_per_batch_s * 1000:.0f} ms at 1x")
         samples = freshness(spark, bootstrap, server.url, work, args.series, args.rate, args.seconds,
                             args.warm_up)
+        memory.stop()
+        shares = ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(memory.peak_parts.items(),
+                                                                       key=lambda item: -item[1]))
+        print(f"aggregator process tree: peak RSS {memory.peak_mb:.0f} MB ({shares})")
         spark.stop()
     finally:
         server.cleanup()
@@ -448,6 +479,14 @@ def main() -> None:
         raise SystemExit("no freshness samples: the probe's latest value never appeared in Redis")
     cuts = statistics.quantiles(samples, n=100)
     p50, p99 = statistics.median(samples), cuts[98]
+    if args.cardinality:
+        print(f"ratio to targets: rps {drained.rps / CARD_RPS:.2f}x of {CARD_RPS}, "
+              f"p99 {p99 / CARD_P99_MS:.2f}x of {CARD_P99_MS} ms ({len(samples)} samples), "
+              f"rss {memory.peak_mb / CARD_RSS_MB:.2f}x of {CARD_RSS_MB} MB, "
+              f"series growth {growth / TARGET_CPU_GROWTH:.2f}x of {TARGET_CPU_GROWTH}")
+        print(f"card_rps={drained.rps:.0f} card_freshness_p50_ms={p50:.0f} card_freshness_p99_ms={p99:.0f} "
+              f"card_rss_mb={memory.peak_mb:.0f} driver_cpu_series_growth={growth:.2f}")
+        return
     print(f"ratio to targets: rps {drained.rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "
           f"p99 {p99 / TARGET_P99_MS:.2f}x of {TARGET_P99_MS} ms ({len(samples)} samples), "
           f"cpu growth {growth / TARGET_CPU_GROWTH:.2f}x of {TARGET_CPU_GROWTH}")

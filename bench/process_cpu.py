@@ -215,6 +215,66 @@ class CpuBudget:
         return {part: used - before.get(part, 0.0) for part, used in after.items()}
 
 
+# The parts that make up an aggregator (the input producer, Redis and the broker are the bench's).
+AGGREGATOR_PARTS = ("driver", "spark JVM", "python workers", "merge child", "verdict child")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident memory now (0 once it ended)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class TreeMemory:
+    """The aggregator's whole process tree (AGGREGATOR_PARTS: the driver, the JVM that runs the executors
+    in local mode, the executors' Python workers, the sink's children) summed at each sample; `peak_mb`
+    is the greatest sum seen. A sum of each process's own peak (VmHWM) would add peaks that never met."""
+
+    EVERY_S = 0.25
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self.peak_parts: dict[str, float] = {}  # each part's share of the peak
+        self._parts: dict[int, str | None] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                parts = self.sample()
+                if sum(parts.values()) > self.peak_mb:
+                    self.peak_mb, self.peak_parts = sum(parts.values()), parts
+            except Exception as error:  # noqa: BLE001  a sample lost, not the figure
+                LOG.warning("memory sample failed: %s", error)
+            self._stop.wait(self.EVERY_S)
+
+    def sample(self) -> dict[str, float]:
+        """Each part's resident MB now."""
+        driver = os.getpid()
+        parts: dict[str, float] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                pid = int(entry.name)
+                if pid not in self._parts:
+                    self._parts[pid] = part_of(pid, driver)
+                part = self._parts[pid]
+                if part in AGGREGATOR_PARTS:
+                    parts[part] = parts.get(part, 0.0) + resident_mb(pid)
+        return parts
+
+
 def budget_line(used: dict[str, float], per: float, unit: str) -> str:
     """`used` (CPU s by part) divided by `per`, largest first; the JVM's threads follow the JVM."""
     parts = sorted((p for p in used if ": " not in p), key=lambda p: -used[p])

@@ -3,11 +3,19 @@
 With a Docker engine they come from testcontainers; without one, the same fixtures start local
 processes from the Maven Central jars and the Debian redis-server (the `stack` package). A missing
 part fails the test with a message naming it; nothing is skipped.
+
+A test is marked `integration` by what it uses, not by hand: whatever requests a fixture of
+REAL_PROCESS_FIXTURES (directly or through another fixture) gets the mark, and a test that starts a
+process itself (a RedisServer, redis-server, promtool, keytool, java, a part's console script) requests
+`external_processes`. The rest is `make check`'s tier, where starting a process is an error naming the
+test (`_no_process_in_the_fast_tier`).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing.util
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -23,6 +31,38 @@ LOG = logging.getLogger(__name__)
 
 CLUSTER_ALIASES = ["east", "west"]
 REDIS_IMAGE = "redis:7.0"
+# Fixtures that start (or stand for) a real process; the fixtures of tests/*/conftest.py that start one
+# are here too, those built on these need not be.
+REAL_PROCESS_FIXTURES = frozenset({
+    "external_processes", "docker_engine", "kafka_clusters", "secured_clusters", "guarded_west",
+    "redis_url", "spark", "mirror_probe", "north", "authz_clusters",
+})
+SLOW_MARKERS = ("integration", "e2e", "interop")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if REAL_PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def external_processes() -> None:
+    """Requested by a test that starts a process itself: it is an integration test then."""
+
+
+@pytest.fixture(autouse=True)
+def _no_process_in_the_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without a real-process fixture that starts a process fails, naming what to request."""
+    if any(request.node.get_closest_marker(name) for name in SLOW_MARKERS):
+        return
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"{request.node.nodeid} starts a process outside the integration tier: request "
+                           "the `external_processes` fixture (tests/conftest.py)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refused)
 
 
 def docker_engine_available() -> bool:

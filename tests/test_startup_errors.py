@@ -78,6 +78,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_aggregator_without_java_names_java_and_how_to_install_it(tmp_path: Path) -> None:
     done = run("aggregator", properties(tmp_path), environment(path_without(tmp_path, "java")))
     assert done.returncode == 2
@@ -86,12 +87,14 @@ def test_aggregator_without_java_names_java_and_how_to_install_it(tmp_path: Path
     assert "openjdk-17-jre-headless" in line
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_aggregator_with_a_java_home_without_java_names_java_home(tmp_path: Path) -> None:
     done = run("aggregator", properties(tmp_path), environment(JAVA_HOME=str(tmp_path)))
     assert done.returncode == 2
     assert "JAVA_HOME is " in one_line(done.stderr)
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_aggregator_without_maven_and_without_cached_jars_names_mvn(tmp_path: Path) -> None:
     env = environment(path_without(tmp_path, "mvn"), SRM_CACHE_DIR=str(tmp_path / "empty-cache"))
     done = run("aggregator", properties(tmp_path), env)
@@ -101,6 +104,7 @@ def test_aggregator_without_maven_and_without_cached_jars_names_mvn(tmp_path: Pa
     assert "apt-get install -y maven" in line
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_aggregator_without_redis_says_which_redis_and_exits_1(tmp_path: Path) -> None:
     redis_port = closed_port()
     done = run("aggregator", properties(tmp_path, redis_port), environment())
@@ -110,6 +114,7 @@ def test_aggregator_without_redis_says_which_redis_and_exits_1(tmp_path: Path) -
     assert line.endswith("start redis-server there or set redis.url")
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_service_without_redis_warns_once_and_serves(tmp_path: Path) -> None:
     port = closed_port()
     config = properties(tmp_path, extra=f"service.port = {port}\nservice.workers = 1\n")
@@ -134,6 +139,7 @@ def test_service_without_redis_warns_once_and_serves(tmp_path: Path) -> None:
         process.wait(60)  # stopping is test_stop_time's subject; here a loaded machine may be slow
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_driver_names_each_unreachable_cluster_once_at_start(tmp_path: Path) -> None:
     config = properties(tmp_path)
     process = subprocess.Popen([sys.executable, "-m", "driver", "--config", config], cwd=ROOT,
@@ -151,6 +157,7 @@ def test_driver_names_each_unreachable_cluster_once_at_start(tmp_path: Path) -> 
                    and f"fix {alias}.bootstrap.servers" in line for line in lines[1:]), lines
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_jar_resolution_without_maven_is_one_line(tmp_path: Path) -> None:
     env = environment(path_without(tmp_path, "mvn"), SRM_CACHE_DIR=str(tmp_path / "empty-cache"))
     done = subprocess.run([sys.executable, "-m", "stack.jars"], cwd=ROOT, env=env, capture_output=True,
@@ -159,6 +166,7 @@ def test_jar_resolution_without_maven_is_one_line(tmp_path: Path) -> None:
     assert one_line(done.stderr).startswith("stack.jars: `mvn` was not found on PATH")
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_demo_without_redis_server_is_one_line(tmp_path: Path) -> None:
     env = environment(path_without(tmp_path, "redis-server"), SRM_CACHE_DIR=str(cache_dir()))
     done = subprocess.run([sys.executable, "-m", "stack.demo"], cwd=tmp_path, env=env, capture_output=True,

@@ -71,6 +71,7 @@ def test_bad_settings_name_the_key_without_a_traceback(tmp_path: Path, capsys, l
     assert expected in err and "Traceback" not in err
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_aggregator_processes_keep_arrows_freed_pages():
     """Every aggregator process (the driver, spark-submit's, the window writer child) imports the package
     before pyarrow, whose allocator reads the setting once, when it loads."""
@@ -81,6 +82,7 @@ def test_aggregator_processes_keep_arrows_freed_pages():
     assert out.stdout.split() == ["False", "-1"]
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_a_stop_that_hangs_ends_the_process():
     """SIGTERM, then a stop stuck for good (as py4j's cleanup once was under spark-submit): the process
     still exits, with a message."""

@@ -102,6 +102,7 @@ def pki(tmp_path_factory):
     return StackPki(tmp_path_factory.mktemp("pki")).create()
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_jks_stores_are_converted_for_librdkafka_with_keytool(pki):
     config = parse_config(BASE + (
         f"east.ssl.truststore.location = {pki.truststore_jks}\n"
@@ -116,6 +117,7 @@ def test_jks_stores_are_converted_for_librdkafka_with_keytool(pki):
     assert kafka_client_config(config, "east", role="producer")["ssl.ca.location"] == ca  # exported once
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_a_wrong_store_password_is_named_without_the_password(pki):
     with pytest.raises(ConfigError) as caught:
         checked(BASE + f"east.ssl.keystore.location = {pki.client_jks}\n"

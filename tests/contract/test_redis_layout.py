@@ -219,6 +219,7 @@ def test_latest_keys_and_values():
         layout.decode_latest(b'{"no": "ts"}')
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_a_series_id_hashed_once_finds_its_equal_after_a_pickle_from_another_process() -> None:
     """The hash is cached: a pickle must rebuild it, since a string's hash differs between processes."""
     made = SeriesId("t", "s", "x", 1, "end_offset")

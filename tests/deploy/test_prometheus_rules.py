@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from stack.prerequisites import require
@@ -23,17 +24,20 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_promtool_checks_the_rules():
     done = promtool("check", "rules", RULES.name)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_promtool_checks_the_scrape_config_and_the_rule_files_it_names():
     done = promtool("check", "config", "prometheus.yml")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_the_rules_unit_tests_pass():
     done = promtool("test", "rules", "srm-alerts.test.yml")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -51,6 +55,7 @@ def test_every_required_alert_exists_and_is_unit_tested():
     assert tested == set(alerts()), "every alert needs a promtool unit test"
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_promtool_fails_a_broken_rule(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text("groups:\n  - name: x\n    rules:\n      - alert: Broken\n        expr: srm_up >\n")

@@ -119,6 +119,7 @@ def test_unreachable_target_cluster(capsys, config, argv):
     assert "cluster 'west' (127.0.0.1:" in line and "did not answer within 1 s" in line
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_console_entry_point_prints_no_traceback(config):
     done = subprocess.run([sys.executable, "-m", "driver.control_cli", "topics", "--config", str(config),
                            "--source", "east", "--target", "west", "--timeout", "1", "--add", "t"],

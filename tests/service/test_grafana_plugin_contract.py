@@ -115,7 +115,7 @@ def provisioned_urls() -> list[str]:
 def test_health_check_on_the_provisioned_and_documented_urls_as_written(client):
     """"Save & test" GETs the datasource URL itself (src/DataSource.ts:94-97), forwarded unchanged by
     Grafana's proxy, which does not follow redirects: the answer must be 200 on that very path."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs/api.md").read_text()
     documented = "http://<service>:6670/grafana"
     assert f"URL `{documented}`" in readme
     urls = provisioned_urls()

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from stack.processes import ManagedProcess
 
 # The leader starts a child that ignores SIGTERM (as a Python driver hung in its own shutdown under
@@ -24,6 +26,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_stop_ends_a_child_that_outlives_the_leader(tmp_path: Path):
     pid_file = tmp_path / "child.pid"
     process = ManagedProcess("leader", [sys.executable, "-c", LEADER, CHILD, str(pid_file)],

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from stack.redis_server import RedisServer
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_writes_survive_a_restart_and_a_crash(tmp_path: Path):
     server = RedisServer(tmp_path / "redis").start()
     try:
@@ -35,6 +37,7 @@ def test_writes_survive_a_restart_and_a_crash(tmp_path: Path):
         server.cleanup()
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_a_paused_server_is_a_hung_one_until_resumed(tmp_path: Path):
     server = RedisServer(tmp_path / "redis").start()
     try:

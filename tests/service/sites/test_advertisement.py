@@ -173,6 +173,7 @@ def run_advertiser(*args: str, timeout_s: float = 60) -> subprocess.CompletedPro
                           text=True, timeout=timeout_s, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.usefixtures("external_processes")
 def test_the_advertiser_process_names_a_bad_config_file(tmp_path):
     bad = tmp_path / "srm.properties"
     bad.write_text(BASE + "service.advertised.port = 99999\n")
