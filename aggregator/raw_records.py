@@ -8,8 +8,8 @@ planning whatever its size, and ~1 s per 100k records; Arrow parses 100k in ~0.2
 Records that do not parse, or parse but are not valid raw metrics, become rows of kind `invalid` with
 their Kafka partition, offset and an excerpt, so bad input is counted and logged, never fatal. Anyone
 who may produce to the topic can send anything: values over MAX_VALUE_BYTES are not parsed, numbers
-must be finite and in range, names must be legal Kafka names (`*` is the replication-wide series), and
-event time is judged against the aggregator's clock.
+must lie within the contract's MAX_NUMBER, names must be legal Kafka names (`*` is the replication-wide
+series), a record's source must be its topic's, and event time is judged against the aggregator's clock.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_values import parse_values
-from contract.kafka_names import ALIAS, MAX_GROUP_CHARS, TOPIC_ARROW
+from contract.kafka_names import ALIAS, TOPIC_ARROW, check_group
 from contract.records.raw_metrics import (
+    MAX_NUMBER,
     MAX_VALUE_BYTES,
     METRICS,
     READER_FIELD_TYPES,
@@ -31,6 +32,7 @@ from contract.records.raw_metrics import (
 )
 from contract.redis_layout import ALL_TOPICS, FINEST_WINDOW, WHOLE_TOPIC
 from contract.replication_policy import METRICS_TOPIC_SOURCE
+from contract.untrusted import Rejected
 
 # Raw metrics topics are `srm-metrics.<source>.internal` (contract.replication_policy.metrics_topic).
 EXCERPT_CHARS = 200
@@ -70,7 +72,8 @@ def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = 
     if pc.any(oversize).as_py():
         values = pc.if_else(oversize, pa.scalar(None, values.type), values)
     m, parsed = parse_values(values)
-    valid = _valid(m, parsed, now_ms, target)
+    topic_source = _source_of_topic(kafka["topic"].combine_chunks())
+    valid = _valid(m, parsed, now_ms, target, topic_source)
     invalid = pc.invert(valid)
     kind = m["kind"]
     replication = pc.fill_null(pc.equal(kind, "replication"), False)
@@ -80,7 +83,7 @@ def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = 
     columns = {
         "kind": pc.if_else(valid, kind, INVALID_KIND),
         "target": pc.if_else(valid, m["target"], invalid_target),
-        "source": pc.if_else(valid, m["source"], _source_of_topic(kafka["topic"].combine_chunks(), invalid)),
+        "source": topic_source,
         "group": pc.if_else(valid, pc.fill_null(m["group"], ""), ""),
         "topic": pc.if_else(subject_of_topic, m["topic"], ALL_TOPICS),
         "upstream_topic": _where(subject_of_topic, m["upstream_topic"]),
@@ -105,7 +108,8 @@ def flat_table(kafka: pa.Table, target: str | None = None, now_ms: int | None = 
     return pa.table(columns)
 
 
-def _valid(m: pa.Table, parsed: pa.BooleanArray, now_ms: int, target: str | None) -> pa.BooleanArray:
+def _valid(m: pa.Table, parsed: pa.BooleanArray, now_ms: int, target: str | None,
+           topic_source: pa.Array) -> pa.BooleanArray:
     kind, partition = m["kind"], m["partition"]
     partition_ok = pc.and_kleene(pc.is_valid(partition), pc.greater_equal(partition, 0))
     topic_partition = pc.and_kleene(pc.is_valid(m["topic"]), partition_ok)
@@ -115,29 +119,32 @@ def _valid(m: pa.Table, parsed: pa.BooleanArray, now_ms: int, target: str | None
         False)
     checks = [parsed, pc.equal(m["v"], 1), pc.is_valid(m["ts"]), pc.greater_equal(m["ts"], 0),
               pc.less_equal(m["ts"], now_ms + MAX_FUTURE_SKEW_MS),
+              # Whoever may write `srm-metrics.<source>.internal` speaks for that source only.
+              pc.equal(m["source"], topic_source),
               _per_distinct(m["source"], _alias), _per_distinct(m["target"], _alias), complete, *_in_range(m)]
     if target is not None:
         checks.append(pc.equal(m["target"], target))
-    valid = checks[0]
-    for check in checks[1:]:
-        valid = pc.and_kleene(valid, check)
-    return pc.fill_null(valid, False)
+    return pc.fill_null(_all_of(checks), False)
 
 
 def _in_range(m: pa.Table) -> list[pa.Array]:
-    """Checks of the optional fields: true where a field is absent. Doubles finite (Arrow's reader takes
-    NaN and Infinity, which would make every later sum nan), counters and periods non-negative, names
-    legal Kafka names (a topic `*` would merge into the replication-wide series)."""
+    """Checks of the optional fields: true where a field is absent. Numbers within +-MAX_NUMBER (so
+    finite too: Arrow's reader takes NaN and Infinity, which would make every later sum nan; and one
+    integer past float64's exact range failed the cast of the partial windows, so the batch, forever),
+    counters and periods non-negative, names legal Kafka names (a topic `*` would merge into the
+    replication-wide series)."""
     def absent_or(check: pa.Array) -> pa.Array:
         return pc.fill_null(check, True)
 
     checks = [absent_or(pc.and_(pc.greater(m["period_ms"], 0), pc.less_equal(m["period_ms"], MAX_PERIOD_MS)))]
+    checks += [absent_or(check) for check in _within_max_number(m.columns)]
     checks += [absent_or(pc.greater_equal(m[name], 0)) for name in _COUNTERS]
     for name, spec in METRICS.items():
         if spec.kind is MetricKind.LATENCY:
-            checks += [absent_or(pc.is_finite(pc.struct_field(m[name], [part])))
-                       for part in LATENCY_PARTS if part != "count"]
-            checks.append(absent_or(pc.greater_equal(pc.struct_field(m[name], ["count"]), 0)))
+            summary = m[name]
+            checks.append(absent_or(pc.greater_equal(pc.struct_field(summary, ["count"]), 0)))
+            parts = [pc.is_valid(pc.struct_field(summary, [part])) for part in LATENCY_PARTS]
+            checks.append(pc.or_kleene(pc.is_null(summary), _all_of(parts)))  # present, whole
     for kind in READER_KINDS:  # a reader's count is a total: never negative; present, both fields are
         reader = pc.struct_field(m["readers"], [kind])
         checks.append(absent_or(pc.greater_equal(pc.struct_field(reader, ["rejected"]), 0)))
@@ -147,6 +154,27 @@ def _in_range(m: pa.Table) -> list[pa.Array]:
     for name in ("topic", "upstream_topic"):
         checks.append(absent_or(_per_distinct(m[name], _legal_topic)))
     checks.append(absent_or(_per_distinct(m["group"], _legal_group)))
+    return checks
+
+
+def _all_of(checks: list[pa.Array]) -> pa.Array:
+    every = checks[0]
+    for check in checks[1:]:
+        every = pc.and_kleene(every, check)
+    return every
+
+
+def _within_max_number(columns: list[pa.ChunkedArray | pa.Array]) -> list[pa.Array]:
+    """Whether each number (nested ones too) lies within +-MAX_NUMBER (the contract's rule: integers
+    exact in the float64 windows, latency sums finite); NaN compares false. Null where absent."""
+    checks = []
+    for column in columns:
+        if pa.types.is_struct(column.type):
+            fields = [pc.struct_field(column, [i]) for i in range(column.type.num_fields)]
+            checks += _within_max_number(fields)
+        elif pa.types.is_int64(column.type) or pa.types.is_floating(column.type):
+            low, high = pc.greater_equal(column, -MAX_NUMBER), pc.less_equal(column, MAX_NUMBER)
+            checks.append(pc.and_kleene(low, high))
     return checks
 
 
@@ -169,15 +197,22 @@ def _legal_topic(names: pa.Array) -> pa.Array:
 
 
 def _legal_group(names: pa.Array) -> pa.Array:
-    return pc.and_(pc.less_equal(pc.utf8_length(names), MAX_GROUP_CHARS),
-                   pc.and_(pc.greater(pc.utf8_length(names), 0), pc.not_equal(names, ALL_TOPICS)))
+    """The contract's own rule (printable, as Python means it), per distinct name: a few a batch."""
+    return pa.array([name is None or _is_group(name) for name in names.to_pylist()], pa.bool_())
 
 
-def _source_of_topic(topics: pa.Array, rows: pa.BooleanArray) -> pa.Array | str:
-    """The source cluster named by each raw-metrics topic, for the given rows (a batch has a few topics)."""
-    if not pc.any(rows).as_py():
-        return ""
-    topics = pc.dictionary_encode(topics)
+def _is_group(name: str) -> bool:
+    try:
+        check_group(name)
+    except Rejected:
+        return False
+    return True
+
+
+def _source_of_topic(topics: pa.Array) -> pa.Array:
+    """The source cluster named by each raw-metrics topic ("" for a topic not so named; a batch has a few
+    topics)."""
+    topics = pc.dictionary_encode(topics.cast(pa.string()))  # a column of no rows may be of type null
     parsed = pc.extract_regex(topics.dictionary, METRICS_TOPIC_SOURCE)
     sources = pc.fill_null(pc.struct_field(parsed, [0]), "")
     return sources.take(topics.indices)

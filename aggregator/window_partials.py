@@ -119,7 +119,7 @@ def _samples(flat: pa.Table, metrics: list[str]) -> dict[str, pa.Array]:
     for name in metrics:
         if name == INVALID_RECORDS_METRIC:
             invalid = pc.equal(flat["kind"], INVALID_KIND)
-            offset = pc.cast(flat["offset"], pa.float64())
+            offset = pc.cast(flat["offset"], pa.float64(), safe=False)  # Kafka's, past 2^53 never
             one = pc.if_else(invalid, 1.0, _NULL)
             parts = [one, one] + [pc.if_else(invalid, offset, _NULL)] * 3
         elif METRICS[name].kind is MetricKind.LATENCY:
@@ -154,7 +154,10 @@ def relabel(table: pa.Table, **values: Any) -> pa.Table:
 
 def window_starts(ts: pa.ChunkedArray | pa.Array, size_ms: int) -> pa.ChunkedArray | pa.Array:
     """Start of the `size_ms` window holding each epoch-ms ts (floor, so negative ts work too)."""
-    floor = pc.cast(pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(size_ms))), pa.int64())
+    # Unsafe casts: an invalid record's ts is its Kafka timestamp, which a producer sets (CreateTime) and
+    # may set past float64's exact integers; a window start a few ms off is no harm, a failed task is.
+    windows = pc.divide(pc.cast(ts, pa.float64(), safe=False), float(size_ms))
+    floor = pc.cast(pc.floor(windows), pa.int64(), safe=False)
     return pc.multiply(floor, size_ms)
 
 

@@ -39,14 +39,17 @@ and holds only what an aggregator holds.
    same at a tenth of them; `card_rss_mb` = the peak of the aggregator's whole process tree summed
    (driver, Spark JVM with its executors, Python workers, the sink's children: process_cpu.TreeMemory)
    over the three runs.
+6. Bad records (bad_record_cost): the executor's function on one task's 50k records with 5 % bad ones of
+   mixed kinds, over the same batch clean (no Kafka or Spark; `--bad-records-only` runs only this).
 
 Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms> driver_bytes_per_record=<b>
-driver_cpu_growth=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000 records/s and growth 1.25,
-the ratios to them on the line before. With --cardinality: `card_rps=<n> card_freshness_p50_ms=<ms>
-card_freshness_p99_ms=<ms> card_rss_mb=<mb> driver_cpu_series_growth=<x>`; targets 40 000 records/s,
-p99 3 000 ms, 1 500 MB and growth 1.25. Run it alone (/work/bin/run-bench, or flock on a lock file).
+driver_cpu_growth=<x> bad_record_cost_ratio=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000
+records/s, growth 1.25 and bad records 1.5, the ratios to them on the line before. With --cardinality:
+`card_rps=<n> card_freshness_p50_ms=<ms> card_freshness_p99_ms=<ms> card_rss_mb=<mb>
+driver_cpu_series_growth=<x>`; targets 40 000 records/s, p99 3 000 ms, 1 500 MB and growth 1.25. Run it
+alone (/work/bin/run-bench, or flock on a lock file).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
-[--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality]
+[--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality] [--bad-records-only]
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow as pa  # noqa: E402
 import redis  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -95,7 +99,7 @@ from stack.kafka_cluster import KafkaClusters  # noqa: E402
 from stack.redis_server import RedisServer  # noqa: E402
 
 LOG = logging.getLogger("bench.aggregator")
-TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH = 100_000, 1_000, 1.25
+TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH, TARGET_BAD_RATIO = 100_000, 1_000, 1.25, 1.5
 CARD_SERIES, CARD_PERIODS, CARD_FEWER = 100_000, 16, 10  # the cardinality run; its growth run's divisor
 CARD_RPS, CARD_P99_MS, CARD_RSS_MB = 40_000, 3_000, 1_500
 GROWTH = 4  # records per series of the throughput run / of the growth baseline
@@ -413,6 +417,50 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
     return [(gave_up if at is None else at) - ts for ts, at in zip(warm, readable_at, strict=True)]
 
 
+# Bad records of mixed kinds, as a careless or hostile writer sends them (bad_record_cost).
+BAD_RECORDS = (
+    lambda good: b"\x00garbage " + good[:40],  # not JSON
+    lambda good: good.replace(b'"record_count":', b'"record_count":"many",', 1)[:-1] + b"}",  # mistyped
+    lambda good: good[: len(good) // 2],  # cut short
+    lambda good: good.replace(b'"records_lag":', b'"records_lag":9007199254740993,"x":', 1),  # past 2^53
+    lambda good: b"[" + good + b"]",  # no object
+    lambda good: good.replace(b'"source":"', b'"source":"forged', 1),  # another source than its topic's
+)
+
+
+def bad_record_cost(records: int, bad_share: float, repeat: int) -> float:
+    """The executor's function (partition_partials.PartitionPartials: parse, rules, partial windows) on
+    one task's batch of `records` records with `bad_share` of them bad (BAD_RECORDS in turn) over the same
+    batch clean: the median of `repeat` runs of each, interleaved. No Kafka or Spark: the function's time,
+    which is where a bad record's cost was (each made the batch's parse read halves again)."""
+    from aggregator.partition_partials import PartitionPartials  # noqa: PLC0415 - only this part needs it
+
+    now = int(time.time() * 1000)
+    clean = [record("bad", s % 2000, now - 60_000 + s // 2000 * 1000, s) for s in range(records)]
+    every = round(1 / bad_share)
+    mixed = [BAD_RECORDS[(i // every) % len(BAD_RECORDS)](v) if i % every == every - 1 else v
+             for i, v in enumerate(clean)]
+
+    def batch(values: list[bytes]) -> pa.Table:
+        return pa.table({"topic": [metrics_topic("bad")] * len(values),
+                         "partition": pa.array([0] * len(values), pa.int32()),
+                         "offset": pa.array(range(len(values)), pa.int64()),
+                         "kafka_ts": pa.array([now] * len(values), pa.int64()), "value": pa.array(values)})
+
+    tables = {"clean": batch(clean), "bad": batch(mixed)}
+    seconds: dict[str, list[float]] = {"clean": [], "bad": []}
+    for _ in range(repeat):
+        for name, table in tables.items():
+            began = time.perf_counter()
+            list(PartitionPartials("bench", None, now)(iter(table.to_batches())))
+            seconds[name].append(time.perf_counter() - began)
+    clean_s, bad_s = statistics.median(seconds["clean"]), statistics.median(seconds["bad"])
+    print(f"bad records: a task's {records} records in {clean_s * 1000:.0f} ms clean, {bad_s * 1000:.0f} ms "
+          f"with {sum(v != c for v, c in zip(mixed, clean, strict=True))} bad of {len(BAD_RECORDS)} kinds "
+          f"(median of {repeat} runs each, interleaved)")
+    return bad_s / clean_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=2000)
@@ -427,7 +475,14 @@ def main() -> None:
     parser.add_argument("--skip-growth", action="store_true", help="no growth baseline run")
     parser.add_argument("--cardinality", action="store_true",
                         help="many series reporting once a period (default 100,000 x 16; see the docstring)")
+    parser.add_argument("--bad-records-only", action="store_true",
+                        help="only bad_record_cost_ratio (no Kafka, Spark or Redis)")
     args = parser.parse_args()
+    bad_ratio = bad_record_cost(50_000, 0.05, 5)
+    if args.bad_records_only:
+        print(f"ratio to target: {bad_ratio / TARGET_BAD_RATIO:.2f}x of {TARGET_BAD_RATIO}")
+        print(f"bad_record_cost_ratio={bad_ratio:.2f}")
+        return
     if args.cardinality:
         defaults = parser.parse_args([])
         args.series = CARD_SERIES if args.series == defaults.series else args.series
@@ -489,9 +544,11 @@ def main() -> None:
         return
     print(f"ratio to targets: rps {drained.rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "
           f"p99 {p99 / TARGET_P99_MS:.2f}x of {TARGET_P99_MS} ms ({len(samples)} samples), "
-          f"cpu growth {growth / TARGET_CPU_GROWTH:.2f}x of {TARGET_CPU_GROWTH}")
+          f"cpu growth {growth / TARGET_CPU_GROWTH:.2f}x of {TARGET_CPU_GROWTH}, "
+          f"bad record cost {bad_ratio / TARGET_BAD_RATIO:.2f}x of {TARGET_BAD_RATIO}")
     print(f"aggregator_rps={drained.rps:.0f} freshness_p50_ms={p50:.0f} freshness_p99_ms={p99:.0f} "
-          f"driver_bytes_per_record={drained.bytes_per_record:.1f} driver_cpu_growth={growth:.2f}")
+          f"driver_bytes_per_record={drained.bytes_per_record:.1f} driver_cpu_growth={growth:.2f} "
+          f"bad_record_cost_ratio={bad_ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -89,12 +89,12 @@ def _mapped_back(props: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
         mapped["sasl.jaas.config"] = f"{module} required {options};"
     if "sasl.kerberos.keytab" in props or "sasl.kerberos.principal" in props:
         consumed.update({"sasl.kerberos.keytab", "sasl.kerberos.principal"})
-        options = ["useKeyTab=true", "storeKey=true"]
+        krb5 = ["useKeyTab=true", "storeKey=true"]
         if "sasl.kerberos.keytab" in props:
-            options.append(f"keyTab={jaas_quote(props['sasl.kerberos.keytab'])}")
+            krb5.append(f"keyTab={jaas_quote(props['sasl.kerberos.keytab'])}")
         if "sasl.kerberos.principal" in props:
-            options.append(f"principal={jaas_quote(props['sasl.kerberos.principal'])}")
-        mapped["sasl.jaas.config"] = f"{_KERBEROS} required {' '.join(options)};"
+            krb5.append(f"principal={jaas_quote(props['sasl.kerberos.principal'])}")
+        mapped["sasl.jaas.config"] = f"{_KERBEROS} required {' '.join(krb5)};"
     if "ssl.ca.location" in props:
         consumed.add("ssl.ca.location")
         mapped.update({"ssl.truststore.location": props["ssl.ca.location"], "ssl.truststore.type": "PEM"})

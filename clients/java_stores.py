@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -59,7 +60,8 @@ def pkcs12_key_store(key: str, location: str, store_password: str | None, key_pa
     return _converted(key, location, password, "key.p12", convert), password
 
 
-def _converted(key: str, location: str, password: str | None, suffix: str, make) -> str:  # noqa: ANN001
+def _converted(key: str, location: str, password: str | None, suffix: str,
+               make: Callable[[Path], None]) -> str:
     try:
         stat = os.stat(location)
     except OSError as exc:

@@ -92,7 +92,7 @@ class RecordGuard:
         if problem is None:
             try:
                 result = parse(key, value)
-            except Exception as exc:  # noqa: BLE001 - one record's fault, whatever it raised
+            except Exception as exc:  # one record's fault, whatever it raised
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 with self._lock:

@@ -163,8 +163,9 @@ def _from_fields(fields: Any) -> Advertisement:
         raise AdvertisementError("advertisement value is not a JSON object")
     if fields.get("v") != FORMAT_VERSION:
         raise AdvertisementError(f"unsupported advertisement format v={fields.get('v')!r}")
-    expected = {"protocol": str, "host": str, "port": int, "root_path": str, "target_cluster": str,
-                "site": str, "version": str, "ts": int, "interval_s": (int, float)}
+    expected: dict[str, type | tuple[type, ...]] = {
+        "protocol": str, "host": str, "port": int, "root_path": str, "target_cluster": str, "site": str,
+        "version": str, "ts": int, "interval_s": (int, float)}
     for name, kind in expected.items():
         if name not in fields:
             raise AdvertisementError(f"advertisement lacks {name!r}")

@@ -33,6 +33,11 @@ TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": str(24 * 3_600_000)
 
 # Cap of a record value a reader takes from the topic: a real one is under 1 KiB.
 MAX_VALUE_BYTES = 16384
+# Every number of a record lies within +-MAX_NUMBER (2^53 - 1, float64's last exact integer): the
+# aggregator keeps windows in float64, where a larger integer is no longer itself (2^53 + 1 reads as
+# 2^53), and a latency summary's sum (avg x count) stays below 2^106, finite however many records a
+# window adds up. No real counter, offset or latency comes near it (2^53 ms is 285,000 years).
+MAX_NUMBER = 2**53 - 1
 
 
 class RawMetricsError(ValueError):
@@ -214,7 +219,7 @@ def decode(value: bytes | str) -> RawMetrics:
     if body.get("v") != VERSION:
         raise RawMetricsError(f"unsupported version {body.get('v')!r} (expected {VERSION})")
     kind = body.pop("kind", None)
-    cls = _BY_KIND.get(kind)  # type: ignore[arg-type]
+    cls = _BY_KIND.get(kind)
     if cls is None:
         raise RawMetricsError(f"unknown kind {kind!r}")
     body.pop("v")
@@ -237,7 +242,7 @@ def decode(value: bytes | str) -> RawMetrics:
         raise RawMetricsError(f"{kind} record: {exc}") from None
 
 
-_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-MAX_NUMBER, MAX_NUMBER)}
 _NON_NEGATIVE = {"record_count", "byte_count", "count", "partition", "period_ms", "workers", "tasks",
                  "topics_replicated", "rejected"}
 
@@ -261,7 +266,7 @@ def _check_readers(value: object) -> None:
 
 
 def _check_fields(body: dict[str, Any], types: dict[str, str] | None = None) -> None:
-    """Rejected unless every known field present has its type, numbers are finite and in range, and
+    """Rejected unless every known field present has its type, numbers are finite and within MAX_NUMBER, and
     names are legal Kafka names (``*`` is the replication-wide series, never a topic)."""
     for name, kind in (types or FIELD_TYPES).items():
         value = body.get(name)
@@ -277,7 +282,7 @@ def _check_fields(body: dict[str, Any], types: dict[str, str] | None = None) -> 
             low = 0 if name in _NON_NEGATIVE else _INT_RANGES[kind][0]
             long(value, name, low, _INT_RANGES[kind][1])
         elif kind == "double":
-            finite(value, name)
+            finite(value, name, -MAX_NUMBER, MAX_NUMBER)
         elif not isinstance(value, {"boolean": bool, "string": str}[kind]):
             raise Rejected(f"{name} must be a {kind}")
     for name in ("topic", "upstream_topic"):

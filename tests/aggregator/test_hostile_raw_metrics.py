@@ -3,7 +3,10 @@
 Before: ``b"[" * 3000`` raised RecursionError in the sink, the batch failed, and the supervisor replayed
 it forever; NaN latencies reached the stored windows as `sum=nan`; a topic named `*` merged into the
 replication-wide series; a record stamped 50 minutes ahead (ts and CreateTime alike) moved the watermark
-as far ahead, and every on-time record after it was dropped as late.
+as far ahead, and every on-time record after it was dropped as late. And (issue 39) a well-formed
+record with an integer past float64's exact range (2^53 + 1) failed the executor's task, so the batch,
+at every replay; avg 1e308 x count 10 made a window's sum infinite; a writer of the topic could report
+as another source.
 """
 
 from __future__ import annotations
@@ -37,18 +40,25 @@ def test_poison_records_are_counted_and_the_rollups_keep_growing(spark, kafka_cl
                           replication_latency_ms={"min": 1, "max": 9, "avg": float("nan"), "last": 9,
                                                   "count": 5})
     star_topic = _edited(partition_report(source, T0 + 7_000, 0, 1000, end=1100, lag=0), topic="*")
+    past_exact = _edited(partition_report(source, T0 + 7_000, 0, 1000, end=1100, lag=0),
+                         record_count=2**53 + 1)
+    huge_latency = _edited(partition_report(source, T0 + 8_000, 0, 10, end=100, lag=0),
+                           replication_latency_ms={"min": 1, "max": 9, "avg": 1e308, "last": 9, "count": 10})
+    forged = _edited(partition_report(source, T0 + 8_000, 0, 1000, end=1100, lag=0), source="forged")
     first, second = (partition_report(source, T0 + 5_000, 0, 10, end=100, lag=0),
                      partition_report(source, T0 + 15_000, 0, 20, end=200, lag=0))
-    produce(west, source, [first, b"[" * 3000, nan_latency, star_topic, second], garbage_ts_ms=T0 + 10_000)
+    poison = [b"[" * 3000, nan_latency, star_topic, past_exact, huge_latency, forged]
+    produce(west, source, [first, *poison, second], garbage_ts_ms=T0 + 10_000)
     query_spec = spec(tmp_path, west, redis_url, source)
     run_once(spark, query_spec)  # asserts the query is still active
 
     client = redis.Redis.from_url(redis_url)
     series = layout.SeriesId("west", source, "east.orders", 0, "record_count")
     assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0, 10), (T0 + 10_000, 20)]
-    assert int(client.get(layout.invalid_records_key("west", source))) == 3
+    assert int(client.get(layout.invalid_records_key("west", source))) == 6
+    assert client.get(layout.invalid_records_key("west", "forged")) is None  # counted as its topic's
     whole = layout.SeriesId("west", source, layout.ALL_TOPICS, layout.WHOLE_TOPIC, "record_count")
-    assert [m.sum for m in members(client, whole, "1h")] == [30]  # the `*` topic's 1000 not merged in
+    assert [m.sum for m in members(client, whole, "1h")] == [30]  # no 1000 of `*`, 2^53 + 1 or forged
     latency = layout.SeriesId("west", source, "east.orders", 0, "replication_latency_ms")
     assert all(math.isfinite(m.sum) for m in members(client, latency, "1h"))
 

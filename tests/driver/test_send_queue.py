@@ -157,3 +157,32 @@ def test_the_source_watch_reports_only_what_a_metadata_request_confirms() -> Non
     watch.on_error(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
     assert watch.outage(lambda _t: None, now=1e9 + 20) is None, "a metadata answer ends the suspicion"
     assert not watch.suspect
+
+
+def test_acknowledgements_noted_once_a_poll_keep_the_outage_watch_current() -> None:
+    queue = SendQueue(QueueLimits(100, 1 << 20, 1 << 20))
+    queue.sent(10)
+    queue.sent(10)
+    began = queue._waiting_since or 0.0
+    queue.settled(10)  # a delivery callback: no clock read of its own
+    queue.note_acknowledgements(began + OUTAGE_AFTER_S)  # the poll that served it
+    assert queue.outage("west", now=began + OUTAGE_AFTER_S + 1) is None, "acknowledged a second ago"
+    assert queue.outage("west", now=began + 2 * OUTAGE_AFTER_S + 1) is not None
+    queue.settled(10)
+    assert (queue.records, queue.bytes) == (0, 0) and queue.outage("west") is None
+
+
+def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period() -> None:
+    stats = PartitionStats("east.t", "t", 0)
+    for offset, (age, latency) in enumerate([(5.0, 20.0), (1.0, 40.0), (9.0, 30.0)] * 3000):
+        stats.polled(age)
+        stats.replicated(offset, offset, 100, latency)
+    report = stats.report(0, 1000, "east", "west")
+    assert report.replication_latency_ms is not None and report.record_age_ms is not None
+    latency, age = report.replication_latency_ms, report.record_age_ms
+    assert (latency.min, latency.max, latency.avg, latency.last) == (20.0, 40.0, 30.0, 30.0)
+    assert latency.count == 9000
+    assert (age.min, age.max, age.avg, age.last, age.count) == (1.0, 9.0, 5.0, 9.0, 9000)
+    assert report.byte_count == 900_000
+    empty = stats.report(0, 1000, "east", "west")
+    assert empty.replication_latency_ms is None and empty.record_age_ms is None and empty.record_count == 0
