@@ -2,7 +2,7 @@
 
 testcontainers' own KafkaContainer drives Confluent's image (its start script lives in /etc/confluent),
 so the official image is configured here the way compose.yaml configures it: one combined broker and
-controller, its client port published on a fixed host port that the broker also advertises.
+controller, its client port published on a fixed loopback port that the broker also advertises.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def broker_environment(advertised_host: str, host_port: int) -> dict[str, str]:
 
 
 class ApacheKafkaContainer:
-    def __init__(self, image: str | None = None, advertised_host: str = "localhost") -> None:
+    def __init__(self, image: str | None = None, advertised_host: str = "127.0.0.1") -> None:
         self.image = image or kafka_image()
         self.advertised_host = advertised_host
         self.host_port = free_port()
@@ -47,7 +47,10 @@ class ApacheKafkaContainer:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
-        container = DockerContainer(self.image).with_bind_ports(CLIENT_PORT, self.host_port)
+        container = DockerContainer(self.image)
+        # On loopback only, a test broker having no authentication: docker's (host address, port) form,
+        # which with_bind_ports does not take.
+        container.ports[str(CLIENT_PORT)] = ("127.0.0.1", self.host_port)  # type: ignore[assignment]
         for name, value in broker_environment(self.advertised_host, self.host_port).items():
             container.with_env(name, value)
         self._container = container.start()

@@ -2,7 +2,9 @@
 
 With a Docker engine they come from testcontainers; without one, the same fixtures start local
 processes from the Maven Central jars and the Debian redis-server (the `stack` package). A missing
-part fails the test with a message naming it; nothing is skipped.
+part fails the test with a message naming it; nothing is skipped. `SRM_KAFKA_IMAGE` and
+`SRM_REDIS_IMAGE` name other images than the official ones (the local builds of deploy/compose.local.yaml
+where no registry answers; tests/containers runs an e2e test that way through podman's socket).
 
 A test is marked `integration` by what it uses, not by hand: whatever requests a fixture of
 REAL_PROCESS_FIXTURES (directly or through another fixture) gets the mark, and a test that starts a
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing.util
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,7 +33,7 @@ from stack.secured_listeners import BrokerSecurity
 LOG = logging.getLogger(__name__)
 
 CLUSTER_ALIASES = ["east", "west"]
-REDIS_IMAGE = "redis:7.0"
+REDIS_IMAGE = os.environ.get("SRM_REDIS_IMAGE", "redis:7.0")
 # Fixtures that start (or stand for) a real process; the fixtures of tests/*/conftest.py that start one
 # are here too, those built on these need not be.
 REAL_PROCESS_FIXTURES = frozenset({
@@ -100,10 +103,17 @@ def kafka_clusters(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator
         from stack.kafka_container import ApacheKafkaContainer
 
         # The official apache/kafka image of the stack's own Kafka version (stack/kafka_version.py).
-        containers = {alias: ApacheKafkaContainer().start() for alias in CLUSTER_ALIASES}
-        yield {alias: c.bootstrap_servers for alias, c in containers.items()}
-        for container in containers.values():
-            container.stop()
+        image = os.environ.get("SRM_KAFKA_IMAGE")
+        containers = {alias: ApacheKafkaContainer(image) for alias in CLUSTER_ALIASES}
+        try:
+            for alias, container in containers.items():
+                container.start()
+                announce(pytestconfig, f"Kafka {alias} through testcontainers ({container.image}) on "
+                                       f"{container.bootstrap_servers}")
+            yield {alias: c.bootstrap_servers for alias, c in containers.items()}
+        finally:
+            for container in containers.values():
+                container.stop()
         return
     began = time.monotonic()
     clusters = KafkaClusters(CLUSTER_ALIASES).start()
@@ -154,10 +164,17 @@ def redis_url(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[str]
     if docker_engine:
         from testcontainers.community.redis import RedisContainer
 
-        container = RedisContainer(REDIS_IMAGE).start()
-        host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
-        yield f"redis://{host}:{port}/0"
-        container.stop()
+        from stack.kafka_cluster import free_port
+
+        container = RedisContainer(REDIS_IMAGE)
+        container.ports["6379"] = ("127.0.0.1", free_port())  # loopback only (see stack/kafka_container.py)
+        try:
+            container.start()  # inside the try: a container that never got ready is removed too
+            url = f"redis://127.0.0.1:{container.get_exposed_port(6379)}/0"
+            announce(pytestconfig, f"Redis through testcontainers ({REDIS_IMAGE}) on {url}")
+            yield url
+        finally:
+            container.stop()
         return
     server = RedisServer().start()
     announce(pytestconfig, f"redis-server started on {server.url}")

@@ -64,10 +64,11 @@ def test_promtool_fails_a_broken_rule(tmp_path):
     assert done.returncode != 0  # the checks above would catch a bad rule
 
 
-def test_compose_runs_prometheus_on_these_files_and_scrapes_each_site_service():
+def test_compose_runs_prometheus_on_these_files_and_scrapes_each_site_service_and_the_gateway():
     root = PROMETHEUS_DIR.parents[1]
     services = yaml.safe_load((root / "compose.yaml").read_text())["services"]
     assert "./deploy/prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
     scraped = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())["scrape_configs"][0]
     targets = {t for group in scraped["static_configs"] for t in group["targets"]}
-    assert targets == {f"{name}:6670" for name in services if name.startswith("service-")}
+    scraped_services = {name for name in services if name.startswith("service-") or name == "gateway"}
+    assert targets == {f"{name}:6670" for name in scraped_services}

@@ -77,7 +77,11 @@ def test_every_image_is_pinned(compose):
     images = {name: service.get("image") for name, service in compose["services"].items()}
     assert all(images.values()), f"services without an image: {[n for n, i in images.items() if not i]}"
     assert [problem for image in images.values() if (problem := image_pin_problem(image))] == []
-    from_lines = re.findall(r"^FROM\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    defaults = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", dockerfile, re.MULTILINE))
+    stages = set(re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", dockerfile, re.MULTILINE | re.IGNORECASE))
+    images = [i for i in re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE) if i not in stages]
+    from_lines = [interpolate(image, defaults) for image in images]
     assert from_lines and [p for image in from_lines if (p := image_pin_problem(image))] == []
 
 
@@ -147,9 +151,49 @@ def test_each_sites_redis_keeps_its_data_in_an_everysec_append_only_file_on_a_vo
     assert compose["services"]["redis-east"]["volumes"] != compose["services"]["redis-west"]["volumes"]
 
 
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's `${NAME}` and `${NAME:-default}`, as far as compose.yaml uses them."""
+    def value(match: re.Match) -> str:
+        name, default = match.group(1), match.group(3) or ""
+        return env.get(name) or default
+    return re.sub(r"\$\{(\w+)(:-([^}]*))?\}", value, text)
+
+
+def published_addresses(compose: dict, env: dict[str, str]) -> dict[str, set[str]]:
+    """Service -> the host addresses its ports bind to, with `env` as the shell's environment."""
+    return {name: {interpolate(str(port), env).rsplit(":", 2)[0] for port in service["ports"]}
+            for name, service in compose["services"].items() if service.get("ports")}
+
+
 def test_every_published_port_binds_to_loopback_unless_told_otherwise(compose):
-    published = [(name, port) for name, service in compose["services"].items()
-                 for port in service.get("ports", [])]
-    assert published
-    for name, port in published:
-        assert str(port).startswith("${SRM_PUBLISH_ADDRESS:-127.0.0.1}:"), (name, port)
+    assert set().union(*published_addresses(compose, {}).values()) == {"127.0.0.1"}
+    told = published_addresses(compose, {"SRM_PUBLISH_ADDRESS": "0.0.0.0"})
+    assert {name for name, addresses in told.items() if addresses == {"0.0.0.0"}} == {
+        "service-east", "service-west", "gateway"}
+
+
+def test_grafana_and_prometheus_stay_on_loopback_whatever_srm_publish_address_says(compose):
+    """Neither has authentication here (Grafana: anonymous viewers, datasources proxied to the services)."""
+    for address in ("0.0.0.0", "10.1.2.3", "::"):
+        told = published_addresses(compose, {"SRM_PUBLISH_ADDRESS": address})
+        assert (told["grafana"], told["prometheus"]) == ({"127.0.0.1"}, {"127.0.0.1"}), address
+
+
+def test_the_interpolation_reads_compose_defaults_and_overrides():
+    assert interpolate("${A:-127.0.0.1}:${B:-6670}:6670", {"B": "7000"}) == "127.0.0.1:7000:6670"
+    assert interpolate("${A}:1", {"A": "x"}) == "x:1"
+
+
+def test_state_that_must_outlive_a_container_is_on_named_volumes(compose):
+    services, volumes = compose["services"], compose["volumes"]
+    for site in SITES:
+        kafka = services[f"kafka-{site}"]
+        log_dirs = kafka["environment"]["KAFKA_LOG_DIRS"]
+        assert any(v.split(":")[1] == log_dirs and v.split(":")[0] in volumes for v in kafka["volumes"])
+        checkpoints = load_config(ROOT / "deploy" / "sites" / f"{site}.properties").setting(
+            "aggregator.checkpoint.dir")
+        mounts = dict(reversed(v.split(":")[:2]) for v in services[f"aggregator-{site}"]["volumes"])
+        assert mounts[checkpoints] in volumes
+    named = [v.split(":")[0] for service in services.values() for v in service.get("volumes", [])
+             if v.split(":")[0] in volumes]
+    assert len(named) == len(set(named)) == len(volumes)  # one owner each, none unused
