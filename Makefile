@@ -26,7 +26,7 @@ test: jars  ## the suite; pass pytest arguments with ARGS="..."
 	$(PY) -m pytest $(ARGS)
 
 check: venv  ## every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
-	$(PY) -m pytest -q -m "not integration and not e2e and not interop" $(ARGS)
+	$(PY) -m pytest -q -m "not integration and not e2e and not interop and not containers" $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -35,13 +35,12 @@ from clients import redis_connection
 LOG = logging.getLogger(__name__)
 # A merge costs per series it touches, whatever the batch's size: batches a live query commits quickly
 # are merged together, up to this long after the last merge, so windows trail latest values by up to this
-# much more (half the finest window, 10 s). At 20k records/s from 2,000 partitions, merging every batch
-# (~0.6 s) took ~40 % of a core; every 2 s, the merge child and Redis took ~0.4 of the 2 cores and every
-# 5 s ~0.23, which cut the latest values' freshness by ~10 % (p99) to ~12 % (p50) (bench/aggregator.py).
+# much more (half the finest window, 10 s). Merging less often costs the merge child and Redis less CPU,
+# which the latest values' freshness gains (bench/RESULTS.md, "MERGE_INTERVAL_S").
 MERGE_INTERVAL_S = 5.0
 # Batches that come further apart than this are merged as they come: a query at the default 2 s trigger
-# (aggregator.trigger.interval.ms), a backlog's (~3.4 s apart at 200k records a batch here, ~2 s at the
-# 100k records/s aimed at), whose windows seldom overlap and whose last batch would wait for nothing. A
+# (aggregator.trigger.interval.ms), a backlog's (seconds apart at 200k records a batch), whose windows
+# seldom overlap and whose last batch would wait for nothing. A
 # query triggered more often than that, for fresher latest values, gets its windows merged together.
 BATCH_GAP_S = 1.5
 # Sent instead of a batch id: merge what was handed over now, without waiting for the interval.

@@ -81,11 +81,12 @@ def latest_calls(hashes: Mapping[str, list[tuple[str, dict]]], written: WrittenL
 # Replaces each latest-value field only when the stored one is not newer: a replayed or late record
 # cannot roll a dashboard back. Equal ts replaces, so a recomputed derived value gets through. Many hashes
 # a call: a batch writes a few thousand fields into a few hundred hashes (a topic's partitions, a
-# replication's verdicts), and a call per field cost ~0.2 s a batch, a call per hash ~20 ms. A hash's
-# fields are read and written a chunk at a time (HMGET, HSET: Lua's unpack takes a few thousand values at
-# most), and a stored value is decoded for its ts unless it is the one the caller expected (WrittenLatest):
-# of the ~26 ms of Redis 4,000 fields took, ~10 were cjson.decode. ARGV: the TTL, then per key in KEYS
-# order its number of fields and their field, value, ts and expected value ("" for none).
+# replication's verdicts), and a call per field or per hash costs a round trip each (bench/RESULTS.md,
+# "UPSERT_LATEST_LUA"). A hash's fields are read and written a chunk at a time (HMGET, HSET: Lua's unpack
+# takes a few thousand values at most), and a stored value is decoded for its ts unless it is the one the
+# caller expected (WrittenLatest): cjson.decode was a large share of the script's time. ARGV: the TTL,
+# then per key in KEYS order its number of fields and their field, value, ts and expected value ("" for
+# none).
 UPSERT_LATEST_LUA = """
 local CHUNK = 1000
 local ttl = ARGV[1]

@@ -34,8 +34,8 @@ from contract import redis_layout as layout
 LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
-# Transactions a merge is cut into: at 2,000 partitions ~60 ms of Redis each (~150 ms at 200k-record
-# batches). Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
+# Transactions a merge is cut into, so one does not hold Redis for long (bench/RESULTS.md, "MERGE_PARTS").
+# Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
 MERGE_PARTS = 8
 
 

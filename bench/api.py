@@ -7,7 +7,8 @@ the load comes from a separate process: Debian's `wrk` when installed, else a Py
 (closed loop, keep-alive connections, in its own processes). Requests pick random topics.
 Also prints where one request's time goes (in-process: Redis pipeline, decode, summary, JSON answer,
 Flask) and the CPU each process spends per request under load (service, Redis, load generator), to
-name the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms>``.
+name the limiting stage. Last line: ``api_rps=<n> api_p50_ms=<ms> api_p99_ms=<ms> service_cpu_us=<us>``
+(the service's CPU per request under load, user + kernel, gunicorn master and workers).
 Target (reported, never asserted): p99 <= 15 ms at >= 1500 req/s on 2 cores.
 
 `--scale` is a mode of its own (bench/api_scale.py): 1,000 topics x 10 partitions written through the
@@ -343,14 +344,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"load: Python generator ({args.connections} processes, keep-alive), {args.duration} s "
                   f"(no wrk), {args.workers} workers x {args.threads} threads")
             rps, p50, p99 = run_python_load(port, sample, args.connections, args.duration)
-        print(cpu_report(before, meter.sample(), rps * args.duration))
+        after = meter.sample()
+        print(cpu_report(before, after, rps * args.duration))
         print(f"load average after the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"target p99 <= {TARGET_P99_MS:g} ms at >= {TARGET_RPS:g} req/s: "
             f"p99 ratio {p99 / TARGET_P99_MS:.2f}, "
             f"throughput ratio {rps / TARGET_RPS:.2f}"
         )
-        print(f"api_rps={rps:.0f} api_p50_ms={p50:.2f} api_p99_ms={p99:.2f}")
+        service_us = sum(after["service"]) - sum(before["service"])
+        print(f"api_rps={rps:.0f} api_p50_ms={p50:.2f} api_p99_ms={p99:.2f} "
+              f"service_cpu_us={service_us / (rps * args.duration) * 1e6:.0f}")
         return 0
     finally:
         if service is not None:

@@ -2,14 +2,20 @@
 
 librdkafka reads PEM and PKCS#12 only; enterprise Java users hand over JKS trust and key stores. A JKS
 trust store is exported to a PEM file of its certificates (``keytool -list -rfc``), a JKS key store is
-converted to PKCS#12 (``keytool -importkeystore``). Results go into one private (0700) directory per
-process, removed at exit, and are cached per file and modification time. Store passwords reach keytool
-through its environment, never its command line (``ps`` shows argv to everyone).
+converted to PKCS#12 (``keytool -importkeystore``). Store passwords reach keytool through its
+environment, never its command line (``ps`` shows argv to everyone).
+
+A PKCS#12 copy holds the private key, so no copy may outlive the process, not even a SIGKILL (no
+``atexit`` runs then). keytool writes into a private (0700) directory of its own, named with this
+process's id; the result is read into an anonymous memory file (``memfd_create``: 0600, gone with
+the last descriptor, so with the process) and the directory is removed at once. Clients read the
+copy at ``/proc/self/fd/<n>``, which a forked worker inherits. A process killed while keytool runs
+leaves its directory behind; the next conversion on the host removes the directories of processes
+that no longer run. Results are cached per file, modification time and password.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import re
@@ -27,7 +33,8 @@ KEYTOOL_TIMEOUT_S: Final = 60.0
 _PEM_BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
 _lock = threading.Lock()
 _cache: dict[tuple[str, str, int, int, str], str] = {}
-_workdir: Path | None = None
+_descriptors: list[int] = []  # the memory files behind the cached paths
+_PREFIX: Final = "srm-stores-"
 
 
 def pem_trust_store(key: str, location: str, password: str | None, store_type: str) -> str:
@@ -71,11 +78,46 @@ def _converted(key: str, location: str, password: str | None, suffix: str,
     cache_key = (suffix, os.path.abspath(location), stat.st_mtime_ns, stat.st_size, digest)
     with _lock:
         if cache_key not in _cache:
-            out = _private_dir() / f"{len(_cache)}-{suffix}"
-            make(out)
-            os.chmod(out, 0o600)
-            _cache[cache_key] = str(out)
+            _cache[cache_key] = _in_memory(suffix, make)
         return _cache[cache_key]
+
+
+def _in_memory(suffix: str, make) -> str:  # noqa: ANN001
+    """``make(path)`` run in a private directory, its result moved into a memory file; the path a
+    client opens it at."""
+    _remove_orphans()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))  # mode 0700
+    try:
+        out = workdir / suffix
+        make(out)
+        data = out.read_bytes()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    fd = os.memfd_create(f"srm-{suffix}", os.MFD_CLOEXEC)  # open for the life of the process
+    os.fchmod(fd, 0o600)
+    os.write(fd, data)
+    _descriptors.append(fd)
+    return f"/proc/self/fd/{fd}"
+
+
+def _remove_orphans() -> None:
+    """Removes the conversion directories of processes that no longer run (killed during keytool)."""
+    for leftover in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = leftover.name[len(_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        if leftover.is_dir() and leftover.stat().st_uid == os.getuid():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _keytool(key: str, args: list[str], passwords: dict[str, str | None]) -> str:
@@ -100,11 +142,3 @@ def _keytool(key: str, args: list[str], passwords: dict[str, str | None]) -> str
         reason = lines[0].split("keytool error:", 1)[1].strip() if lines else f"exit status {done.returncode}"
         raise UnsupportedClientProperty(key, f"keytool cannot read the store: {reason}")
     return done.stdout
-
-
-def _private_dir() -> Path:
-    global _workdir
-    if _workdir is None:
-        _workdir = Path(tempfile.mkdtemp(prefix="srm-stores-"))  # mode 0700
-        atexit.register(shutil.rmtree, _workdir, True)
-    return _workdir

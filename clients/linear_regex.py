@@ -43,6 +43,11 @@ class LinearPattern:
     text: str
     _compiled: Any
 
+    @property
+    def program_size(self) -> int:
+        """RE2's measure of the compiled program: what one match costs grows with it."""
+        return int(self._compiled.programsize)
+
     def fullmatch(self, candidate: str) -> bool:
         try:
             return self._compiled.fullmatch(candidate) is not None

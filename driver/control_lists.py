@@ -7,6 +7,7 @@ offset and skipped: a bad record must not stop the replications that read the li
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -153,18 +154,29 @@ def write_changes(config: SrmConfig, alias: str, changes: Iterable[ControlChange
                   client_overrides: ClientOverrides = None) -> None:
     """Writes ``changes`` to the control topic of cluster ``alias`` and waits for the acknowledgements."""
     ensure_control_topic(config, alias, kafka_clients.admin(config, alias, client_overrides), timeout_s)
+    # Not idempotent: a record per entry, latest wins, so a resend changes nothing, and the writer needs
+    # Write on this topic only (an idempotent producer needs a producer id, which takes Write on some
+    # topic or IdempotentWrite: without them librdkafka fails the whole producer, not the record).
     producer = kafka_clients.producer(config, alias, overrides={
-        "linger.ms": 0, "message.timeout.ms": max(1000, int(timeout_s * 1000)), **(client_overrides or {})})
+        "linger.ms": 0, "message.timeout.ms": max(1000, int(timeout_s * 1000)), "enable.idempotence": False,
+        **(client_overrides or {})})
     failures: list[str] = []
 
-    def delivered(err: KafkaError | None, msg: Message) -> None:
+    def delivered(key: bytes, err: KafkaError | None, _msg: Message) -> None:
+        # The key as sent, not msg.key(): after a fatal error (no Write anywhere on the cluster, so no
+        # producer id) the message's methods raise inside the callback.
         if err is not None:
-            failures.append(f"{shown(msg.key())}: {err.str()}")
+            failures.append(f"{shown(key)}: {err.str()}")
 
-    for change in changes:
-        producer.produce(CONTROL_TOPIC, key=change.entry.encode_key(), value=change.encode_value(),
-                         partition=PARTITION, on_delivery=delivered)
-    unsent = producer.flush(timeout_s)
+    try:
+        for change in changes:
+            key = change.entry.encode_key()
+            producer.produce(CONTROL_TOPIC, key=key, value=change.encode_value(), partition=PARTITION,
+                             on_delivery=functools.partial(delivered, key))
+        unsent = producer.flush(timeout_s)
+    except KafkaException as exc:  # a fatal producer error: one line, as any refusal
+        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        raise ControlWriteError(f"{CONTROL_TOPIC} on {alias!r}: {reason}") from None
     if failures or unsent:
         raise ControlWriteError(f"{CONTROL_TOPIC} on {alias!r}: {unsent} record(s) unacknowledged after "
                                 f"{timeout_s:g} s; failed: {'; '.join(failures) or 'none'}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import flask_smorest
 from flask import Flask, current_app, request
 from flask_smorest import Api
@@ -9,7 +11,7 @@ from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
 from clients import redis_connection
-from service.api.common import Timestamp
+from service.api.common import TimeRangeArgs, Timestamp, plain_time_range
 from service.metrics_reader import MetricsReader
 
 API_KEY = "srm.api"
@@ -19,6 +21,15 @@ READER_KEY = "srm.metrics_reader"
 class ArgumentsParser(FlaskParser):
     # A bad query parameter is the caller's error: 400 with the parameter named, as the API promises.
     DEFAULT_VALIDATION_STATUS = 400
+
+    def parse(self, argmap: Any, req: Any = None, *, location: str | None = None, **kwargs: Any) -> Any:
+        # The metric endpoints' time range is most of the API's requests: its common form is loaded by
+        # the same rules without a marshmallow pass (a fifth of a request's Python time, measured).
+        if type(argmap) is TimeRangeArgs and location == "query" and kwargs.get("validate") is None:
+            loaded = plain_time_range(request.args)
+            if loaded is not None:
+                return loaded
+        return super().parse(argmap, req, location=location, **kwargs)
 
 
 class Blueprint(flask_smorest.Blueprint):

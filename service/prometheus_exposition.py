@@ -25,6 +25,7 @@ from service.health.replication_health import worst_lag_seconds
 from service.health.replication_overview import replication_healths
 from service.metric_summary import point_of
 from service.metrics_reader import NEWEST_LOOKBACK, MetricsReader
+from service.sites.advertiser import advertiser_restarts
 
 LOG = logging.getLogger(__name__)
 
@@ -259,4 +260,16 @@ def exposition(reader: MetricsReader, gateway: object | None = None, registry: o
     collectors = CollectorRegistry()
     collectors.register(ServedMetrics(reader))
     collectors.register(GatewayMetrics(gateway, registry))
+    collectors.register(AdvertiserMetrics())
     return generate_latest(collectors) + generate_latest(REQUESTS_REGISTRY)
+
+
+class AdvertiserMetrics(Collector):
+    """The restarts of the advertiser process the gunicorn master supervises (one count per deployment,
+    shared by the workers: no ``pid`` label)."""
+
+    def collect(self) -> Iterator[Metric]:
+        restarts = advertiser_restarts()
+        if restarts is not None:
+            yield CounterMetricFamily("srm_service_advertiser_restarts", "times the advertiser process died "
+                                      "and was started again", value=restarts)

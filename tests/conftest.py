@@ -38,9 +38,10 @@ REDIS_IMAGE = os.environ.get("SRM_REDIS_IMAGE", "redis:7.0")
 # are here too, those built on these need not be.
 REAL_PROCESS_FIXTURES = frozenset({
     "external_processes", "docker_engine", "kafka_clusters", "secured_clusters", "guarded_west",
-    "redis_url", "spark", "mirror_probe", "north", "authz_clusters",
+    "redis_url", "spark", "mirror_probe", "north", "authz_clusters", "engine", "local_images",
+    "compose_stack",
 })
-SLOW_MARKERS = ("integration", "e2e", "interop")
+SLOW_MARKERS = ("integration", "e2e", "interop", "containers")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

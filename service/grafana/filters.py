@@ -14,13 +14,22 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from clients.linear_regex import PatternRefused, compile_user_pattern
+from clients.linear_regex import PatternRefused
+from service.grafana.pattern_work import compile_pattern
 from service.grafana.queries import FILTER_KEYS, QueryError, Subject
-from service.grafana.variable_values import NestedObject, RefusedValue, Selector, scalar_text, selector_of
+from service.grafana.variable_values import (
+    MAX_VALUES,
+    NestedObject,
+    RefusedValue,
+    Selector,
+    scalar_text,
+    selector_of,
+)
 
 EQUALITY = ("=", "!=", "=|", "!=|", "=~", "!~")
 ORDERING = ("<", ">", "<=", ">=")
 _NUMERIC = frozenset("0123456789+-.eE")
+MAX_FILTERS = 64  # ad-hoc filters of one query: Grafana's filter bar holds a handful
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,9 @@ def filters_of(raw: Iterable[object]) -> tuple[list[Filter], list[str]]:
     datasources of the dashboard."""
     found: list[Filter] = []
     notices: list[str] = []
+    raw = list(raw)
+    if len(raw) > MAX_FILTERS:
+        raise QueryError(f"filters: {len(raw)} filters, over the limit of {MAX_FILTERS} per query")
     for i, item in enumerate(raw):
         if not isinstance(item, Mapping):
             notices.append(f"filters[{i}]: not a filter object, ignored")
@@ -105,7 +117,7 @@ def filters_of(raw: Iterable[object]) -> tuple[list[Filter], list[str]]:
             found.append(Filter(key, operator, Selector(frozenset(values))))
         elif operator in ("=~", "!~"):
             try:
-                patterns = tuple(compile_user_pattern(v, f"filters[{i}].value") for v in values)
+                patterns = tuple(compile_pattern(v, f"filters[{i}].value") for v in values)
             except PatternRefused as refused:
                 raise QueryError(str(refused)) from None
             found.append(Filter(key, operator, Selector(patterns=patterns)))
@@ -120,6 +132,9 @@ def filters_of(raw: Iterable[object]) -> tuple[list[Filter], list[str]]:
 
 def _values(item: Mapping, multi: bool) -> list[str] | None:
     raw = item.get("values") if multi and isinstance(item.get("values"), list) else [item.get("value", "")]
+    if len(raw) > MAX_VALUES:
+        raise QueryError(f"the filter on {item.get('key')} has {len(raw)} values, over the limit of "
+                         f"{MAX_VALUES}")
     texts = [scalar_text(v) for v in raw]
     return None if any(t is None for t in texts) else texts  # type: ignore[return-value]
 

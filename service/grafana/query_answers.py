@@ -131,8 +131,10 @@ def answer_target(
     replications = _chosen(reader.replications(), chosen)
     aggregate = str(payload.get("aggregate") or "topic")
     ref_id = target.get("refId")
+    selected: dict[str, list[Subject]] = {}  # per subject kind: the target's metrics share its filters
     return [frame for metric in metrics
-            for frame in _metric_frames(reader, metric, replications, chosen, aggregate, span, shape, ref_id)]
+            for frame in _metric_frames(reader, metric, replications, chosen, aggregate, span, shape, ref_id,
+                                        selected)]
 
 
 def _metric_frames(
@@ -144,6 +146,7 @@ def _metric_frames(
     span: tuple[int, int],
     shape: tuple[str, int],
     ref_id: str | None,
+    selected: dict[str, list[Subject]],
 ) -> list[dict]:
     now_ms = int(time.time() * 1000)
     if name == STATUS_TABLE:
@@ -152,12 +155,12 @@ def _metric_frames(
         rows = alert_rows(replication_healths(reader, replications), now_ms)
         return [table(ANNOTATION_COLUMNS, [r for r in rows if span[0] <= r[1] and r[0] <= span[1]], ref_id)]
     spec = METRICS[name]
-    subjects = (
-        catalog.group_subjects(reader, replications)
-        if spec.subject == "group"
-        else catalog.topic_subjects(replications)
-    )
-    subjects = select(subjects, chosen)
+    kind = "group" if spec.subject == "group" else "topic"
+    if kind not in selected:
+        every = catalog.group_subjects(reader, replications) if kind == "group" \
+            else catalog.topic_subjects(replications)
+        selected[kind] = select(every, chosen)
+    subjects = selected[kind]
     if not subjects:
         return []
     return _metric_series(reader, spec.name, subjects, aggregate, span, shape, ref_id)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from clients.linear_regex import LinearPattern, PatternRefused, compile_user_pattern
+from clients.linear_regex import LinearPattern, PatternRefused
+from service.grafana.pattern_work import compile_pattern, matches
 
 ALL_VALUES = ("", "$__all", "*", "All")
 """Values that put no constraint on a key: unset, Grafana's all marker, and the old catch-alls."""
@@ -31,6 +32,7 @@ _META = frozenset("\\^$*+?.()[]{}|")
 _ESCAPABLE = frozenset(string.punctuation)
 _LEGAL_NAME = frozenset(string.ascii_letters + string.digits + "._-")
 NESTED_OBJECT = "[object Object]"  # what the plugin's toString() makes of a nested payload object
+MAX_VALUES = 1_000  # names in one list or alternation: a dashboard variable offers fewer
 
 
 class RefusedValue(ValueError):
@@ -49,7 +51,7 @@ class Selector:
     patterns: tuple[LinearPattern, ...] = ()
 
     def matches(self, candidate: str) -> bool:
-        return candidate in self.literals or any(p.fullmatch(candidate) for p in self.patterns)
+        return candidate in self.literals or any(matches(p, candidate) for p in self.patterns)
 
     def union(self, other: Selector) -> Selector:
         return Selector(self.literals | other.literals, self.patterns + other.patterns)
@@ -77,13 +79,17 @@ def selector_of(raw: object, where: str) -> Selector | None:
     if isinstance(raw, list):
         if not raw:
             return None
-        found = Selector()
-        for i, item in enumerate(raw):
+        if len(raw) > MAX_VALUES:
+            raise RefusedValue(f"{where}: {len(raw)} values, over the limit of {MAX_VALUES}")
+        literals: set[str] = set()
+        patterns: list[LinearPattern] = []
+        for i, item in enumerate(raw):  # built once: a union per item copied the set each time
             one = selector_of(item, f"{where}[{i}]")
             if one is None:
                 return None  # one "all" in a list selects everything
-            found = found.union(one)
-        return found
+            literals |= one.literals
+            patterns += one.patterns
+        return Selector(frozenset(literals), tuple(dict.fromkeys(patterns)))
     text = scalar_text(raw)
     if text is None or text == NESTED_OBJECT:
         raise NestedObject(f"{where}: a name, a list of names or a pattern was expected, not an object")
@@ -96,9 +102,11 @@ def selector_of(raw: object, where: str) -> Selector | None:
         literal = _unescaped(text)
         names = None if literal is None else [literal]
     if names is not None:
+        if len(names) > MAX_VALUES:
+            raise RefusedValue(f"{where}: {len(names)} names, over the limit of {MAX_VALUES}")
         return Selector(frozenset(names))
     try:
-        return Selector(patterns=(compile_user_pattern(text, where),))
+        return Selector(patterns=(compile_pattern(text, where),))
     except PatternRefused as refused:
         raise RefusedValue(str(refused)) from None
 

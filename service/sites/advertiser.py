@@ -10,12 +10,15 @@ gunicorn *master* owns it (``gunicorn_hooks``: ``when_ready`` starts it, ``on_ex
 workers come and go while the master lives as long as the deployment. The master does not run it in
 its own threads: librdkafka threads do not survive the master's later forks of workers, and a forked
 worker that finalises a copied client handle can hang. So the master starts one child process
-(``python -m service.sites.advertiser --config …``) that exits when the master goes away.
+(``python -m service.sites.advertiser --config …``) that exits when the master goes away, and a
+thread of the master starts it again whenever it dies (``AdvertiserSupervisor``; its restarts are
+``srm_service_advertiser_restarts_total`` in ``/metrics``).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -216,6 +219,10 @@ class AdvertiserProcess:
         LOG.info("advertiser process %d started", self.process.pid)
         return self
 
+    def alive(self) -> bool:
+        # gunicorn's master reaps every child it is told of (waitpid(-1)): poll() then says 0, still "ended".
+        return self.process is not None and self.process.poll() is None
+
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -227,6 +234,57 @@ class AdvertiserProcess:
             self.process.wait()
 
 
+RESTART_WAIT_S = (1.0, 60.0)  # first and longest pause before a dead advertiser is started again
+CHECK_EVERY_S = 1.0
+_restarts: Any = None  # shared memory counter, created in the master before it forks the workers
+
+
+def advertiser_restarts() -> int | None:
+    """How often this deployment's advertiser was started again after it died; None when no master of
+    this process supervises one (not under ``srm-service``, or nothing to advertise)."""
+    return None if _restarts is None else int(_restarts.value)
+
+
+class AdvertiserSupervisor:
+    """Keeps one advertiser process running for the master's lifetime: a thread of the master checks it
+    every second and starts it again when it died (1 s pause, doubling up to 60 s while it keeps dying
+    within a minute), counting the restarts in memory the workers share (``/metrics``)."""
+
+    def __init__(self, config_path: str) -> None:
+        global _restarts
+        self.config_path = config_path
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.child: AdvertiserProcess | None = None
+        self.restarts = _restarts = multiprocessing.RawValue("q", 0)
+
+    def start(self) -> None:
+        self.child = AdvertiserProcess(self.config_path).start()
+        self._thread = threading.Thread(target=self._watch, name="srm-advertiser-supervisor", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        wait_s, started = RESTART_WAIT_S[0], time.monotonic()
+        while not self._stopping.wait(CHECK_EVERY_S):
+            if self.child is None or self.child.alive():
+                continue
+            code = self.child.process.returncode if self.child.process is not None else None
+            wait_s = RESTART_WAIT_S[0] if time.monotonic() - started > RESTART_WAIT_S[1] else wait_s
+            LOG.error("advertiser process ended (exit status %s); starting it again in %.0f s", code, wait_s)
+            if self._stopping.wait(wait_s):
+                return
+            self.child, started = AdvertiserProcess(self.config_path).start(), time.monotonic()
+            self.restarts.value += 1
+            wait_s = min(wait_s * 2, RESTART_WAIT_S[1])
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(CHECK_EVERY_S * 2)
+        if self.child is not None:
+            self.child.stop()
+
+
 def gunicorn_hooks(config: SrmConfig) -> dict[str, Callable[[Any], None]]:
     """gunicorn server hooks running the advertiser in the master: ``cfg.set(name, hook)`` each."""
     settings = advertiser_settings(config)  # a bad advertised endpoint fails now, not in a child later
@@ -235,14 +293,13 @@ def gunicorn_hooks(config: SrmConfig) -> dict[str, Callable[[Any], None]]:
         return {}
     if not os.path.isfile(config.path):
         raise ValueError(f"the advertiser process reads the config file, but {config.path!r} is not a file")
-    running: list[AdvertiserProcess] = []
+    supervisor = AdvertiserSupervisor(config.path)  # now: the workers forked later share its counter
 
     def when_ready(_server: Any) -> None:
-        running.append(AdvertiserProcess(config.path).start())
+        supervisor.start()
 
     def on_exit(_server: Any) -> None:
-        while running:
-            running.pop().stop()
+        supervisor.stop()
 
     return {"when_ready": when_ready, "on_exit": on_exit}
 

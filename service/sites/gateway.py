@@ -32,6 +32,7 @@ site's ``error: ...`` status, never the answer's.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -272,7 +273,7 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
     check_api_path(path)
     pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
     path_query = path + (f"?{urlencode(pairs)}" if pairs else "")
-    data = None if body is None else orjson.dumps(body)
+    data = None if body is None else _json_bytes(body)
     selection = select_sites(selector, gateway.local_site, local is not None, services, expired)
     started = time.monotonic()
     answers = [SiteAnswer(site, EXPIRED_STATUS) for site in selection.gone]
@@ -304,6 +305,13 @@ def fan_out(gateway: Gateway, services: Sequence[RemoteService], path: str,
     for answer in answers:
         gateway.outcomes.count(answer.site, outcome_of(answer.status, EXPIRED_STATUS))
     return FanOutAnswer(mine + answers)
+
+
+def _json_bytes(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # an integer beyond 64 bits in the caller's body: the stdlib writes it as it came
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _local_answer(site: str, local: LocalAnswer | None) -> SiteAnswer:

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +119,7 @@ def test_jks_stores_are_converted_for_librdkafka_with_keytool(pki):
     ca = rendered["ssl.ca.location"]
     assert open(ca).read().strip() == pki.ca_pem.read_text().strip()
     assert stat.S_IMODE(os.stat(rendered["ssl.keystore.location"]).st_mode) == 0o600
-    assert rendered["ssl.keystore.location"].endswith("key.p12")
+    assert rendered["ssl.keystore.location"].startswith("/proc/self/fd/")  # a memory file, see below
     assert kafka_client_config(config, "east", role="producer")["ssl.ca.location"] == ca  # exported once
 
 
@@ -133,3 +139,88 @@ def test_without_keytool_a_jks_store_is_a_config_error_saying_what_to_do(pki, mo
     with pytest.raises(ConfigError) as caught:
         checked(BASE + f"east.ssl.truststore.location = {moved}\n")
     assert "needs the JDK's keytool on PATH" in str(caught.value)
+
+
+KEY_COPY_HOLDER = """
+import sys
+import time
+
+from confluent_kafka import Producer
+
+from clients.client_renderings import kafka_client_config
+from contract.config import parse_config
+
+rendered = kafka_client_config(parse_config(sys.stdin.read(), "srm.properties"), "east")
+Producer(rendered)  # librdkafka reads the key copy now: a path it cannot open fails here
+print(rendered["ssl.keystore.location"], flush=True)
+time.sleep(600)
+"""
+
+
+def key_copy_holder(config_text: str, tmpdir: Path, path: str | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir), **({"PATH": path} if path else {})}
+    child = subprocess.Popen([sys.executable, "-c", KEY_COPY_HOLDER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert child.stdin is not None
+    child.stdin.write(config_text)
+    child.stdin.close()
+    return child
+
+
+def killed(child: subprocess.Popen[str]) -> None:
+    os.killpg(child.pid, signal.SIGKILL)  # the process and its keytool, as an OOM kill or kill -9 does
+    child.wait(30)
+
+
+def files_in(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if p.is_file()]
+
+
+@pytest.mark.usefixtures("external_processes")
+def test_no_copy_of_a_private_key_outlives_a_sigkill(pki, tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    child = key_copy_holder(BASE + (
+        f"east.security.protocol = SSL\neast.ssl.truststore.type = PEM\n"
+        f"east.ssl.truststore.location = {pki.ca_pem}\n"
+        f"east.ssl.keystore.location = {pki.client_jks}\neast.ssl.keystore.password = {pki.store_password}\n"
+    ), tmpdir)
+    try:
+        assert child.stdout is not None
+        location = child.stdout.readline().strip()
+        assert location, "the child did not render the configuration"
+        assert files_in(tmpdir) == []  # not on disk even while the process runs
+        assert os.path.exists(f"/proc/{child.pid}/fd/{location.rsplit('/', 1)[1]}")
+    finally:
+        killed(child)
+    assert files_in(tmpdir) == []
+
+
+@pytest.mark.usefixtures("external_processes")
+def test_a_conversion_killed_midway_is_cleaned_by_the_next(pki, tmp_path, monkeypatch):
+    tmpdir, bin_dir = tmp_path / "tmp", tmp_path / "bin"
+    tmpdir.mkdir()
+    bin_dir.mkdir()
+    slow_keytool = bin_dir / "keytool"  # writes its output, then hangs: the kill lands mid-conversion
+    slow_keytool.write_text('#!/bin/sh\nwhile [ "$1" != "-destkeystore" ]; do shift; done\n'
+                            'echo "private key bytes" > "$2"\nexec sleep 600\n')
+    slow_keytool.chmod(0o755)
+    child = key_copy_holder(BASE + f"east.ssl.keystore.location = {pki.client_jks}\n"
+                                   f"east.ssl.keystore.password = {pki.store_password}\n",
+                            tmpdir, path=f"{bin_dir}:{os.environ['PATH']}")
+    try:
+        deadline = time.monotonic() + 60
+        while not files_in(tmpdir) and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        assert files_in(tmpdir), "keytool never wrote its output"
+    finally:
+        killed(child)
+    assert files_in(tmpdir)  # what a SIGKILL mid-conversion leaves
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    copy = tmp_path / "copy.jks"  # a store this process has not converted yet
+    copy.write_bytes(pki.client_jks.read_bytes())
+    config = parse_config(BASE + f"east.ssl.keystore.location = {copy}\n"
+                                 f"east.ssl.keystore.password = {pki.store_password}\n", "srm.properties")
+    kafka_client_config(config, "east")  # the next conversion on the host (real keytool)
+    assert files_in(tmpdir) == []

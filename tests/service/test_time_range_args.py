@@ -3,7 +3,13 @@ parser): defaults, accepted forms, and 400s naming the parameter."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from marshmallow import EXCLUDE, ValidationError
+from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
 from service.api import common
@@ -60,3 +66,44 @@ def test_bad_parameters_are_400_naming_the_parameter(app, query, field):
 
 def test_from_after_to_says_so(app):
     assert bad_parameters(app, f"from={T0 + 1}&to={T0}") == {"from": ["`from` must not be after `to`"]}
+
+
+# What a caller may put in each parameter: the plain forms, ISO date-times, padding, signs, other digits,
+# and garbage; each parameter may also be absent.
+VALUES = st.one_of(
+    st.integers(-10**19, 10**19).map(str),
+    st.sampled_from(["", " ", "1m", "10s", "1h", "auto", "AUTO", " 1m", "1m ", "5m", "²", "１２",
+                     "2023-11-14T22:13:20Z", "2023-11-14T22:13:20", "+5", "-0", "0x10", " 17 ", "\t17\n"]),
+    st.text(alphabet="0123456789-+ :TZ.", max_size=24),
+)
+QUERIES = st.dictionaries(st.sampled_from(["from", "to", "granularity", "site", "other"]), VALUES)
+
+
+@settings(max_examples=400, deadline=None)
+@given(query=QUERIES)
+def test_the_plain_load_answers_as_the_schema_or_leaves_it_to_the_schema(query):
+    """The hot path (common.plain_time_range) either loads exactly what TimeRangeArgs loads, or declines
+    (None): it never accepts what the schema refuses, nor answers other values."""
+    with patch.object(common.time, "time", lambda: T0 / 1000):
+        plain = common.plain_time_range(MultiDict(query))
+        try:
+            loaded = TimeRangeArgs().load(query, unknown=EXCLUDE)
+        except ValidationError:
+            assert plain is None
+            return
+    assert plain is None or plain == loaded
+
+
+def test_the_common_query_takes_the_plain_load(app, monkeypatch):
+    """The metric endpoints' usual query never reaches marshmallow (the API's hot path)."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("marshmallow loaded a plain query")
+
+    monkeypatch.setattr(TimeRangeArgs, "load", refuse)
+    assert parse(app, f"from={T0}&to={T0 + 500}&granularity=1m&site=local") == {
+        "from_ms": T0, "to_ms": T0 + 500, "granularity": "1m"}
+
+
+def test_a_repeated_parameter_is_read_by_its_first_value_on_both_paths(app):
+    assert parse(app, f"from={T0}&from=x&to={T0 + 1}")["from_ms"] == T0
+    assert list(bad_parameters(app, f"from=x&from={T0}")) == ["from"]
