@@ -219,7 +219,7 @@ class StoredWindows:
         starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         self._keep(table, starts, newest, window)
-        return WindowUpdates(window, updates, _trims(updates.filter(pc.invert(replaces)), newest, window))
+        return WindowUpdates(window, updates, _trims(updates, stored, newest, window))
 
     def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
         """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
@@ -336,15 +336,45 @@ def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
     })
 
 
-def _trims(created: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
-    """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
-    replay of the same input trims the same windows, whatever the clock says)."""
-    if created.num_rows == 0:
+def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
+    """Series whose key is trimmed and given its lifetime again -> retention cut-off from the newest window
+    the batch wrote there (a replay of the same input trims the same windows, whatever the clock says).
+
+    A key is trimmed when the batch creates a window in a trim period (redis_layout.trim_period_ms) newer
+    than that of the newest window Redis held there (`held`: series, start of the windows it holds), or
+    held none: a new window every 10 s was a trim and a PEXPIRE each, ~a quarter of a merge's Redis calls.
+    Also when the batch replaces every window known there: the removals may empty the key, and a key
+    emptied loses its lifetime."""
+    if updates.num_rows == 0:
         return {}
-    newest = newest.filter(pc.is_in(newest["series"], pc.unique(created["series"])))
+    series = int64(updates["series"])
+    replaces = updates["replaces"].to_numpy(zero_copy_only=False)
+    held_series, held_starts = int64(held["series"]), int64(held["start"])
+    order = np.lexsort((held_starts, held_series))
+    held_series, held_starts = held_series[order], held_starts[order]
+    lasts = np.flatnonzero(np.append(held_series[1:] != held_series[:-1], True)) if len(held_series) \
+        else np.zeros(0, np.int64)
+    held_keys, held_counts = held_series[lasts], np.diff(np.append(-1, lasts))
+    touched, position = np.unique(series, return_inverse=True)
+    at = np.minimum(np.searchsorted(held_keys, touched), max(len(held_keys) - 1, 0))
+    found = (held_keys[at] == touched) if len(held_keys) else np.zeros(len(touched), bool)
+    count = np.where(found, held_counts[at] if len(held_keys) else 0, 0)
+    held_newest = np.where(found, held_starts[lasts][at] if len(held_keys) else 0, 0)
+    batch_newest = np.full(len(touched), np.iinfo(np.int64).min)
+    np.maximum.at(batch_newest, position, int64(updates["start"]))
+    period = layout.trim_period_ms(window)
+    created = np.zeros(len(touched), bool)
+    created[position[~replaces]] = True
+    replaced = np.bincount(position[replaces], minlength=len(touched))
+    new_period = created & (~found | (batch_newest // period != held_newest // period))
+    may_empty = (replaced > 0) & (replaced >= count)
+    trimmed = np.flatnonzero(new_period | may_empty)
+    if len(trimmed) == 0:
+        return {}
+    # The cut-off from the newest window the batch merged there (newest: series, start_max).
+    cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
     retention = layout.WINDOWS[window].retention_ms
-    return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
-                                                strict=True)}
+    return {k: cuts[k] - retention for k in touched[trimmed].tolist()}
 
 
 def _member_start(member: str) -> int:

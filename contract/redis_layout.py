@@ -223,6 +223,17 @@ def key_ttl_ms(window: str) -> int:
     return WINDOWS[window].retention_ms + TTL_SLACK_MS
 
 
+# A key is trimmed to its retention, and its lifetime set again, when a window is created in a newer trim
+# period than the key's newest (aggregator.stored_windows), not at every window created: its lifetime past
+# its newest window then stays above retention + slack - this, and it holds up to this much more than its
+# retention.
+TRIM_EVERY_MS = TTL_SLACK_MS // 6
+
+
+def trim_period_ms(window: str) -> int:
+    return max(WINDOWS[window].size_ms, TRIM_EVERY_MS)
+
+
 def auto_window(from_ms: int, to_ms: int) -> str:
     span = max(0, to_ms - from_ms)
     for window in WINDOWS.values():

@@ -102,8 +102,8 @@ class StoredWindows(stored_windows.StoredWindows):
         unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
         starts = pa.concat_tables([unchanged, fresh.select(STARTS.names).cast(STARTS)])
         self._keep(table, starts, _newest(merged), window)  # unchanged but for its input
-        return WindowUpdates(window, updates.select(["series", "start", "member", "replaces"]),
-                             _trims(updates.filter(pc.invert(replaces)), merged, window))
+        updates = updates.select(["series", "start", "member", "replaces"])
+        return WindowUpdates(window, updates, stored_windows._trims(updates, stored, _newest(merged), window))
 
 
 def _merged(joined: pa.Table) -> pa.Table:
@@ -112,10 +112,6 @@ def _merged(joined: pa.Table) -> pa.Table:
     columns = ["series", "metric", "start", *VALUES, "last_ts"]
     old = joined.select([f"old_{c}" if f"old_{c}" in joined.column_names else c for c in columns])
     return stored_windows._merged(joined.select(columns), old.rename_columns(columns))
-
-
-def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
-    return stored_windows._trims(created, _newest(merged), window)
 
 
 def _newest(merged: pa.Table) -> pa.Table:

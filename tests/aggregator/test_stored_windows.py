@@ -58,7 +58,26 @@ def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
     later = store.apply(size_partials(finest((10_000, 1, 2.5, 2.5, 2.5, 2.5, 500)), "1m"), "1m")
     # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
     assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", True)}
-    assert later.trims == {}
+    # The key's only window is removed before its new member is added: the key may vanish in between, so
+    # it is given its lifetime again.
+    assert later.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
+    again = store.apply(size_partials(finest((70_000, 1, 1, 1, 1, 1, 70_000)), "1m"), "1m")
+    assert members(again) == {60_000: ("60000;0:1:1:1:1:1:70000", False)} and again.trims == {}
+    # A window replaced beside another one kept: the key stays, nothing to trim.
+    assert store.apply(size_partials(finest((80_000, 1, 1, 1, 1, 1, 80_000)), "1m"), "1m").trims == {}
+
+
+def test_a_key_is_trimmed_when_a_window_is_created_in_a_newer_trim_period():
+    store = StoredWindows()
+    period = layout.trim_period_ms("10s")
+    retention = layout.WINDOWS["10s"].retention_ms
+    assert store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s").trims == {KEY: -retention}
+    # Windows created in the same period as the key's newest: no trim, no new lifetime.
+    for start in range(10_000, period, 10_000):
+        assert store.apply(size_partials(finest((start, 1, 1, 1, 1, 1, start)), "10s"), "10s").trims == {}
+    # The first window of the next period trims the key and sets its lifetime again.
+    updates = store.apply(size_partials(finest((period, 1, 1, 1, 1, 1, period)), "10s"), "10s")
+    assert updates.trims == {KEY: period - retention}
 
 
 def test_a_window_member_holds_every_metric_of_the_subject():
@@ -84,7 +103,7 @@ def test_a_stored_member_is_replaced_whatever_its_text():
     store.load("10s", {KEY: (0, [stored.encode()])})
     updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
     assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", True)}
-    assert updates.trims == {}
+    assert updates.trims == {KEY: -layout.WINDOWS["10s"].retention_ms}  # its key's only window
 
 
 def test_what_is_not_kept_is_read_from_redis_first():
