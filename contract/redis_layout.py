@@ -69,9 +69,9 @@ WINDOWS: dict[str, Window] = {
     )
 }
 FINEST_WINDOW = WINDOWS["10s"]
-# Keys outlive the start of their newest window by retention and a slack (set when a window is
-# created, not on every merge: that halves the merge's Redis calls), so a quiet series is still
-# readable for its retention, then vanishes.
+# Keys outlive the start of their newest window by retention and a slack, less a trim period at most
+# (set when a window is created in a new trim period, trim_period_ms, not on every merge), so a quiet
+# series is still readable for its retention, then vanishes.
 TTL_SLACK_MS = 3_600_000
 # `auto` granularity: the finest window giving at most this many points over the range.
 AUTO_MAX_POINTS = 720
