@@ -312,9 +312,14 @@ class ReplicationWorker(threading.Thread):
             return
         if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
             self.emitter.forget(keys)
+        began = time.monotonic()
         if isinstance(self.writer, TransactionalWriter):  # before reading progress: aborts a zombie's work
             self.writer.fence({task_of(topic, partition, self.tasks_max) for topic, partition in keys})
+        fenced = time.monotonic()
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
+        LOG.info("%s->%s: %d partition(s) fenced in %.1f s, their progress read in %.1f s",
+                 self.replication.source, self.replication.target, len(keys), fenced - began,
+                 time.monotonic() - fenced)
         flows, positions = [], []
         for topic, partition in keys:
             last = self.progress.last_replicated(topic, partition)

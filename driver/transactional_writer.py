@@ -10,7 +10,10 @@ the progress topic. The records of all the task's partitions and their progress 
 transaction, so a `read_committed` reader of the remote topic sees each source record exactly once.
 
 The copy loop calls `fence` when it starts a task, never a group callback: `init_transactions` may wait
-for the previous owner's transaction to be aborted.
+for the previous owner's transaction to be aborted. The tasks a worker takes at once are fenced side by
+side (each call waits on its own transaction coordinator; one after another, four tasks took four
+times as long), and a call that times out is resumed, as librdkafka allows, until `INIT_DEADLINE_S`:
+a coordinator still loading its state after a broker start is not a reason to restart the worker.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -36,6 +41,9 @@ from driver.target_writer import (
 )
 
 LOG = logging.getLogger(__name__)
+
+INIT_DEADLINE_S: Final = 2 * TRANSACTION_TIMEOUT_S
+MAX_PARALLEL_INITS: Final = 8
 
 
 def transactional_id(prefix: str, task: int) -> str:
@@ -60,13 +68,36 @@ class TransactionalWriter(_WriterBase):
         return transactional_id(self.prefix, task)
 
     def fence(self, tasks: Iterable[int]) -> None:
-        """Own these tasks' transactional ids: earlier owners are fenced, their open work aborted."""
-        for task in sorted(set(tasks) - set(self.producers)):
-            producer = self.producer_factory(self.transactional_id(task),
-                                             functools.partial(self._delivered, task))
-            producer.init_transactions(TRANSACTION_TIMEOUT_S)
-            self.producers[task] = producer
-            self._by_remote.setdefault(task, {})
+        """Own these tasks' transactional ids: earlier owners are fenced, their open work aborted.
+        Returns once every one is fenced; raises the first failure."""
+        new = sorted(set(tasks) - set(self.producers))
+        if not new:
+            return
+        producers = {task: self.producer_factory(self.transactional_id(task),
+                                                 functools.partial(self._delivered, task)) for task in new}
+        if len(new) == 1:
+            self._init(new[0], producers[new[0]])
+        else:  # init_transactions releases the GIL while it waits for the coordinator
+            with ThreadPoolExecutor(min(len(new), MAX_PARALLEL_INITS), "init-transactions") as pool:
+                futures = [pool.submit(self._init, task, producer) for task, producer in producers.items()]
+            failures = [future.exception() for future in futures if future.exception() is not None]
+            if failures:
+                raise failures[0]  # type: ignore[misc]
+
+    def _init(self, task: int, producer: Producer) -> None:
+        deadline = time.monotonic() + INIT_DEADLINE_S
+        while True:
+            try:
+                producer.init_transactions(min(TRANSACTION_TIMEOUT_S, max(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as exc:  # a timed-out call is resumable: the same call goes on
+                error = exc.args[0]
+                if not error.retriable() or time.monotonic() >= deadline:
+                    raise
+                LOG.info("init_transactions of %s not done yet (%s); resuming", self.transactional_id(task),
+                         error.str())
+        self.producers[task] = producer
+        self._by_remote.setdefault(task, {})
 
     def add(self, flows: Iterable[PartitionFlow]) -> None:
         for flow in flows:
