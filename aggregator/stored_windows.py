@@ -142,7 +142,8 @@ class WindowUpdates:
 
     window: str
     changed: pa.Table  # series, start, member, replaces
-    trims: dict[int, int]  # series -> drop windows starting before this (only series with a new window)
+    # series -> drop windows starting before this, or None: only give the key its lifetime again
+    trims: dict[int, int | None]
 
 
 @dataclass
@@ -288,14 +289,16 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
 
 def _heads(windows: np.ndarray, replaced: np.ndarray, run_series: np.ndarray, run_size: np.ndarray,
            updates: list[WindowUpdates], sizes: dict[str, int]) -> pa.Array:
-    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime."""
-    trims = {(sizes[u.window], s): str(cut) for u in updates for s, cut in u.trims.items()}
-    cuts = [trims.get((size, series), "") for series, size in zip(run_series.tolist(), run_size.tolist(),
-                                                                   strict=True)]
-    lifetimes = np.array([layout.key_ttl_ms(w) for w in layout.WINDOWS], np.int64)[run_size]
+    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime or "" (a key
+    neither trimmed nor given its lifetime keeps it)."""
+    trims = {(sizes[u.window], s): "" if cut is None else str(cut)
+             for u in updates for s, cut in u.trims.items()}
+    cuts = [trims.get(key) for key in zip(run_size.tolist(), run_series.tolist(), strict=True)]
+    ttls = [str(layout.key_ttl_ms(w)) for w in layout.WINDOWS]
+    lifetimes = ["" if cut is None else ttls[size] for cut, size in zip(cuts, run_size.tolist(), strict=True)]
     numbers = [pc.cast(pa.array(column), pa.string()) for column in (windows, replaced)]
-    return pa.concat_arrays([*numbers, pa.array(cuts, pa.string()),
-                             pc.cast(pa.array(lifetimes), pa.string())])
+    return pa.concat_arrays([*numbers, pa.array(["" if cut is None else cut for cut in cuts], pa.string()),
+                             pa.array(lifetimes, pa.string())])
 
 
 def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has_old: np.ndarray,
@@ -336,15 +339,17 @@ def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
     })
 
 
-def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
+def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> dict[int, int | None]:
     """Series whose key is trimmed and given its lifetime again -> retention cut-off from the newest window
-    the batch wrote there (a replay of the same input trims the same windows, whatever the clock says).
+    the batch wrote there (a replay of the same input trims the same windows, whatever the clock says), or
+    None for a key only given its lifetime again.
 
     A key is trimmed when the batch creates a window in a trim period (redis_layout.trim_period_ms) newer
     than that of the newest window Redis held there (`held`: series, start of the windows it holds), or
     held none: a new window every 10 s was a trim and a PEXPIRE each, ~a quarter of a merge's Redis calls.
-    Also when the batch replaces every window known there: the removals may empty the key, and a key
-    emptied loses its lifetime."""
+    A key whose every window known here the batch replaces is given its lifetime again (not trimmed): the
+    removals may empty it, and a key emptied loses its lifetime. Known: those from the subject's covered
+    start on, all in Redis; a key in its first hour has one 1 h window, replaced at every batch."""
     if updates.num_rows == 0:
         return {}
     series = int64(updates["series"])
@@ -368,13 +373,14 @@ def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> 
     replaced = np.bincount(position[replaces], minlength=len(touched))
     new_period = created & (~found | (batch_newest // period != held_newest // period))
     may_empty = (replaced > 0) & (replaced >= count)
-    trimmed = np.flatnonzero(new_period | may_empty)
-    if len(trimmed) == 0:
-        return {}
-    # The cut-off from the newest window the batch merged there (newest: series, start_max).
-    cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
-    retention = layout.WINDOWS[window].retention_ms
-    return {k: cuts[k] - retention for k in touched[trimmed].tolist()}
+    out: dict[int, int | None] = dict.fromkeys(touched[may_empty & ~new_period].tolist())
+    trimmed = touched[new_period].tolist()
+    if trimmed:
+        # The cut-off from the newest window the batch merged there (newest: series, start_max).
+        cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
+        retention = layout.WINDOWS[window].retention_ms
+        out.update((k, cuts[k] - retention) for k in trimmed)
+    return out
 
 
 def _member_start(member: str) -> int:

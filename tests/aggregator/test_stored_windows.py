@@ -59,8 +59,8 @@ def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
     # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
     assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", True)}
     # The key's only window is removed before its new member is added: the key may vanish in between, so
-    # it is given its lifetime again.
-    assert later.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
+    # it is given its lifetime again (not trimmed).
+    assert later.trims == {KEY: None}
     again = store.apply(size_partials(finest((70_000, 1, 1, 1, 1, 1, 70_000)), "1m"), "1m")
     assert members(again) == {60_000: ("60000;0:1:1:1:1:1:70000", False)} and again.trims == {}
     # A window replaced beside another one kept: the key stays, nothing to trim.
@@ -103,7 +103,7 @@ def test_a_stored_member_is_replaced_whatever_its_text():
     store.load("10s", {KEY: (0, [stored.encode()])})
     updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
     assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", True)}
-    assert updates.trims == {KEY: -layout.WINDOWS["10s"].retention_ms}  # its key's only window
+    assert updates.trims == {KEY: None}  # its key's only window: given its lifetime again
 
 
 def test_what_is_not_kept_is_read_from_redis_first():
@@ -148,11 +148,11 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     calls = redis_calls([WindowUpdates("10s", changed, {2: -5, 1: -7})], keys)
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # Head of a key: its windows, the stored windows they replace, the retention cut-off (when the batch
-    # created a window there: it also resets the key's lifetime) and the lifetime; then its windows, then
-    # the starts of those it replaces.
+    # Head of a key: its windows, the stored windows they replace, the retention cut-off or "" and the
+    # lifetime to set or "" (both when the batch created a window in a new trim period there); then its
+    # windows, then the starts of those it replaces.
     ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "1", "", ttl, "0", "0:2:2:1:1:1:5", "0",
+    assert calls[0][1] == ["1", "1", "", "", "0", "0:2:2:1:1:1:5", "0",
                            "1", "0", "-5", ttl, "0", "0:1:9:9:9:9:1"]
     assert calls[1][1] == ["1", "0", "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
 
@@ -168,8 +168,8 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}), WindowUpdates("1h", changed.slice(1, 1),
                                                                                    {ids[0]: 0})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
-    ttl_1m, ttl_1h = str(layout.key_ttl_ms("1m")), str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "0", "", ttl_1m, "0", "m0-0",
+    ttl_1h = str(layout.key_ttl_ms("1h"))
+    assert argv == ["1", "0", "", "", "0", "m0-0",
                     "1", "0", "0", ttl_1h, "0", "m0-0",
-                    "1", "0", "", ttl_1m, "0", "m1-0",
-                    "3", "0", "", ttl_1m, "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
+                    "1", "0", "", "", "0", "m1-0",
+                    "3", "0", "", "", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
