@@ -214,7 +214,7 @@ class StoredWindows:
         fresh = member_column(table.take(touched), table_keys[touched])
         fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
         # A partial adds a sample or more, so every touched window changes: each is written.
-        replaces = pa.array(np.isin(fresh_windows, stored_windows))
+        replaces = pc.is_in(pa.array(fresh_windows), value_set=pa.array(stored_windows))
         updates = fresh.append_column("replaces", replaces)
         untouched = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
         starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
