@@ -95,7 +95,7 @@ class StoredWindows(stored_windows.StoredWindows):
         # its start.
         stored = self.starts.get(window, STARTS.empty_table())
         held = stored.group_by(["series", "start"], use_threads=False).aggregate([])
-        held = held.append_column("held", pa.array([True] * held.num_rows))
+        held = held.append_column("held", pa.array([True] * held.num_rows, pa.bool_()))
         joined = fresh.join(held, ["series", "start"], join_type="left outer", use_threads=False)
         replaces = pc.fill_null(joined["held"], False)
         updates = joined.drop_columns(["held"]).append_column("replaces", replaces)
