@@ -37,7 +37,7 @@ from contract.redis_layout import SeriesId
 
 LOG = logging.getLogger(__name__)
 CHILD_PREFIX = "srm-verdicts-"
-# A child answers within a batch's verdicts (~0.1 s at 2,000 partitions) or, when Redis hangs, once its
+# A child answers within a batch's verdicts (well under a second) or, when Redis hangs, once its
 # socket timeout fails the write: one silent for longer is stuck, and the batch fails.
 ANSWER_TIMEOUT_S = 90.0
 # What a verdict reads of a partition report (partition_verdicts): the rest stays in the sink's process.

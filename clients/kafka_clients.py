@@ -115,8 +115,8 @@ def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None 
 
 
 # The Java producer's default since Kafka 4.0 (MM2's): at 20 ms the linger was most of the driver's
-# replication latency at 20k rec/s (p50 24 ms against MM2's 12); under full load batches fill before
-# it runs out either way (the same throughput at 5 and 20 ms).
+# replication latency; under full load batches fill before it runs out either way (bench/RESULTS.md,
+# "LINGER_MS").
 LINGER_MS: Final = 5
 
 

@@ -104,8 +104,8 @@ class SeriesId:
 
 
 # A value: never changed once made, and hashable. Not frozen: a frozen dataclass sets each field through
-# object.__setattr__ (1.1 us a window against 0.24), and the sink makes ~7 * 10^4 of these a batch of
-# 200k records, the service one per window member it reads.
+# object.__setattr__ (several times slower: bench/RESULTS.md, "WindowAggregate"), and the sink makes
+# ~7 * 10^4 of these a batch of 200k records, the service one per window member it reads.
 @dataclass(slots=True, unsafe_hash=True)
 class WindowAggregate:
     start_ms: int

@@ -29,7 +29,7 @@ HEADROOM_RECORDS: Final = 10_000
 HEADROOM_BYTES: Final = 8 * 1024 * 1024
 # How long librdkafka waits before fetching again for a partition once the fetch queue above is full.
 # Its default (1 s) idles the copy: the loop empties a 16 MiB queue in well under a second at full
-# speed, then waits out the rest of the second; the 8-partition bench copied at a quarter of its rate.
+# speed, then waits out the rest of the second (bench/RESULTS.md, "FETCH_QUEUE_BACKOFF_MS").
 FETCH_QUEUE_BACKOFF_MS: Final = 50
 # A target that acknowledges nothing for this long while records wait is reported as an outage.
 OUTAGE_AFTER_S: Final = 10.0
