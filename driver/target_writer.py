@@ -62,7 +62,8 @@ PARTITION_WAIT_S: Final = 30.0
 # again from its recorded progress, as librdkafka's default message timeout did.
 DELIVERY_TIMEOUT_S: Final = 300.0
 DELIVERY_CHECK_S: Final = 1.0
-AT_LEAST_ONCE_PRODUCER: Final = {"enable.gapless.guarantee": True, "message.timeout.ms": 0}
+AT_LEAST_ONCE_PRODUCER: Final = {"enable.idempotence": True, "enable.gapless.guarantee": True,
+                                  "message.timeout.ms": 0}
 # librdkafka's queue is sized above the send queue's limits, so this is not expected; if it happens in
 # the middle of a run, the run waits this long for room.
 BUFFER_WAIT_S: Final = 30.0
@@ -154,6 +155,11 @@ class _WriterBase:
             key = (topic, partition)
             flow = flows.get(key)
             if flow is not None:  # else revoked while the batch was in flight
+                if j == i + 1 and key not in backlog:  # a run of one: at low rates most are
+                    if not self._send_one(flow, message, now_ms, True):
+                        self.queue.hold(key, [message])
+                    i = j
+                    continue
                 run = messages[i:j] if i or j < count else messages
                 if key in backlog:
                     _note_polled(flow, run, now_ms)
@@ -190,6 +196,8 @@ class _WriterBase:
         """Hands as much of one run to the producer as the send queue has room for, with a delivery
         callback on the first and last record only; how many records it took. ``polled``: the run was
         just read from the source (its records' age is counted)."""
+        if len(run) == 1:
+            return self._send_one(flow, run[0], now_ms, polled)
         queue = self.queue
         records, size_total, limits = queue.records, queue.bytes, queue.limits
         taken: list[Taken] = []
@@ -245,6 +253,41 @@ class _WriterBase:
         flow.in_flight.append(copied)
         flow.produced = copied.last
         return last + 1
+
+    def _send_one(self, flow: PartitionFlow, message: Message, now_ms: float, polled: bool) -> int:
+        """`_send_run` of a run of one record (at low rates most runs are)."""
+        queue = self.queue
+        value, key = message.value(), message.key()
+        value_size = len(value) if value else 0
+        size = value_size + (len(key) if key else 0)
+        kind, ts = message.timestamp()
+        stamp = ts if kind != 0 and ts >= 0 else now_ms
+        if queue.records and (queue.records >= queue.limits.max_records
+                              or queue.bytes + size > queue.limits.max_bytes):
+            if polled:
+                flow.stats.polled(now_ms - stamp)
+            return 0
+        offset = message.offset()
+        copied = CopiedRun(flow, offset, offset, size, value_size, now_ms)
+        copied.stamps.append(stamp)
+        producer = self._producer_of(flow)
+        done = functools.partial(self._run_delivered, copied)
+        ts = 0 if stamp is now_ms else ts  # 0: the producer stamps a record without one
+        try:
+            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
+                             on_delivery=done)
+        except BufferError:
+            if polled:
+                flow.stats.polled(now_ms - stamp)
+            return 0
+        except KafkaException as exc:
+            _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+        if polled:
+            flow.stats.polled(now_ms - stamp)
+        queue.sent(size)
+        flow.in_flight.append(copied)
+        flow.produced = offset
+        return 1
 
     def _run_started(self, copied: CopiedRun, error: KafkaError | None, message: Message) -> None:
         """The delivery report of a run's first record (of several)."""
