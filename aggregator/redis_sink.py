@@ -288,8 +288,8 @@ class RedisRollupSink:
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
         summaries = self.verdicts.summaries(updates, now_ms)
-        values = [(layout.lag_verdicts_key(t, s), name, v) for (t, s), fresh in updates.items()
-                  for name, v in fresh.items()]
+        keys = {pair: layout.lag_verdicts_key(*pair) for pair in updates}
+        values = [(keys[pair], name, v) for pair, fresh in updates.items() for name, v in fresh.items()]
         values += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
         self._write_latest(values)
         self.verdicts.commit(updates)
