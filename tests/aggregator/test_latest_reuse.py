@@ -147,11 +147,11 @@ def test_a_sink_reusing_tables_and_slicing_views_writes_what_the_old_one_does(
     built, reused = [0], [0]
     remember, table = latest_values._remember, latest_values.end_offset_table
 
-    def counted(windows, now_ms, newest=None, reuse=None):  # noqa: ANN001, ANN202
+    def counted(windows, now_ms, newest=None, reuse=None):
         reused[0] += 1
         return table(windows, now_ms, newest, reuse)
 
-    def remembered(*args):  # noqa: ANN002, ANN202
+    def remembered(*args):
         built[0] += 1
         return remember(*args)
 

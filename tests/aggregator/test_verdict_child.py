@@ -103,5 +103,5 @@ def test_a_killed_child_is_replaced_and_the_next_batch_reads_redis_again(
     assert killed and background.judging is not killed[0]
 
 
-def failing(self: RedisRollupSink, *args: object) -> None:  # noqa: ARG001
+def failing(self: RedisRollupSink, *args: object) -> None:
     raise ConnectionError("Redis went away")
