@@ -19,6 +19,7 @@ from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
 from aggregator.redis_sink import RedisRollupSink
 from contract.replication_policy import metrics_topic_pattern
+from contract.settings import DEFAULT_MAX_SUBJECTS
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class RollupQuerySpec:
     trigger_interval: str = "2 seconds"
     watermark_delay_ms: int = 30_000  # kept by the sink (redis_sink), not by Spark
     max_offsets_per_trigger: int | None = None
+    max_subjects_per_replication: int = DEFAULT_MAX_SUBJECTS  # aggregator.subject_cap
     # Java regex of the raw-metrics topics to read; None: every `srm-metrics.<source>.internal`.
     topics_pattern: str | None = None
 
@@ -70,7 +72,8 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     rows = kafka_columns(spark.readStream.format("kafka").options(**kafka_source_options(spec)).load())
     _choose_checkpoint_manager(spark, spec.checkpoint_dir)
     sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target,
-                           merge_in_background=True, judge_in_background=True)
+                           merge_in_background=True, judge_in_background=True,
+                           max_subjects=spec.max_subjects_per_replication)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     try:

@@ -50,12 +50,14 @@ from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
+from aggregator.subject_cap import SubjectBook
 from aggregator.verdict_child import BackgroundVerdicts, InlineVerdicts, VerdictJudge
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from clients import redis_connection
 from contract import redis_layout as layout
+from contract.settings import DEFAULT_MAX_SUBJECTS
 
 LOG = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
                  target: str | None = None, merge_in_background: bool = False,
-                 judge_in_background: bool = False) -> None:
+                 judge_in_background: bool = False, max_subjects: int = DEFAULT_MAX_SUBJECTS) -> None:
         self.redis_url = redis_url
         self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
@@ -124,6 +126,7 @@ class RedisRollupSink:
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
         self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
+        self.subjects = SubjectBook(max_subjects, query_name)  # subjects per replication, capped
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -224,6 +227,7 @@ class RedisRollupSink:
         self.state_lost = True
         self.history.clear()
         self.verdicts.clear()
+        self.subjects.clear()
         if self._judging is not None:
             self._judging.clear()
 
@@ -241,6 +245,11 @@ class RedisRollupSink:
         state = state or self.state()
         if self._already_committed(state, batch_id):
             return
+        try:
+            batch = self.subjects.screen(self.client, batch)  # new subjects past the cap left out
+        except Exception:
+            self.subjects.clear()
+            raise
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
         judging = self.judging
@@ -256,8 +265,10 @@ class RedisRollupSink:
             # verdicts: Redis may not.
             self.history.clear()
             self.verdicts.clear()
+            self.subjects.clear()
             judging.abort()
             raise
+        self.subjects.committed()
         staged = time.monotonic()
         for series in plan.history:
             self.history.expire(series)
@@ -312,6 +323,7 @@ class RedisRollupSink:
             record_counts.queue_late(pipe, batch.late, self.query_name,
                                      state.watermark_ms(self.watermark_delay_ms), self.watermark_delay_ms)
             self._write_index(pipe, plan)
+            self.subjects.queue(pipe, batch_id)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             if max_ts is not None:  # never past the clock, whatever a record claimed
                 max_ts = min(max_ts, _now_ms())
