@@ -165,7 +165,7 @@ def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = No
         watchdog.cancel()
 
 
-def _jvm_process(spark) -> subprocess.Popen | None:  # noqa: ANN001
+def _jvm_process(spark) -> subprocess.Popen | None:
     """The JVM this process launched (None under spark-submit, which launched us)."""
     context = getattr(spark, "sparkContext", None)
     return getattr(getattr(context, "_gateway", None), "proc", None)

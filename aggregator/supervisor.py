@@ -270,7 +270,7 @@ class QuerySupervisor:
             try:
                 if query.isActive:
                     query.stop()
-            except Exception as exc:  # noqa: PERF203 (one query's failed stop must not keep the others)
+            except Exception as exc:  # one query's failed stop must not keep the others
                 LOG.warning("query %s ended with an error while stopping: %s", name, type(exc).__name__)
 
 
@@ -333,7 +333,7 @@ class RestartCounter:
         for (target, kind), times in pending.items():
             try:
                 self._client(target).hincrby(layout.aggregator_restarts_key(target), kind, times)
-            except redis.RedisError as exc:  # noqa: PERF203 (one target's Redis may be down, not the other's)
+            except redis.RedisError as exc:  # one target's Redis may be down, not the other's
                 LOG.debug("restart count of %s not written yet: %s", target, exc)
                 failed[(target, kind)] += times
         with self._lock:
