@@ -8,6 +8,7 @@ checkpoint, so one broken cluster does not stop the rollups of the others.
 Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.master`,
 `aggregator.trigger.interval.ms`, `aggregator.watermark.delay.seconds`,
 `aggregator.max.offsets.per.trigger` (default 200000, 0 = unbounded),
+`aggregator.max.subjects.per.replication` (default 200000: new subjects beyond it are refused),
 `aggregator.metrics.topics.pattern` (Java regex of the raw metrics topics to read; default all),
 `aggregator.stall.trigger.intervals` (a batch running this many triggers with input waiting is restarted),
 `redis.url`.
@@ -58,6 +59,10 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
     # Each micro-batch is collected into the driver (as Arrow) to be aggregated: a bound keeps a backlog
     # from arriving as one huge batch. 0 means unbounded.
     max_offsets = config.setting("aggregator.max.offsets.per.trigger")
+    max_subjects = config.setting("aggregator.max.subjects.per.replication")
+    if max_subjects is None or max_subjects < 1:
+        raise config.config_error("aggregator.max.subjects.per.replication",
+                                  f"must be a positive integer, got {max_subjects}")
     for key, value in (("aggregator.trigger.interval.ms", trigger_ms),
                        ("aggregator.watermark.delay.seconds", watermark_s),
                        ("aggregator.max.offsets.per.trigger", max_offsets)):
@@ -76,7 +81,7 @@ def query_specs(config: SrmConfig) -> list[RollupQuerySpec]:
             target=target, bootstrap_servers=bootstrap, redis_url=redis_url,
             checkpoint_dir=checkpoint_dir, kafka_options=client,
             trigger_interval=f"{trigger_ms} milliseconds", watermark_delay_ms=watermark_s * 1000,
-            max_offsets_per_trigger=max_offsets or None,
+            max_offsets_per_trigger=max_offsets or None, max_subjects_per_replication=max_subjects,
             topics_pattern=config.setting("aggregator.metrics.topics.pattern"),
         ))
     return specs

@@ -119,8 +119,8 @@ class BatchPlan:
         # In slices: a batch's columns as Python objects at once were ~10^6 numbers, the driver's peak.
         for chunk in rows.to_batches(max_chunksize=PYTHON_ROWS_AT_ONCE):
             columns = list(chunk.to_pydict().values())
-            # Made and grouped by C loops (map, zip, groupby): a Python loop per window was ~3 us of the
-            # ~0.5 us it takes now, at ~7 * 10^4 windows a 200k-record batch.
+            # Made and grouped by C loops (map, zip, groupby), not a Python loop per window: a
+            # 200k-record batch has ~7 * 10^4 windows (bench/RESULTS.md, "history windows").
             windows = map(layout.WindowAggregate, *columns[5:])
             # A series' windows come in a run: one SeriesId (a Python-level hash) per run, not per window.
             for (target, source, topic, partition, group), run in groupby(

@@ -51,14 +51,14 @@ def end_offset_table(windows: Iterable[WindowAggregate], now_ms: int,
         if reuse is not None:
             # Points are kept from the second time the same windows come: a backlog's batches each bring
             # new windows, and their ~60 points a partition kept for nothing are long-lived objects that
-            # made the collector's full passes twice as frequent.
+            # made the collector's full passes more frequent (bench/RESULTS.md, "lag tables").
             _remember(reuse, used, held if same else None)
     return OffsetTimeTable.from_points((newest,) if newest else (), after=held)
 
 
 def _points(windows: list[WindowAggregate], now_ms: int) -> list[OffsetPoint]:
-    # tuple.__new__: OffsetPoint's own constructor is a Python function, ~0.4 us a point of the ~60 a
-    # table of every lagging partition of every batch.
+    # tuple.__new__: OffsetPoint's own constructor is a Python function, called for each of the ~60
+    # points a table of every lagging partition of every batch.
     return [_new_tuple(OffsetPoint, (int(w.last), mid if (mid := w.start_ms + _MID_WINDOW_MS) <= now_ms
                                      else now_ms))
             for w in windows]

@@ -72,8 +72,9 @@ class BackgroundWindowWriter:
     merges every batch staged up to the last one submitted (recover), and the applied batch id, WATCHed by
     each merge, keeps a merge the old child had already sent to Redis from being applied twice."""
 
-    # Staged batches waiting: a live query's batches come ~0.3 s apart at the quickest, so a merge interval
-    # holds ~17 of them. More (a child that fell behind) and the query waits for a merge, asked at once.
+    # Staged batches waiting: a live query's batches come a fraction of a second apart at the quickest,
+    # so a merge interval holds a dozen or more of them. More (a child that fell behind) and the query
+    # waits for a merge, asked at once.
     MAX_BEHIND = 64
 
     def __init__(self, redis_url: str, scope: str, committed: int | None,

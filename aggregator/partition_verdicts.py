@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from aggregator import verdict_summaries
 from aggregator.window_history import series_id
 from contract import lag_verdicts
 from contract import redis_layout as layout
@@ -157,7 +158,7 @@ class ReplicationVerdicts:
             for name, record in updates.get(pair, {}).items():
                 if name not in merged or int(merged[name]["ts"]) <= int(record["ts"]):
                     merged[name] = record
-            out[pair] = lag_verdicts.summary_record(merged.values(), at_ms)
+            out[pair] = verdict_summaries.summary_record(list(merged.values()), at_ms)
         return out
 
     def commit(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]]) -> None:

@@ -19,6 +19,7 @@ from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
 from aggregator.redis_sink import RedisRollupSink
 from contract.replication_policy import metrics_topic_pattern
+from contract.settings import DEFAULT_MAX_SUBJECTS
 
 LOG = logging.getLogger(__name__)
 
@@ -26,23 +27,22 @@ RECONNECT_BACKOFF_MAX_MS = 30_000
 CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 # Spark writes a batch's offset log and commit log files through Hadoop's FileContext, which on a local
 # disk runs `chmod` and `readlink` as child processes of the JVM for each file (Hadoop's native library,
-# which would do them in-process, is not in the Maven jars): 40-50 ms a file, two files a batch. On a
+# which would do them in-process, is not in the Maven jars): two forks a file, two files a batch. On a
 # local disk the FileSystem API's rename is rename(2), as atomic as FileContext's, and it spawns nothing.
 LOCAL_CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
 # Spark's Kafka source reads a partition by polling its consumer, `max.poll.records` records at most
 # (Kafka's default: 500), and after every poll it asks the broker for the partition's earliest and latest
-# offsets (two ListOffsets round trips: its check for lost data). A 200k-record batch of two partitions
-# took 202 polls in each task and ~570 ms of its Kafka read; with polls of up to 20k records from fetches
-# of up to 8 MiB a partition (the default 1 MiB holds ~15k of these records), 5 polls and ~190 ms. 5k
-# records a poll (20 polls a task) did as well in bench/aggregator.py with a quarter of the records
-# (~2.5 MB) alive in a task (docs/operations.md).
+# offsets (two ListOffsets round trips: its check for lost data), so a task's Kafka read costs per poll:
+# fewer, larger polls (fetches of up to 8 MiB a partition; the default 1 MiB holds ~15k of these records)
+# read a batch in a fraction of the time. 5k records a poll did as well as 20k in bench/aggregator.py
+# with a quarter of the records alive in a task (bench/RESULTS.md, "CONSUMER_FETCH").
 # A consumer fetches ahead: after a poll it asks for the records past the task's range, at the end of the
 # log, and the broker holds that request up to fetch.max.wait.ms (Kafka's default: 500 ms) for new data.
 # A consumer has one fetch in flight a broker, so the next batch's task on that cached consumer waited
-# for the held request first: until the next records came, up to 500 ms when the input paused (the live
-# bench's last batch). A task's range is always on the broker already, so a short wait costs it nothing;
+# for the held request first: until the next records came, up to fetch.max.wait.ms when the input
+# paused. A task's range is always on the broker already, so a short wait costs it nothing;
 # an idle consumer sends no fetches at all.
 CONSUMER_FETCH = {"max.poll.records": "5000", "max.partition.fetch.bytes": str(8 << 20),
                   "fetch.max.wait.ms": "10"}
@@ -59,6 +59,7 @@ class RollupQuerySpec:
     trigger_interval: str = "2 seconds"
     watermark_delay_ms: int = 30_000  # kept by the sink (redis_sink), not by Spark
     max_offsets_per_trigger: int | None = None
+    max_subjects_per_replication: int = DEFAULT_MAX_SUBJECTS  # aggregator.subject_cap
     # Java regex of the raw-metrics topics to read; None: every `srm-metrics.<source>.internal`.
     topics_pattern: str | None = None
 
@@ -71,7 +72,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     rows = kafka_columns(spark.readStream.format("kafka").options(**kafka_source_options(spec)).load())
     _choose_checkpoint_manager(spark, spec.checkpoint_dir)
     sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target,
-                           merge_in_background=True, judge_in_background=True)
+                           merge_in_background=True, max_subjects=spec.max_subjects_per_replication)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     try:

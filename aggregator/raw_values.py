@@ -70,8 +70,9 @@ def parse_values(values: pa.Array) -> tuple[pa.Table, pa.BooleanArray]:
     # Some value is no JSON object of these types on one line. Those that do not match the grammar of
     # what the driver writes (SCREEN: every known field typed, compact, no escape Arrow might refuse) are
     # judged alone in Python, and what passes is rewritten as SCREEN would take it: then the lines left
-    # read at once, and a bad record costs about what a good one does (split into halves and read again
-    # until each bad line stood alone, 2,000 mistyped records cost a 50k batch 25 s).
+    # read at once, and a bad record costs about what a good one does (splitting into halves and reading
+    # again until each bad line stood alone made a few bad records cost a batch many times its read:
+    # bench/RESULTS.md, "bad records").
     lines = _screened(values)
     rows = pc.indices_nonzero(pc.is_valid(lines))
     table = _read_by_kind(lines.take(rows)) if len(rows) else RECORD_SCHEMA.empty_table()
@@ -132,7 +133,8 @@ def _all_one_line(values: pa.Array) -> bool:
     bounds = np.frombuffer(offsets, wide)[[values.offset, values.offset + len(values)]]
     text = np.frombuffer(data, np.uint8)[bounds[0]:bounds[1]]
     # JSON records hold no raw control characters but in whitespace: the exact test is rarely needed.
-    # A minimum is one pass without a temporary (a mask of every byte cost ~20 ms a batch in page faults).
+    # A minimum is one pass without a temporary (a mask of every byte is a batch-sized temporary, paid
+    # for in page faults).
     return len(text) == 0 or int(text.min()) >= 14 or not ((text == 10) | (text == 13)).any()
 
 

@@ -33,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,30 +41,40 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
-from aggregator import latest_values, long_lived, partition_verdicts, record_counts, window_partials
+from aggregator import (
+    latest_values,
+    long_lived,
+    partition_lag,
+    partition_verdicts,
+    record_counts,
+    window_partials,
+)
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
-from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
+from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.merge_child import BackgroundWindowWriter
+from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
+from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
-from aggregator.verdict_child import BackgroundVerdicts, InlineVerdicts, VerdictJudge
+from aggregator.subject_cap import SubjectBook
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from clients import redis_connection
 from contract import redis_layout as layout
+from contract.settings import DEFAULT_MAX_SUBJECTS
 
 LOG = logging.getLogger(__name__)
 
 LatestValue = tuple[str, str, dict[str, Any]]  # hash key, field, value
 FINEST = layout.FINEST_WINDOW
 BIND_TIMEOUT_S = 120.0
-# The history metrics latest values read (end offsets, record counts), made windows of and merged before
-# their write; the verdicts' (partition_verdicts.OFFSET_METRICS) after it.
-LATEST_METRICS = tuple(m for m in HISTORY_METRICS if m not in partition_verdicts.OFFSET_METRICS)
+# The history metrics kept as window objects: replications' record counts. Partitions' offsets are kept
+# columnar (offset_history).
+LATEST_METRICS = tuple(m for m in HISTORY_METRICS if m not in OFFSET_HISTORY_METRICS)
 # History kept per series: the longest span a latest value reads, with room for late reports.
 HISTORY_KEEP_MS = 2 * latest_values.HISTORY_SPAN_MS
 
@@ -102,7 +112,7 @@ def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
                  target: str | None = None, merge_in_background: bool = False,
-                 judge_in_background: bool = False) -> None:
+                 max_subjects: int = DEFAULT_MAX_SUBJECTS) -> None:
         self.redis_url = redis_url
         self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
@@ -115,15 +125,15 @@ class RedisRollupSink:
         self._latest: Any = None
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
-        self.judge_in_background = judge_in_background  # lag verdicts judged beside the latest values
-        self._judging: InlineVerdicts | BackgroundVerdicts | None = None
-        self.history = WindowHistory(HISTORY_KEEP_MS)
+        self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
+        self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.written_latest = WrittenLatest()  # what this sink last wrote to each latest field: a hint
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
         self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
+        self.subjects = SubjectBook(max_subjects, query_name)  # subjects per replication, capped
 
     def bind(self, query_id: str | None) -> RedisRollupSink:
         """Scope the sink state to one checkpoint; batches wait for this (the id is known after start)."""
@@ -150,29 +160,12 @@ class RedisRollupSink:
                 self._windows.recover(committed)
         return self._windows
 
-    @property
-    def judging(self) -> InlineVerdicts | BackgroundVerdicts:
-        """Judges the batches' lag verdicts (verdict_child); a child gone since the last batch is replaced."""
-        if isinstance(self._judging, BackgroundVerdicts) and not self._judging.usable:
-            self._judging.close()
-            self._judging = None
-        if self._judging is None:
-            if self.judge_in_background:
-                self._judging = BackgroundVerdicts(self.redis_url, self.batch_scope, HISTORY_KEEP_MS)
-            else:
-                self._judging = InlineVerdicts(VerdictJudge(self.client, self.history, self.verdicts,
-                                                            self.written_latest))
-        return self._judging
-
     def close(self, wait_s: float = 0.0) -> None:
         """Ends a background window writer (its query ended), waiting up to `wait_s` for it to finish the
-        merges it was handed, and a verdict child; a later batch would start others."""
+        merges it was handed; a later batch would start another."""
         if isinstance(self._windows, BackgroundWindowWriter):
             self._windows.close(wait_s)
         self._windows = None
-        if self._judging is not None:
-            self._judging.close()
-        self._judging = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
@@ -222,10 +215,14 @@ class RedisRollupSink:
     def _lose_state(self, batch_id: int) -> None:
         LOG.debug("%s: batch %d: no sink state in Redis, not written", self.query_name, batch_id)
         self.state_lost = True
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drops what the sink keeps of Redis: the next batch reads it again."""
         self.history.clear()
+        self.offsets.clear()
         self.verdicts.clear()
-        if self._judging is not None:
-            self._judging.clear()
+        self.subjects.clear()
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
@@ -241,23 +238,24 @@ class RedisRollupSink:
         state = state or self.state()
         if self._already_committed(state, batch_id):
             return
+        try:
+            batch = self.subjects.screen(self.client, batch)  # new subjects past the cap left out
+        except Exception:
+            self.subjects.clear()
+            raise
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
-        judging = self.judging
         try:
-            judging.begin(plan, [(s, r) for s, r in plan.latest.items() if s[0] == "partition"])
-            written = self._derive_latest(plan, batch, judging)
+            written = self._derive_latest(plan, batch)
             derived = time.monotonic()
-            # The batch commits once its verdicts are in Redis: the MULTI is built meanwhile.
-            if not self._commit(plan, batch, batch_id, state, require_state, before=judging.wait):
+            if not self._commit(plan, batch, batch_id, state, require_state):
                 return
         except Exception:
-            # From _latest_values on, the kept history has the batch merged and the verdicts hold its
+            # From _derive_latest on, the kept history has the batch merged and the verdicts hold its
             # verdicts: Redis may not.
-            self.history.clear()
-            self.verdicts.clear()
-            judging.abort()
+            self._forget()
             raise
+        self.subjects.committed()
         staged = time.monotonic()
         for series in plan.history:
             self.history.expire(series)
@@ -268,33 +266,50 @@ class RedisRollupSink:
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
 
-    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials,
-                       judging: InlineVerdicts | BackgroundVerdicts) -> int:
-        """Writes the batch's latest values and has `judging` write their lag verdicts (begun); adds the
-        batch's lag-in-seconds windows to it. Returns how many latest values it wrote."""
-        reads = history_reads(plan.latest, self._replication_records(plan))
+    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
+        """Writes the batch's latest values, then the partitions' lag verdicts and their replications'
+        summaries; adds the batch's lag-in-seconds windows to it. Returns how many latest values it wrote."""
+        began = time.monotonic()
+        reports = [(s, r) for s, r in plan.latest.items() if s[0] in ("partition", "group")]
+        partials = {m: plan.history_rows.pop(m) for m in OFFSET_HISTORY_METRICS if m in plan.history_rows}
+        judged = partition_lag.judge_batch(reports, self.offsets, partials, self.client,
+                                           self.windows.wait_idle)
+        reports_judged = time.monotonic()
+        reads = history_reads({}, self._replication_records(plan))
         wanted = uncovered(reads, self.history.covers)
         if wanted:  # series not kept yet (or over too short a range)
             self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
-        read_from = earliest_starts(reads)  # per metric, the earliest window a view reads
-        latest, lag_samples, judged = self._latest_values(plan, reads, read_from)
+        latest = judged.latest + self._latest_values(plan, reads, earliest_starts(reads))
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
-        # verdicts after (Burrow's rules over every reported partition, from the offset windows merged
-        # meanwhile): a partition's lag is readable that much sooner, and its verdict no later than before.
+        # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
         self._write_latest(latest)
-        if judging.wants_stored():  # asked this late: the child, which seldom reads Redis, has gone on
-            self.windows.wait_idle()
-            judging.go()
-        judging.finish({read.subject: seconds for read, seconds in judged}, _now_ms())
-        if lag_samples:  # lag in seconds is derived here, so its windows join the batch's here
-            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(lag_samples)])
+        written = time.monotonic()
+        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
+        if judged.samples:  # lag in seconds is derived here, so its windows join the batch's here
+            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(judged.samples)])
+        LOG.debug("%s: %d partition and group reports judged in %.0f ms (%d one at a time), %d latest values "
+                  "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name, len(reports),
+                  (reports_judged - began) * 1000, judged.fallback, len(latest),
+                  (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
+    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int) -> int:
+        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values."""
+        for problem in self.verdicts.load_missing(self.client, updates):
+            LOG.warning("skipping a stored lag verdict: %s", problem)
+        summaries = self.verdicts.summaries(updates, now_ms)
+        keys = {pair: layout.lag_verdicts_key(*pair) for pair in updates}
+        values = [(keys[pair], name, v) for pair, fresh in updates.items() for name, v in fresh.items()]
+        values += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
+        self._write_latest(values)
+        self.verdicts.commit(updates)
+        return len(values)
+
     def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,
-                require_state: bool, before: Callable[[], None]) -> bool:
-        """Stages the batch's windows with its index, counts and sink state in one MULTI, sent once
-        `before` returns; False when the sink state is gone from Redis (nothing written)."""
+                require_state: bool) -> bool:
+        """Stages the batch's windows with its index, counts and sink state in one MULTI; False when the
+        sink state is gone from Redis (nothing written)."""
         history_from = self.history_start.pending(self.client, batch.windows)
         try:
             pipe = self.client.pipeline(transaction=True)
@@ -302,7 +317,6 @@ class RedisRollupSink:
                 pipe.watch(layout.batch_key(self.batch_scope))  # a flush from here on aborts the EXEC
                 if not pipe.exists(layout.batch_key(self.batch_scope)):
                     pipe.reset()
-                    before()
                     self._lose_state(batch_id)
                     return False
                 pipe.multi()
@@ -312,13 +326,13 @@ class RedisRollupSink:
             record_counts.queue_late(pipe, batch.late, self.query_name,
                                      state.watermark_ms(self.watermark_delay_ms), self.watermark_delay_ms)
             self._write_index(pipe, plan)
+            self.subjects.queue(pipe, batch_id)
             max_ts = max((t for t in (state.max_event_ts, plan.max_event_ts) if t is not None), default=None)
             if max_ts is not None:  # never past the clock, whatever a record claimed
                 max_ts = min(max_ts, _now_ms())
             sink_state = {"batch_id": batch_id} | ({} if max_ts is None else {"max_event_ts": max_ts})
             pipe.hset(layout.batch_key(self.batch_scope), mapping=sink_state)
             pipe.pexpire(layout.batch_key(self.batch_scope), layout.INDEX_TTL_MS)
-            before()
             pipe.execute()
         except redis.WatchError:
             self._lose_state(batch_id)
@@ -352,23 +366,11 @@ class RedisRollupSink:
     # --- latest values --------------------------------------------------------------------------------
 
     def _latest_values(self, plan: BatchPlan, reads: list[HistoryRead], read_from: dict[str, int]
-                       ) -> tuple[list[LatestValue], list[LagSample], list[tuple[HistoryRead, Any]]]:
-        """(hash key, field, value) of every latest value the batch changes but lag verdicts, the lag in
-        seconds among them as samples of its gauge, and the partition reports to judge (with their lag in
-        seconds)."""
+                       ) -> list[LatestValue]:
+        """(hash key, field, value) of the replications' latest values the batch changes."""
         self._merge_history(plan, LATEST_METRICS, read_from)
-        out, samples, judged = [], [], []
-        for read in reads:
-            history = self.history.view(read.series, read.low_ms, read.high_ms)
-            out.append(latest_value(read.kind, read.subject, read.record, history))
-            seconds = out[-1][2].get("lag_seconds")
-            if read.kind != "replication" and isinstance(seconds, int | float):
-                _, target, source, topic, partition, group = read.subject
-                samples.append(LagSample(read.kind, target, source, topic, int(partition), group,
-                                         int(read.record["ts"]), float(seconds)))
-            if read.kind == "partition":
-                judged.append((read, seconds))
-        return out, samples, judged
+        return [latest_value(read.kind, read.subject, read.record,
+                             self.history.view(read.series, read.low_ms, read.high_ms)) for read in reads]
 
     def _merge_history(self, plan: BatchPlan, metrics: tuple[str, ...], read_from: dict[str, int]) -> None:
         """Merges the batch's partials of `metrics` into the kept history, for the views that follow."""

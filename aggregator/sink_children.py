@@ -1,4 +1,4 @@
-"""The sink's child processes (merge_child's window writer, verdict_child's judge): how they start, and end.
+"""The sink's child process (merge_child's window writer): how it starts, and ends.
 
 Started by spawn (the parent holds a JVM gateway and threads, which a forked child must not inherit) with
 a pipe to their owner. A child ignores stop signals: one sent to the whole process group (systemd's

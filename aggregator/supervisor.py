@@ -49,8 +49,8 @@ RESTART_BACKOFF_S = 5.0
 # Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
 # batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
 STALL_INTERVALS = 30
-# The first batch of a query (no progress yet) was seen to take over 15 s on a busy machine: with short
-# triggers, N intervals alone would restart a healthy query at start.
+# The first batch of a query (no progress yet) takes many trigger intervals on a busy machine (JIT,
+# connections, the first read): with short triggers, N intervals alone would restart a healthy query.
 FIRST_BATCH_GRACE_S = 120.0
 # Redis calls of the restart counter: short, so counts wait in memory while Redis hangs.
 COUNTER_TIMEOUT_S = 2.0

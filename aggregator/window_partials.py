@@ -147,7 +147,7 @@ def relabel(table: pa.Table, **values: Any) -> pa.Table:
     for name, value in values.items():
         i = table.schema.get_field_index(name)
         column_type = table.schema.field(i).type
-        # A repeat, not a Python list of one value a row (~3 ms on a batch's 10^5 rows).
+        # A repeat, not a Python list of one value a row: a batch has ~10^5 rows.
         table = table.set_column(i, name, pa.repeat(pa.scalar(value, column_type), table.num_rows))
     return table
 
@@ -161,7 +161,7 @@ def window_starts(ts: pa.ChunkedArray | pa.Array, size_ms: int) -> pa.ChunkedArr
     return pc.multiply(floor, size_ms)
 
 
-@cache  # a schema is immutable; built anew it cost ~0.1 ms, at every with_schema
+@cache  # a schema is immutable, and ~100 fields built anew at every with_schema cost for nothing
 def partials_schema() -> pa.Schema:
     """Columns of window_partials (for building partials by hand, as the sink tests do)."""
     text = [pa.field(c, pa.string()) for c in ("kind", "level", "target", "source", "group", "topic")]
@@ -289,7 +289,8 @@ def with_schema(table: pa.Table) -> pa.Table:
     schema = partials_schema()
     present = set(table.column_names)
     # Arrays are immutable: one null column of each type stands in for every absent column of it (a
-    # task's partials carry a few of the ~100 columns; a null column each cost the driver ~25 ms a batch).
+    # task's partials carry a few of the ~100 columns, and a null column each was paid for in the driver
+    # every batch).
     nulls: dict[pa.DataType, pa.Array] = {}
     columns = []
     for f in schema:

@@ -10,8 +10,8 @@
    by the end (it merges the batches waiting together) made that figure up to ~40 % too high.
 2. Driver load, measured in the same run: `driver_bytes_per_record` is the Arrow bytes the driver process
    collects from Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this process (the
-   Spark driver's Python side, where foreachBatch runs) plus its merge and verdict children
-   (aggregator.merge_child, aggregator.verdict_child), over the same span as the records/s, less the
+   Spark driver's Python side, where foreachBatch runs) plus its merge child
+   (aggregator.merge_child), over the same span as the records/s, less the
    bench's own polling thread. The JVM is left out: in local[2] it hosts the executors too.
    `driver_cpu_growth` = CPU per batch of the throughput run / CPU per batch of a run with the same series,
    the same batch count and the same event-time span per batch, but a quarter of the records per series (a
@@ -24,7 +24,7 @@
    piles up meanwhile took ~10 s to drain (before, a fifth of a 30 s run was skipped and the drain
    set the p99).
 4. Where the CPU goes (bench/process_cpu.py): each part's CPU (the Spark JVM and its threads, the Python
-   workers, the driver, its merge and verdict children, Redis, the broker) per steady throughput batch and
+   workers, the driver, its merge child, Redis, the broker) per steady throughput batch and
    in cores over the measured freshness span: on 2 cores the parts compete, so the limiting stage is often
    the machine, not one part. The freshness line ends with the CPU the hypervisor gave other guests over
    the span (host steal): a run slowed by its host, not by its own parts, shows there.
@@ -80,7 +80,6 @@ from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
 from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
 from aggregator.session import build_session  # noqa: E402
-from aggregator.verdict_child import CHILD_PREFIX as VERDICT_CHILD_PREFIX  # noqa: E402
 from bench.process_cpu import (  # noqa: E402
     CLOCK_TICKS,
     HOST_STEAL,
@@ -225,7 +224,7 @@ class DriverLoad:
 
     def cpu_seconds(self) -> float:
         used = ticks(Path("/proc/self/stat")) - self.bench_threads.ticks()
-        # The children (the merge and verdict children) are looked up once a second, not at every sample: a
+        # The children (the merge child) are looked up once a second, not at every sample: a
         # scan of /proc took 1-2 ms, and the clock samples every 50 ms.
         if time.monotonic() - self._children_at > 1.0:
             self._children, self._children_at = children(os.getpid()), time.monotonic()
@@ -237,12 +236,6 @@ class DriverLoad:
         status = Path(f"/proc/{pid}/status").read_text()
         line = next(line for line in status.splitlines() if line.startswith(f"{field}:"))
         return int(line.split()[1]) / 1024
-
-    @staticmethod
-    def verdict_children_mb() -> list[float]:
-        """The peak resident memory of the sinks' verdict children (aggregator.verdict_child)."""
-        return [DriverLoad.rss_mb(pid=child.pid) for child in multiprocessing.active_children()
-                if child.name.startswith(VERDICT_CHILD_PREFIX) and child.pid is not None]
 
 
 class MergeClock:
@@ -318,7 +311,6 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
             time.sleep(0.01)
         time.sleep(0.1)  # the clock sees the last merge
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-        verdict_mb = DriverLoad.verdict_children_mb()  # the child ends with its query
     finally:
         merges.stop()
         budget.stop()
@@ -353,8 +345,6 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
           f"({bytes_per_record:.1f} B per record)")
     print(f"{source}: CPU s per batch over the same span, by part: "
           f"{budget_line(budget.between(began, ended), len(steady), 'CPU s')}")
-    peaks = ", ".join(f"{mb:.0f}" for mb in verdict_mb) or "-"
-    print(f"{source}: the sink's verdict child: peak RSS {peaks} MB")
     return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows)
 
 

@@ -1,8 +1,8 @@
 """Where a bench's CPU goes, by process (and the Spark JVM by thread), read from /proc.
 
 The aggregator bench runs every part on one 2-core machine: the Spark JVM (driver and executors in
-local mode), the executors' Python workers, the Spark driver's Python process and its merge and verdict
-children, Redis, the Kafka broker. What limits a figure is often not one stage but the machine's CPU:
+local mode), the executors' Python workers, the Spark driver's Python process and its merge
+child, Redis, the Kafka broker. What limits a figure is often not one stage but the machine's CPU:
 CpuBudget samples each part's CPU seconds so a span (the steady batches) can be split by part.
 """
 
@@ -104,17 +104,15 @@ def part_of(pid: int, driver: int) -> str | None:
         return "redis"
     if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
         return "python workers"
-    # The driver's own children: the sink's merge child and verdict child (aggregator.merge_child and
-    # aggregator.verdict_child name them) or the bench's input producer (a pool worker). Imported here:
+    # The driver's own children: the sink's merge child (aggregator.merge_child names it) or the bench's
+    # input producer (a pool worker). Imported here:
     # bench/api.py reads /proc through this module too and has no aggregator to load.
-    from aggregator import merge_child, verdict_child
+    from aggregator import merge_child
 
     name = next((child.name for child in multiprocessing.active_children() if child.pid == pid), None)
     if name is None:
         return None
-    if name.startswith(merge_child.CHILD_PREFIX):
-        return "merge child"
-    return "verdict child" if name.startswith(verdict_child.CHILD_PREFIX) else "input producer"
+    return "merge child" if name.startswith(merge_child.CHILD_PREFIX) else "input producer"
 
 
 class BenchThreads:
@@ -216,7 +214,7 @@ class CpuBudget:
 
 
 # The parts that make up an aggregator (the input producer, Redis and the broker are the bench's).
-AGGREGATOR_PARTS = ("driver", "spark JVM", "python workers", "merge child", "verdict child")
+AGGREGATOR_PARTS = ("driver", "spark JVM", "python workers", "merge child")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 

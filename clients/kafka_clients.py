@@ -115,8 +115,8 @@ def admin(config: SrmConfig, alias: str, overrides: Mapping[str, object] | None 
 
 
 # The Java producer's default since Kafka 4.0 (MM2's): at 20 ms the linger was most of the driver's
-# replication latency at 20k rec/s (p50 24 ms against MM2's 12); under full load batches fill before
-# it runs out either way (the same throughput at 5 and 20 ms).
+# replication latency; under full load batches fill before it runs out either way (bench/RESULTS.md,
+# "LINGER_MS").
 LINGER_MS: Final = 5
 
 
@@ -198,18 +198,21 @@ def partition_counts(client: AdminClient, alias: str) -> dict[str, int]:
     return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
 
 
-def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> None:
-    """Create the topics that do not exist yet; existing ones are left as they are."""
+def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> list[str]:
+    """Create the topics that do not exist yet; existing ones are left as they are. Returns the names
+    this call created (a topic it created holds nothing written before it)."""
     if not specs:
-        return
+        return []
     new = [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
                     config=s.configs) for s in specs]
     refused: list[str] = []
+    created: list[str] = []
     code = ""
     for name, future in client.create_topics(new, request_timeout=ADMIN_TIMEOUT_S).items():
         try:
             await_result(client, future)
             LOG.info("created topic %s on %s", name, alias)
+            created.append(name)
         except KafkaException as exc:
             if exc.args[0].code() in AUTHORIZATION_FAILURES:
                 refused.append(name)
@@ -219,6 +222,7 @@ def ensure_topics(client: AdminClient, alias: str, specs: list[TopicSpec]) -> No
     if refused:
         raise authorization_refusal(alias, "create topic", refused, code,
                                     "CREATE on the topic (or the cluster)")
+    return created
 
 
 def grow_partitions(client: AdminClient, alias: str, counts: dict[str, int]) -> None:

@@ -15,7 +15,7 @@ import redis
 from contract.config import SrmConfig
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
-# Longer than the slowest call the parts make on purpose (a merge's MULTI of ~15k series takes under 1 s).
+# Longer than the slowest call the parts make on purpose (a merge's MULTI, cut in MERGE_PARTS pieces).
 DEFAULT_SOCKET_TIMEOUT_S: Final = 10.0
 HEALTH_CHECK_S: Final = 30
 

@@ -104,8 +104,8 @@ class SeriesId:
 
 
 # A value: never changed once made, and hashable. Not frozen: a frozen dataclass sets each field through
-# object.__setattr__ (1.1 us a window against 0.24), and the sink makes ~7 * 10^4 of these a batch of
-# 200k records, the service one per window member it reads.
+# object.__setattr__ (several times slower: bench/RESULTS.md, "WindowAggregate"), and the sink makes
+# ~7 * 10^4 of these a batch of 200k records, the service one per window member it reads.
 @dataclass(slots=True, unsafe_hash=True)
 class WindowAggregate:
     start_ms: int
@@ -386,6 +386,7 @@ def target_rollup_patterns(target: str, query_name: str) -> list[str]:
     return [f"{PREFIX}:win:{{{tag}|*", f"{PREFIX}:ts:{{{tag}|*", f"{PREFIX}:idx:{{{tag}|*",
             f"{PREFIX}:idx:{{{tag}}}:sources",
             f"{PREFIX}:latest:{{{tag}|*", f"{PREFIX}:invalid:{{{tag}|*", f"{PREFIX}:late:{{{tag}|*",
+            f"{PREFIX}:refused:{{{tag}|*",
             f"{PREFIX}:batch:{scope}", f"{PREFIX}:batch:{scope}{_glob_escape(_part(':'))}*"]
 
 
@@ -403,6 +404,19 @@ def late_records_key(target: str, source: str) -> str:
     """Running total of valid raw records from `srm-metrics.<source>.internal` in `target` that came
     after the watermark had closed their window, so no rollup counts them (an integer string)."""
     return f"{PREFIX}:late:{_tag(target, source, ALL_TOPICS)}:total"
+
+
+def subjects_key(target: str, source: str) -> str:
+    """Sorted set of the replication's subjects the aggregator keeps series for (aggregator.subject_cap):
+    member `<remote topic>|<partition>|<group>` (partition WHOLE_TOPIC for a whole topic, group empty
+    but for a consumer group's), score = the hour (epoch ms) of its newest report."""
+    return f"{PREFIX}:idx:{_tag(target, source, ALL_TOPICS)}:subjects"
+
+
+def refused_subjects_key(target: str, source: str) -> str:
+    """Running total of new subjects refused because the replication had as many as the aggregator keeps
+    (aggregator.max.subjects.per.replication): one per subject and batch (an integer string)."""
+    return f"{PREFIX}:refused:{_tag(target, source, ALL_TOPICS)}:subjects"
 
 
 def encode_latest(value: dict) -> str:

@@ -25,6 +25,10 @@ DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVICE_PORT: Final = 6670  # SRM Service's default REST port
 DEFAULT_METRICS_PERIOD_S: Final = 30.0
 DEFAULT_METRICS_PERIOD_MS: Final = int(DEFAULT_METRICS_PERIOD_S * 1000)
+# Subjects (remote topic-partitions, whole topics, groups' topic-partitions) a replication may have: twice
+# the 100,000 partitions (in 10,000 topics: 110,000 subjects) the aggregator is sized and benched for on one
+# target, which leaves room for checkpointed groups; a writer of srm-metrics.<src>.internal can cost no more.
+DEFAULT_MAX_SUBJECTS: Final = 200_000
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,10 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "How late a raw-metrics record may come and still count."),
     _process("aggregator.max.offsets.per.trigger", "integer", 200_000, "aggregator",
              "Records per micro-batch at most (0 = unbounded)."),
+    _process("aggregator.max.subjects.per.replication", "integer", DEFAULT_MAX_SUBJECTS, "aggregator",
+             "Topic, partition and group subjects one replication may have series of; a new one beyond it is "
+             "refused and counted (srm_subjects_refused_total). A subject not reported for a day is "
+             "forgotten."),
     _process("aggregator.metrics.topics.pattern", "string", None, "aggregator",
              "Java regex of the raw-metrics topics to read (default: all)."),
     _process("aggregator.stall.trigger.intervals", "integer", 30, "aggregator",

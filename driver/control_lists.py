@@ -140,14 +140,15 @@ def cluster_metadata(config: SrmConfig, alias: str, client: AdminClient, timeout
                                  f"{reason}") from exc
 
 
-def ensure_control_topic(config: SrmConfig, alias: str, client: AdminClient, timeout_s: float) -> None:
-    """Creates the control topic on cluster ``alias`` unless it exists; ClusterUnavailable if unreachable."""
+def ensure_control_topic(config: SrmConfig, alias: str, client: AdminClient, timeout_s: float) -> bool:
+    """Creates the control topic on cluster ``alias`` unless it exists; ClusterUnavailable if unreachable.
+    True when this call created it."""
     metadata = cluster_metadata(config, alias, client, timeout_s)
     if CONTROL_TOPIC in metadata.topics and metadata.topics[CONTROL_TOPIC].error is None:
-        return
+        return False
     wanted = checked_replication_factor(config, RF_SETTING, None, alias)
     rf = fitted_replication_factor(client, alias, wanted, RF_SETTING)
-    kafka_clients.ensure_topics(client, alias, [TopicSpec(CONTROL_TOPIC, 1, TOPIC_CONFIGS, rf)])
+    return bool(kafka_clients.ensure_topics(client, alias, [TopicSpec(CONTROL_TOPIC, 1, TOPIC_CONFIGS, rf)]))
 
 
 def write_changes(config: SrmConfig, alias: str, changes: Iterable[ControlChange], timeout_s: float,
@@ -268,7 +269,11 @@ class ControlLists:
         while not self._stopping.is_set():
             try:
                 client = kafka_clients.admin(self.config, self.alias, self.client_overrides)
-                ensure_control_topic(self.config, self.alias, client, timeout_s=10.0)
+                if ensure_control_topic(self.config, self.alias, client, timeout_s=10.0):
+                    # Created just now, so empty: the lists are loaded. A busy broker may take seconds
+                    # to serve the new topic, and replications need not wait for that (what is written
+                    # to it meanwhile applies once read, as every later change does).
+                    self._mark_loaded()
                 return self._assigned_consumer()
             except (ClusterUnavailable, KafkaException) as exc:
                 LOG.warning("control lists of %s not readable yet: %s; retrying in %.0f s", self.alias,

@@ -94,6 +94,27 @@ class OffsetSyncEmitter:
         if due:
             self._fire()
 
+    def acknowledged_run(self, topic: str, partition: int, first_upstream: int, first_downstream: int,
+                         last_upstream: int, last_downstream: int) -> None:
+        """Records at consecutive upstream offsets acknowledged together, of which the first and last
+        record's target offsets are known. When the target offsets are consecutive too, every record's
+        is known, and the syncs due are exactly those of feeding each record (`acknowledged`): within
+        such a run only staleness makes one due, every `offset.lag.max` + 1 downstream offsets. Otherwise
+        (another writer's records in between) the first and last record are fed."""
+        self.acknowledged(topic, partition, first_upstream, first_downstream)
+        if last_upstream == first_upstream:
+            return
+        state = self._states.get((topic, partition))
+        if state is not None and last_downstream - first_downstream == last_upstream - first_upstream:
+            shift, step = first_upstream - first_downstream, self.offset_lag_max + 1
+            due = state.last_sync_downstream + step
+            while due < last_downstream:
+                state.previous_upstream, state.previous_downstream = due + shift - 1, due - 1
+                self.acknowledged(topic, partition, due + shift, due)
+                due = state.last_sync_downstream + step
+            state.previous_upstream, state.previous_downstream = last_upstream - 1, last_downstream - 1
+        self.acknowledged(topic, partition, last_upstream, last_downstream)
+
     def _fire(self) -> None:
         queue = self.writer.queue
         try:

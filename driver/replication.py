@@ -53,7 +53,13 @@ from driver.replication_stats import ReplicationStats
 from driver.replication_tasks import TASKS_TOPIC_CONFIGS, TaskCoordinator, task_of, task_partitions
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
-from driver.target_writer import SHUTDOWN_FLUSH_S, TRANSACTION_TIMEOUT_S, AtLeastOnceWriter, PartitionFlow
+from driver.target_writer import (
+    AT_LEAST_ONCE_PRODUCER,
+    SHUTDOWN_FLUSH_S,
+    TRANSACTION_TIMEOUT_S,
+    AtLeastOnceWriter,
+    PartitionFlow,
+)
 from driver.topic_sync import TopicRefusals, TopicSync, refresh_interval_s
 from driver.transactional_writer import TransactionalWriter
 from driver.worker_census import WorkerCensus
@@ -143,8 +149,10 @@ class ReplicationWorker(threading.Thread):
     def _run(self, source: str, target: str) -> None:
         self.source_admin = kafka_clients.admin(self.config, source)
         self.target_admin = kafka_clients.admin(self.config, target)
+        # At least once, records go out on this producer too (driver.target_writer: why these settings).
+        copying = {} if self.exactly_once else AT_LEAST_ONCE_PRODUCER
         self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
-                                               overrides=self.limits.producer_limits())
+                                               overrides={**copying, **self.limits.producer_limits()})
         self.topic_sync = TopicSync(self.config, source, target, self.source_admin, self.target_admin,
                                     self.policy)
         kafka_clients.ensure_topics(self.target_admin, target, [
@@ -245,13 +253,7 @@ class ReplicationWorker(threading.Thread):
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
         if not self.exactly_once:
-            writer = AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits)
-            # One bound callback for every record: no closure per record on the hot path.
-            self.producer = kafka_clients.producer(self.config, target, source=source, target=target,
-                                                   overrides={"on_delivery": writer.delivered,
-                                                              **self.limits.producer_limits()})
-            writer.producer = self.producer
-            return writer
+            return AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits)
         factory = functools.partial(clients.transactional_producer, self.config, self.replication,
                                     self.limits)
         return TransactionalWriter(factory, source, progress_topic(source), group_id(source, target), emitter,
@@ -312,9 +314,14 @@ class ReplicationWorker(threading.Thread):
             return
         if self.emitter is not None:  # a new lifetime for these partitions: their first record is synced
             self.emitter.forget(keys)
+        began = time.monotonic()
         if isinstance(self.writer, TransactionalWriter):  # before reading progress: aborts a zombie's work
             self.writer.fence({task_of(topic, partition, self.tasks_max) for topic, partition in keys})
+        fenced = time.monotonic()
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
+        LOG.info("%s->%s: %d partition(s) fenced in %.1f s, their progress read in %.1f s",
+                 self.replication.source, self.replication.target, len(keys), fenced - began,
+                 time.monotonic() - fenced)
         flows, positions = [], []
         for topic, partition in keys:
             last = self.progress.last_replicated(topic, partition)
@@ -387,7 +394,10 @@ class ReplicationWorker(threading.Thread):
 
     def _produce_metrics(self, records: Sequence[raw_metrics.RawMetrics]) -> None:
         topic = metrics_topic(self.replication.source)
+        # At least once they share the copy's producer, whose refusals fail the worker.
+        writer = getattr(self, "writer", None)
+        delivered = writer.delivered if isinstance(writer, AtLeastOnceWriter) else None
         for record in records:
             key, value = raw_metrics.encode(record)
-            self.producer.produce(topic, value=value, key=key)
+            self.producer.produce(topic, value=value, key=key, on_delivery=delivered)
         self.producer.poll(0)

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from clients import kafka_clients
@@ -58,8 +56,8 @@ def progress_consumer(config: SrmConfig, replication: Replication) -> Consumer:
 
 
 def transactional_producer(config: SrmConfig, replication: Replication, limits: QueueLimits,
-                           transactional_id: str, delivered: Callable[..., None]) -> Producer:
+                           transactional_id: str) -> Producer:
     source, target = replication.source, replication.target
     return kafka_clients.producer(config, target, source=source, target=target, overrides={
-        "transactional.id": transactional_id, "on_delivery": delivered,
+        "transactional.id": transactional_id,
         "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000), **limits.producer_limits()})

@@ -50,18 +50,30 @@ class PartitionStats:
         if age_ms > self.age_max:
             self.age_max = age_ms
 
-    def replicated(self, upstream_offset: int, target_offset: int, size: int, latency_ms: float) -> None:
-        """The target acknowledged a record; `size` is the value length, as MM2's byte-count."""
-        self.record_count += 1
+    def polled_run(self, count: int, age_sum: float, age_min: float, age_max: float, age_last: float) -> None:
+        """``count`` records read from the source at once, their ages summed up."""
+        self.polled_count += count
+        self.last_age = age_last
+        self.age_sum += age_sum
+        if age_min < self.age_min:
+            self.age_min = age_min
+        if age_max > self.age_max:
+            self.age_max = age_max
+
+    def replicated_run(self, upstream_offset: int, target_offset: int, count: int, size: int,  # noqa: PLR0913
+                       latency_sum: float, latency_min: float, latency_max: float,
+                       latency_last: float) -> None:
+        """``count`` records acknowledged at once, up to ``upstream_offset``; `size`: their values' length."""
+        self.record_count += count
         self.byte_count += size
         self.upstream_offset = upstream_offset
         self.target_offset = target_offset
-        self.last_latency = latency_ms
-        self.latency_sum += latency_ms
-        if latency_ms < self.latency_min:
-            self.latency_min = latency_ms
-        if latency_ms > self.latency_max:
-            self.latency_max = latency_ms
+        self.last_latency = latency_last
+        self.latency_sum += latency_sum
+        if latency_min < self.latency_min:
+            self.latency_min = latency_min
+        if latency_max > self.latency_max:
+            self.latency_max = latency_max
 
     def records_lag(self) -> int | None:
         if self.source_end_offset is None:

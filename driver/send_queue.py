@@ -29,7 +29,7 @@ HEADROOM_RECORDS: Final = 10_000
 HEADROOM_BYTES: Final = 8 * 1024 * 1024
 # How long librdkafka waits before fetching again for a partition once the fetch queue above is full.
 # Its default (1 s) idles the copy: the loop empties a 16 MiB queue in well under a second at full
-# speed, then waits out the rest of the second; the 8-partition bench copied at a quarter of its rate.
+# speed, then waits out the rest of the second (bench/RESULTS.md, "FETCH_QUEUE_BACKOFF_MS").
 FETCH_QUEUE_BACKOFF_MS: Final = 50
 # A target that acknowledges nothing for this long while records wait is reported as an outage.
 OUTAGE_AFTER_S: Final = 10.0
@@ -73,10 +73,6 @@ class QueueLimits:
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS}
 
 
-def record_size(message: Message) -> int:
-    return len(message.value() or b"") + len(message.key() or b"")
-
-
 class SendQueue:
     """Counts of records handed to the producer and not acknowledged, and the per-partition backlog."""
 
@@ -95,18 +91,18 @@ class SendQueue:
             return True
         return self.records < self.limits.max_records and self.bytes + size <= self.limits.max_bytes
 
-    def sent(self, size: int) -> None:
+    def sent(self, size: int, records: int = 1) -> None:
         if self.records == 0:
             self._waiting_since = time.monotonic()
-        self.records += 1
+        self.records += records
         self.bytes += size
 
-    def settled(self, size: int) -> None:
-        """A record was acknowledged or refused: it no longer takes room. Called once a record from the
-        delivery callbacks, so it reads no clock: `note_acknowledgements` does, once per poll."""
-        self.records -= 1
+    def settled(self, size: int, records: int = 1) -> None:
+        """Records were acknowledged or refused: they no longer take room. Called from the delivery
+        callbacks, so it reads no clock: `note_acknowledgements` does, once per poll."""
+        self.records -= records
         self.bytes -= size
-        self._settled += 1
+        self._settled += records
         if self.records <= 0:
             self._waiting_since = None
 
@@ -117,8 +113,9 @@ class SendQueue:
         if self.records <= 0:
             self.records, self.bytes, self._waiting_since = 0, max(0, self.bytes), None
 
-    def hold(self, key: PartitionKey, message: Message) -> None:
-        self.backlog.setdefault(key, deque()).append(message)
+    def hold(self, key: PartitionKey, messages: Iterable[Message]) -> None:
+        """Records that wait, in order, behind what already waits for their partition."""
+        self.backlog.setdefault(key, deque()).extend(messages)
 
     def held(self, key: PartitionKey) -> bool:
         return key in self.backlog

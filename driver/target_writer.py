@@ -12,6 +12,17 @@ remote topic, and record progress in the MM2 Connect format (`driver.progress_re
 
 Offset syncs follow MM2: fed acknowledged records (committed ones in exactly-once mode), best-effort.
 
+Records go out in runs (`CopiedRun`): a partition's records of one poll at consecutive offsets. Only a
+run's first and last record carry a delivery callback; the records between are acknowledged with the
+last one. That holds because nothing between them can fail while the last one succeeds: exactly-once
+commits a task's records all or none, and the at-least-once producer has librdkafka's gapless
+guarantee (a failure that would leave a gap fails the producer, and so every later record) and no
+message timeout (`AT_LEAST_ONCE_PRODUCER`; the worker fails instead when the target acknowledges
+nothing for `DELIVERY_TIMEOUT_S`). A delivery report costs a Python object and call per record: at 8
+partitions they were a quarter of the copy loop's time. The first and last records' target offsets
+give every record's (contiguous downstream), so offset syncs and the latency summary stay as exact as
+per-record reports made them.
+
 Neither writer waits for room in the producer's queue: a record that does not fit
 (`driver.send_queue`) waits in its partition's backlog, the worker pauses that partition, and `tick`
 sends the backlog as acknowledgements free room. A target outage thus stops the copy without stopping
@@ -20,10 +31,12 @@ the worker's loop (it keeps polling, so it stays in its group, and keeps reporti
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -32,7 +45,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_record import SourcePartition, encode_key, encode_value
 from driver.replication_stats import PartitionStats
-from driver.send_queue import QueueLimits, SendQueue, record_size
+from driver.send_queue import QueueLimits, SendQueue
 
 LOG = logging.getLogger(__name__)
 
@@ -44,6 +57,19 @@ FLUSH_TIMEOUT_S: Final = 60.0
 # acknowledged by then is not recorded as progress, so the next owner replays it.
 SHUTDOWN_FLUSH_S: Final = 5.0
 PARTITION_WAIT_S: Final = 30.0
+# The at-least-once producer never drops a record by itself (no message timeout, see the module's
+# docstring); a record not acknowledged this long after it was produced fails the worker, which starts
+# again from its recorded progress, as librdkafka's default message timeout did.
+DELIVERY_TIMEOUT_S: Final = 300.0
+DELIVERY_CHECK_S: Final = 1.0
+AT_LEAST_ONCE_PRODUCER: Final = {"enable.idempotence": True, "enable.gapless.guarantee": True,
+                                  "message.timeout.ms": 0}
+# librdkafka's queue is sized above the send queue's limits, so this is not expected; if it happens in
+# the middle of a run, the run waits this long for room.
+BUFFER_WAIT_S: Final = 30.0
+
+
+Taken = tuple[Message, bytes | None, bytes | None]  # a record going out: the message, its value and key
 
 
 class DeliveryFailed(RuntimeError):
@@ -60,19 +86,38 @@ class PartitionFlow:
     stats: PartitionStats
     acked: int = -1  # last upstream offset the target acknowledged (committed, in exactly-once mode)
     persisted: int = -1  # last upstream offset written to the progress topic
-    in_flight: deque[int] = field(default_factory=deque)  # upstream offsets produced, not acknowledged
+    in_flight: deque[CopiedRun] = field(default_factory=deque)  # produced, not acknowledged, in order
     produced: int = -1  # last upstream offset handed to the producer
-    pending_syncs: list[tuple[int, int]] = field(default_factory=list)  # acked inside the open transaction
+    pending_syncs: list[CopiedRun] = field(default_factory=list)  # acked inside the open transaction
     task: int = 0  # the task copying it (driver.replication_tasks)
+    key: tuple[str, int] = field(init=False)
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
+    def __post_init__(self) -> None:
+        self.key = (self.topic, self.partition)
 
 
-def _record_timestamp(message: Message) -> int:
-    kind, ts = message.timestamp()
-    return ts if kind != 0 and ts >= 0 else 0  # 0: let the producer stamp a record without one
+class CopiedRun:
+    """Records of one partition handed to the producer together, at consecutive upstream offsets."""
+
+    __slots__ = ("flow", "first", "last", "size", "value_bytes", "sent_ms", "stamps", "first_downstream",
+                 "last_downstream")
+
+    def __init__(self, flow: PartitionFlow, first: int, last: int, size: int, value_bytes: int,
+                 sent_ms: float) -> None:
+        self.flow, self.first, self.last = flow, first, last  # upstream offsets of its first and last record
+        self.size, self.value_bytes = size, value_bytes  # keys and values (the send queue's); values (MM2's)
+        self.sent_ms = sent_ms  # when it was handed to the producer
+        # The records' timestamps (the time of the write for a record without one).
+        self.stamps: list[float] = []
+        self.first_downstream = self.last_downstream = -1  # from the delivery reports
+
+    def acknowledged(self, ack_ms: float) -> None:
+        """Counts the run into its partition's statistics, acknowledged at ``ack_ms``."""
+        stamps = self.stamps
+        count = len(stamps)
+        self.flow.stats.replicated_run(self.last, self.last_downstream, count, self.value_bytes,
+                                       count * ack_ms - sum(stamps), ack_ms - max(stamps),
+                                       ack_ms - min(stamps), ack_ms - stamps[-1])
 
 
 class _WriterBase:
@@ -82,64 +127,199 @@ class _WriterBase:
         self.flows: dict[tuple[str, int], PartitionFlow] = {}
         self.queue = SendQueue(limits or QueueLimits.defaults())
         self._failure: str | None = None
+        self._now_ms = time.time() * 1000  # the delivery callbacks' clock, read before each poll
 
     def write(self, messages: list[Message]) -> None:
         """Hands polled records to the producer, in order per partition; what does not fit is held.
 
-        The hot path of the copy: a batch holds runs of one partition's records, so the partition's
-        flow is looked up once a run, and each record's timestamp, key and value are read once."""
-        flows, backlog, send = self.flows, self.queue.backlog, self._send
+        The hot path of the copy: the batch is cut into runs (a partition's records at consecutive
+        offsets), each looked up, accounted and acknowledged once."""
+        flows, backlog = self.flows, self.queue.backlog
         now_ms = time.time() * 1000
-        last_key: tuple[str, int] | None = None
-        flow: PartitionFlow | None = None
-        for message in messages:
+        count, i = len(messages), 0
+        while i < count:
+            message = messages[i]
             if message.error() is not None:
                 _consume_error(message)
+                i += 1
                 continue
-            key = (message.topic(), message.partition())
-            if key != last_key:
-                last_key, flow = key, flows.get(key)
-            if flow is None:  # revoked while the batch was in flight
-                continue
-            kind, ts = message.timestamp()
-            if kind == 0 or ts < 0:
-                ts = 0  # 0: let the producer stamp a record without one
-            flow.stats.polled(now_ms - ts if ts else 0.0)  # MM2 measures record age at poll time
-            if key in backlog or not send(flow, message, ts):
-                self.queue.hold(key, message)
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            j = i + 1
+            while j < count:
+                following = messages[j]
+                if (following.error() is not None or following.offset() != offset + 1
+                        or following.partition() != partition or following.topic() != topic):
+                    break
+                offset += 1
+                j += 1
+            key = (topic, partition)
+            flow = flows.get(key)
+            if flow is not None:  # else revoked while the batch was in flight
+                if j == i + 1 and key not in backlog:  # a run of one: at low rates most are
+                    if not self._send_one(flow, message, now_ms, True):
+                        self.queue.hold(key, [message])
+                    i = j
+                    continue
+                run = messages[i:j] if i or j < count else messages
+                if key in backlog:
+                    _note_polled(flow, run, now_ms)
+                    backlog[key].extend(run)
+                else:
+                    taken = self._send_run(flow, run, now_ms, True)
+                    if taken < len(run):
+                        self.queue.hold(key, run[taken:])
+            i = j
 
     def paused(self) -> set[tuple[str, int]]:
         """Partitions whose records wait for room: the worker pauses them at the source."""
         return set(self.queue.backlog)
 
     def _send_backlog(self) -> None:
+        now_ms = time.time() * 1000
         for key, waiting in list(self.queue.backlog.items()):
             flow = self.flows.get(key)
-            while flow is not None and waiting and self._send(flow, waiting[0],
-                                                              _record_timestamp(waiting[0])):
-                waiting.popleft()
+            while flow is not None and waiting:
+                run = [waiting[0]]
+                for message in itertools.islice(waiting, 1, None):  # the next run: consecutive offsets
+                    if message.offset() != run[-1].offset() + 1:
+                        break
+                    run.append(message)
+                taken = self._send_run(flow, run, now_ms, False)
+                for _ in range(taken):
+                    waiting.popleft()
+                if taken < len(run):
+                    break
             if flow is None or not waiting:
                 del self.queue.backlog[key]
 
-    def _send(self, flow: PartitionFlow, message: Message, ts: int) -> bool:
-        """Hands one record to the producer; False when there is no room for it now."""
-        value, key, queue = message.value(), message.key(), self.queue
-        size = (len(value) if value else 0) + (len(key) if key else 0)
+    def _send_run(self, flow: PartitionFlow, run: list[Message], now_ms: float, polled: bool) -> int:
+        """Hands as much of one run to the producer as the send queue has room for, with a delivery
+        callback on the first and last record only; how many records it took. ``polled``: the run was
+        just read from the source (its records' age is counted)."""
+        if len(run) == 1:
+            return self._send_one(flow, run[0], now_ms, polled)
+        queue = self.queue
+        records, size_total, limits = queue.records, queue.bytes, queue.limits
+        taken: list[Taken] = []
+        value_bytes = 0
+        for message in run:
+            value, key = message.value(), message.key()
+            value_size = len(value) if value else 0
+            size = value_size + (len(key) if key else 0)
+            # (an empty queue takes any record: one larger than the byte limit still moves)
+            if records and (records >= limits.max_records or size_total + size > limits.max_bytes):
+                break
+            records += 1
+            size_total += size
+            value_bytes += value_size
+            taken.append((message, value, key))
+        if not taken:
+            if polled:
+                _note_polled(flow, run, now_ms)
+            return 0
+        last = len(taken) - 1
+        copied = CopiedRun(flow, taken[0][0].offset(), taken[last][0].offset(), size_total - queue.bytes,
+                           value_bytes, now_ms)
+        producer = self._producer_of(flow)
+        produce, remote, partition, stamps = producer.produce, flow.remote, flow.partition, copied.stamps
+        for index, (message, value, key) in enumerate(taken):
+            kind, ts = message.timestamp()
+            if kind == 0 or ts < 0:
+                ts = 0  # let the producer stamp a record without one; its latency counts from now
+                stamps.append(now_ms)
+            else:
+                stamps.append(ts)
+            done = (None if 0 < index < last else
+                    functools.partial(self._run_delivered if index == last else self._run_started, copied))
+            try:
+                produce(remote, value, key, partition, timestamp=ts, headers=message.headers(),
+                        on_delivery=done)
+            except BufferError as exc:
+                if index == 0:  # librdkafka's own queue is full (a client setting below ours): held
+                    if polled:
+                        _note_polled(flow, run, now_ms)
+                    return 0
+                _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+            except KafkaException as exc:
+                _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+        if polled:
+            if last < len(run) - 1:
+                _note_polled(flow, run[last + 1:], now_ms)
+            count = last + 1
+            ts_sum, ts_min, ts_max = sum(stamps), min(stamps), max(stamps)
+            flow.stats.polled_run(count, count * now_ms - ts_sum, now_ms - ts_max, now_ms - ts_min,
+                                  now_ms - stamps[last])
+        queue.sent(copied.size, last + 1)
+        flow.in_flight.append(copied)
+        flow.produced = copied.last
+        return last + 1
+
+    def _send_one(self, flow: PartitionFlow, message: Message, now_ms: float, polled: bool) -> int:
+        """`_send_run` of a run of one record (at low rates most runs are)."""
+        queue = self.queue
+        value, key = message.value(), message.key()
+        value_size = len(value) if value else 0
+        size = value_size + (len(key) if key else 0)
+        kind, ts = message.timestamp()
+        stamp = ts if kind != 0 and ts >= 0 else now_ms
         if queue.records and (queue.records >= queue.limits.max_records
                               or queue.bytes + size > queue.limits.max_bytes):
-            return False  # (an empty queue takes any record: one larger than the byte limit still moves)
-        try:
-            self._produce(flow, message, value, key, ts)
-        except BufferError:  # librdkafka's own limit (a client property set lower than ours)
-            return False
-        queue.sent(size)
+            if polled:
+                flow.stats.polled(now_ms - stamp)
+            return 0
         offset = message.offset()
-        flow.in_flight.append(offset)
+        copied = CopiedRun(flow, offset, offset, size, value_size, now_ms)
+        copied.stamps.append(stamp)
+        producer = self._producer_of(flow)
+        done = functools.partial(self._run_delivered, copied)
+        ts = 0 if stamp is now_ms else ts  # 0: the producer stamps a record without one
+        try:
+            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
+                             on_delivery=done)
+        except BufferError:
+            if polled:
+                flow.stats.polled(now_ms - stamp)
+            return 0
+        except KafkaException as exc:
+            _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+        if polled:
+            flow.stats.polled(now_ms - stamp)
+        queue.sent(size)
+        flow.in_flight.append(copied)
         flow.produced = offset
-        return True
+        return 1
 
-    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
-                 ts: int) -> None:
+    def _run_started(self, copied: CopiedRun, error: KafkaError | None, message: Message) -> None:
+        """The delivery report of a run's first record (of several)."""
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+            return
+        copied.first_downstream = message.offset()
+
+    def _run_delivered(self, copied: CopiedRun, error: KafkaError | None, message: Message) -> None:
+        """The delivery report of a run's last record: the whole run is acknowledged."""
+        self.queue.settled(copied.size, copied.last - copied.first + 1)
+        flow = copied.flow
+        if flow.in_flight and flow.in_flight[0] is copied:
+            flow.in_flight.popleft()
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+            return
+        copied.last_downstream = message.offset()
+        if copied.first == copied.last:
+            copied.first_downstream = copied.last_downstream
+        if self.flows.get(flow.key) is flow:  # not released meanwhile
+            self._acknowledged(copied)
+
+    def _delivered_other(self, error: KafkaError | None, message: Message) -> None:
+        """Progress (and metrics) records on the replication's producer: a refusal fails the worker."""
+        if error is not None:
+            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
+
+    def _acknowledged(self, copied: CopiedRun) -> None:
+        raise NotImplementedError
+
+    def _producer_of(self, flow: PartitionFlow) -> Producer:
         raise NotImplementedError
 
     def retire(self, tasks: Iterable[int]) -> None:
@@ -152,9 +332,10 @@ class _WriterBase:
     def _progress_record(self, flow: PartitionFlow, offset: int) -> tuple[bytes, bytes]:
         return encode_key(SourcePartition(self.source, flow.topic, flow.partition)), encode_value(offset)
 
-    def _feed_sync(self, flow: PartitionFlow, upstream: int, downstream: int) -> None:
+    def _feed_syncs(self, copied: CopiedRun) -> None:
         if self.emitter is not None:
-            self.emitter.acknowledged(flow.topic, flow.partition, upstream, downstream)
+            self.emitter.acknowledged_run(copied.flow.topic, copied.flow.partition, copied.first,
+                                          copied.first_downstream, copied.last, copied.last_downstream)
 
 
 class AtLeastOnceWriter(_WriterBase):
@@ -162,46 +343,34 @@ class AtLeastOnceWriter(_WriterBase):
                  emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
         super().__init__(source, progress_topic, emitter, limits)
         self.producer = producer
-        self._by_remote: dict[tuple[str, int], PartitionFlow] = {}
         self._next_flush = time.monotonic() + PROGRESS_FLUSH_INTERVAL_S
-        self._now_ms = time.time() * 1000  # the delivery callbacks' clock, read before each poll
+        self._next_delivery_check = 0.0
 
-    def delivered(self, error: KafkaError | None, message: Message) -> None:
-        """The producers' one delivery callback (bound once: no per-record closure). Called for every
-        record, from the producers' poll and flush on the copy loop's thread: the clock is read once per
-        poll (`_now_ms`), not once a record."""
-        flow = self._by_remote.get((message.topic(), message.partition()))
-        if error is not None:
-            if flow is not None:
-                self.queue.settled(record_size(message))
-            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
-            return
-        if flow is None:  # progress or metrics record
-            return
-        value, key = message.value(), message.key()
-        value_size = len(value) if value else 0
-        self.queue.settled(value_size + (len(key) if key else 0))
-        upstream = flow.in_flight.popleft()
-        downstream = message.offset()
-        flow.acked = upstream
-        flow.stats.replicated(upstream, downstream, value_size, self._now_ms - message.timestamp()[1])
-        if self.emitter is not None:
-            self.emitter.acknowledged(flow.topic, flow.partition, upstream, downstream)
+    @property
+    def delivered(self) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback for other records on this producer (metrics): a refusal fails the worker."""
+        return self._delivered_other
+
+    def _acknowledged(self, copied: CopiedRun) -> None:
+        copied.flow.acked = copied.last
+        copied.acknowledged(self._now_ms)
+        self._feed_syncs(copied)
 
     def add(self, flows: Iterable[PartitionFlow]) -> None:
         for flow in flows:
             self.flows[flow.key] = flow
-            self._by_remote[(flow.remote, flow.partition)] = flow
 
-    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
-                 ts: int) -> None:
-        _produce(self.producer, flow, message, value, key, ts)
+    def _producer_of(self, flow: PartitionFlow) -> Producer:
+        return self.producer
 
     def tick(self, now: float) -> None:
         self._now_ms = time.time() * 1000
         self.producer.poll(0)
         self.queue.note_acknowledgements(now)
         self._check()
+        if now >= self._next_delivery_check:
+            self._next_delivery_check = now + DELIVERY_CHECK_S
+            self._check_delivery_timeout()
         self._send_backlog()
         if self.emitter is not None:
             self.emitter.send_due()
@@ -210,6 +379,14 @@ class AtLeastOnceWriter(_WriterBase):
             if self.emitter is not None:
                 self.emitter.flush_delayed()
             self._next_flush = now + PROGRESS_FLUSH_INTERVAL_S
+
+    def _check_delivery_timeout(self) -> None:
+        oldest = min((flow.in_flight[0].sent_ms for flow in self.flows.values() if flow.in_flight),
+                     default=None)
+        waited_s = 0.0 if oldest is None else (self._now_ms - oldest) / 1000
+        if waited_s >= DELIVERY_TIMEOUT_S:
+            raise DeliveryFailed(f"records not acknowledged by the target within {DELIVERY_TIMEOUT_S:.0f} s "
+                                 f"({self.queue.records} records wait)")
 
     def release(self, keys: Iterable[tuple[str, int]], lost: bool = False,
                 timeout_s: float = FLUSH_TIMEOUT_S) -> None:
@@ -224,14 +401,13 @@ class AtLeastOnceWriter(_WriterBase):
             self._flush(max(0.1, deadline - time.monotonic()))
         for flow in flows:
             del self.flows[flow.key]
-            self._by_remote.pop((flow.remote, flow.partition), None)
         self.queue.drop(flow.key for flow in flows)
 
     def _persist(self, flows: Iterable[PartitionFlow]) -> None:
         for flow in flows:
             if flow.acked > flow.persisted:
                 key, value = self._progress_record(flow, flow.acked)
-                self.producer.produce(self.progress_topic, value, key)
+                self.producer.produce(self.progress_topic, value, key, on_delivery=self._delivered_other)
                 flow.persisted = flow.acked
 
     def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
@@ -242,21 +418,33 @@ class AtLeastOnceWriter(_WriterBase):
         self._check()
 
 
-def _produce(producer: Producer, flow: PartitionFlow, message: Message, value: bytes | None,
-             key: bytes | None, ts: int) -> None:
-    """Copies one record; BufferError when librdkafka's queue is full. A remote partition just created
-    that the producer's metadata does not show yet is waited for (bounded)."""
-    deadline = None  # set on the first unknown partition: no clock read per record on the hot path
+def _note_polled(flow: PartitionFlow, messages: Iterable[Message], now_ms: float) -> None:
+    """The age of records read but held (MM2 measures record age at poll time)."""
+    for message in messages:
+        kind, ts = message.timestamp()
+        flow.stats.polled(now_ms - ts if kind != 0 and ts > 0 else 0.0)
+
+
+def _produce_waiting(producer: Producer, flow: PartitionFlow, message: Message, value: bytes | None,
+                     key: bytes | None, ts: int, done: Callable[..., None] | None, error: Exception) -> None:
+    """Produces one record of a run after librdkafka refused it: a remote partition just created that
+    the producer's metadata does not show yet, or no room in its queue, is waited for (bounded)."""
+    deadline = time.monotonic() + (BUFFER_WAIT_S if isinstance(error, BufferError) else PARTITION_WAIT_S)
+    extra = {} if done is None else {"on_delivery": done}
     while True:
-        try:
-            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers())
-            return
-        except KafkaException as exc:
-            deadline = deadline or time.monotonic() + PARTITION_WAIT_S
-            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
-                raise
+        if isinstance(error, KafkaException):
+            if error.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise error
             producer.list_topics(flow.remote, timeout=5)  # refreshes the producer's metadata
-            producer.poll(0.2)
+        elif time.monotonic() > deadline:
+            raise DeliveryFailed(f"no room in the producer's queue for {BUFFER_WAIT_S:.0f} s")
+        producer.poll(0.2)
+        try:
+            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
+                             **extra)
+            return
+        except (KafkaException, BufferError) as exc:
+            error = exc
 
 
 def _consume_error(message: Message) -> None:

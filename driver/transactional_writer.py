@@ -10,32 +10,39 @@ the progress topic. The records of all the task's partitions and their progress 
 transaction, so a `read_committed` reader of the remote topic sees each source record exactly once.
 
 The copy loop calls `fence` when it starts a task, never a group callback: `init_transactions` may wait
-for the previous owner's transaction to be aborted.
+for the previous owner's transaction to be aborted. The tasks a worker takes at once are fenced side by
+side (each call waits on its own transaction coordinator; one after another, four tasks took four
+times as long), and a call that times out is resumed, as librdkafka allows, until `INIT_DEADLINE_S`:
+a coordinator still loading its state after a broker start is not a reason to restart the worker.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Producer
 
 from driver.offset_sync_emitter import OffsetSyncEmitter
-from driver.send_queue import PartitionKey, QueueLimits, record_size
+from driver.send_queue import PartitionKey, QueueLimits
 from driver.target_writer import (
     FLUSH_TIMEOUT_S,
     SHUTDOWN_FLUSH_S,
     TRANSACTION_INTERVAL_S,
     TRANSACTION_TIMEOUT_S,
+    CopiedRun,
     DeliveryFailed,
     PartitionFlow,
-    _produce,
     _WriterBase,
 )
 
 LOG = logging.getLogger(__name__)
+
+INIT_DEADLINE_S: Final = 2 * TRANSACTION_TIMEOUT_S
+MAX_PARALLEL_INITS: Final = 8
 
 
 def transactional_id(prefix: str, task: int) -> str:
@@ -44,60 +51,67 @@ def transactional_id(prefix: str, task: int) -> str:
 
 
 class TransactionalWriter(_WriterBase):
-    def __init__(self, producer_factory: Callable[[str, Callable[..., None]], Producer], source: str,
+    def __init__(self, producer_factory: Callable[[str], Producer], source: str,
                  progress_topic: str, transactional_prefix: str,
                  emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
         super().__init__(source, progress_topic, emitter, limits)
         self.producer_factory, self.prefix = producer_factory, transactional_prefix
         self.producers: dict[int, Producer] = {}
-        # task -> (remote topic, partition) -> flow: what the task's delivery callback updates.
-        self._by_remote: dict[int, dict[tuple[str, int], PartitionFlow]] = {}
+        self._by_task: dict[int, dict[PartitionKey, PartitionFlow]] = {}  # what each task commits
         self._open: set[int] = set()  # tasks with a transaction under way
         self._next_commit = time.monotonic() + TRANSACTION_INTERVAL_S
-        self._now_ms = time.time() * 1000  # the delivery callbacks' clock, read before each poll
 
     def transactional_id(self, task: int) -> str:
         return transactional_id(self.prefix, task)
 
     def fence(self, tasks: Iterable[int]) -> None:
-        """Own these tasks' transactional ids: earlier owners are fenced, their open work aborted."""
-        for task in sorted(set(tasks) - set(self.producers)):
-            producer = self.producer_factory(self.transactional_id(task),
-                                             functools.partial(self._delivered, task))
-            producer.init_transactions(TRANSACTION_TIMEOUT_S)
-            self.producers[task] = producer
-            self._by_remote.setdefault(task, {})
+        """Own these tasks' transactional ids: earlier owners are fenced, their open work aborted.
+        Returns once every one is fenced; raises the first failure."""
+        new = sorted(set(tasks) - set(self.producers))
+        if not new:
+            return
+        producers = {task: self.producer_factory(self.transactional_id(task)) for task in new}
+        if len(new) == 1:
+            self._init(new[0], producers[new[0]])
+        else:  # init_transactions releases the GIL while it waits for the coordinator
+            with ThreadPoolExecutor(min(len(new), MAX_PARALLEL_INITS), "init-transactions") as pool:
+                futures = [pool.submit(self._init, task, producer) for task, producer in producers.items()]
+            failures = [future.exception() for future in futures if future.exception() is not None]
+            if failures:
+                raise failures[0]  # type: ignore[misc]
+
+    def _init(self, task: int, producer: Producer) -> None:
+        deadline = time.monotonic() + INIT_DEADLINE_S
+        while True:
+            try:
+                producer.init_transactions(min(TRANSACTION_TIMEOUT_S, max(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as exc:  # a timed-out call is resumable: the same call goes on
+                error = exc.args[0]
+                if not error.retriable() or time.monotonic() >= deadline:
+                    raise
+                LOG.info("init_transactions of %s not done yet (%s); resuming", self.transactional_id(task),
+                         error.str())
+        self.producers[task] = producer
+        self._by_task.setdefault(task, {})
 
     def add(self, flows: Iterable[PartitionFlow]) -> None:
         for flow in flows:
             self.fence([flow.task])
             self.flows[flow.key] = flow
-            self._by_remote[flow.task][(flow.remote, flow.partition)] = flow
+            self._by_task[flow.task][flow.key] = flow
 
-    def _delivered(self, task: int, error: KafkaError | None, message: Message) -> None:
-        """A task's delivery callback, for every record; the clock is read once per poll (`_now_ms`)."""
-        flow = self._by_remote.get(task, {}).get((message.topic(), message.partition()))
-        if error is not None:
-            if flow is not None:
-                self.queue.settled(record_size(message))
-            self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
-            return
-        if flow is None:  # a progress record, or a partition released meanwhile
-            return
-        value, key = message.value(), message.key()
-        value_size = len(value) if value else 0
-        self.queue.settled(value_size + (len(key) if key else 0))
-        upstream, downstream = flow.in_flight.popleft(), message.offset()
-        flow.stats.replicated(upstream, downstream, value_size, self._now_ms - message.timestamp()[1])
-        flow.pending_syncs.append((upstream, downstream))
+    def _acknowledged(self, copied: CopiedRun) -> None:
+        """A run's records are in the open transaction: counted now, their syncs fed once committed."""
+        copied.acknowledged(self._now_ms)
+        copied.flow.pending_syncs.append(copied)
 
-    def _produce(self, flow: PartitionFlow, message: Message, value: bytes | None, key: bytes | None,
-                 ts: int) -> None:
+    def _producer_of(self, flow: PartitionFlow) -> Producer:
         producer = self.producers[flow.task]
         if flow.task not in self._open:
             producer.begin_transaction()
             self._open.add(flow.task)
-        _produce(producer, flow, message, value, key, ts)
+        return producer
 
     def tick(self, now: float) -> None:
         self._now_ms = time.time() * 1000
@@ -137,9 +151,9 @@ class TransactionalWriter(_WriterBase):
                         self._abort(task, max(0.1, deadline - time.monotonic()))
         for flow in flows:
             del self.flows[flow.key]
-            self._by_remote.get(flow.task, {}).pop((flow.remote, flow.partition), None)
+            self._by_task.get(flow.task, {}).pop(flow.key, None)
         self.queue.drop(flow.key for flow in flows)
-        if failed is not None and any(self._by_remote.get(task) for task in tasks):
+        if failed is not None and any(self._by_task.get(task) for task in tasks):
             # The aborted transaction held records of partitions this worker keeps: start afresh from
             # the progress topic rather than go on past records that were never committed.
             raise DeliveryFailed(f"commit failed while releasing partitions: {failed}")
@@ -152,16 +166,17 @@ class TransactionalWriter(_WriterBase):
                 if task in self._open:  # nothing of it may stay open: its next owner aborts it anyway
                     self._abort(task, 1.0)
                 producer.flush(1.0)
-            self._by_remote.pop(task, None)
+            self._by_task.pop(task, None)
 
     def _commit(self, tasks: list[int], timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
         for task in tasks:
-            producer, flows = self.producers[task], list(self._by_remote[task].values())
+            producer, flows = self.producers[task], list(self._by_task[task].values())
             for flow in flows:
                 if flow.produced > flow.persisted:
                     progress_key, value = self._progress_record(flow, flow.produced)
-                    producer.produce(self.progress_topic, value, progress_key)
+                    producer.produce(self.progress_topic, value, progress_key,
+                                     on_delivery=self._delivered_other)
             self._now_ms = time.time() * 1000
             if producer.flush(max(0.1, deadline - time.monotonic())) > 0:
                 raise DeliveryFailed(f"records of task {task} not acknowledged in time")
@@ -171,8 +186,8 @@ class TransactionalWriter(_WriterBase):
             self._open.discard(task)
             for flow in flows:
                 flow.acked = flow.persisted = flow.produced
-                for upstream, downstream in flow.pending_syncs:
-                    self._feed_sync(flow, upstream, downstream)
+                for copied in flow.pending_syncs:
+                    self._feed_syncs(copied)
                 flow.pending_syncs.clear()
 
     def _abort(self, task: int, timeout_s: float = TRANSACTION_TIMEOUT_S) -> None:
@@ -181,7 +196,7 @@ class TransactionalWriter(_WriterBase):
         except KafkaException as exc:  # fenced already: the new owner aborted it for us
             LOG.info("abort of %s not needed: %s", self.transactional_id(task), exc)
         self._open.discard(task)
-        for flow in self._by_remote.get(task, {}).values():
+        for flow in self._by_task.get(task, {}).values():
             flow.in_flight.clear()
             flow.pending_syncs.clear()
 

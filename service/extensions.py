@@ -24,7 +24,7 @@ class ArgumentsParser(FlaskParser):
 
     def parse(self, argmap: Any, req: Any = None, *, location: str | None = None, **kwargs: Any) -> Any:
         # The metric endpoints' time range is most of the API's requests: its common form is loaded by
-        # the same rules without a marshmallow pass (a fifth of a request's Python time, measured).
+        # the same rules without a marshmallow pass (bench/RESULTS.md, "plain_time_range").
         if type(argmap) is TimeRangeArgs and location == "query" and kwargs.get("validate") is None:
             loaded = plain_time_range(request.args)
             if loaded is not None:

@@ -341,6 +341,16 @@ class MetricsReader:
         raw = [int(v) if v is not None and _string(v).isdigit() else 0 for v in pipe.execute()]
         return {pair: (raw[2 * i], raw[2 * i + 1]) for i, pair in enumerate(pairs)}
 
+    def subject_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(subjects kept, new subjects refused so far) of each (source, target): aggregator.subject_cap."""
+        pipe = self.client.pipeline(transaction=False)
+        for source, target in pairs:
+            pipe.zcard(layout.subjects_key(target, source))
+            pipe.get(layout.refused_subjects_key(target, source))
+        raw = pipe.execute()
+        refused = [int(v) if v is not None and _string(v).isdigit() else 0 for v in raw[1::2]]
+        return {pair: (int(raw[2 * i]), refused[i]) for i, pair in enumerate(pairs)}
+
     def partition_latest(self, replication: Replication) -> dict[PartitionKey, dict]:
         topics = sorted(replication.topics)
         pipe = self.client.pipeline(transaction=False)

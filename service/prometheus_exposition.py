@@ -136,7 +136,21 @@ class ServedMetrics(Collector):
         for (source, target), (bad, too_late) in totals.items():
             invalid.add_metric([source, target], bad)
             late.add_metric([source, target], too_late)
-        return iter((invalid, late))
+        return iter((invalid, late, *self._subject_totals(replications)))
+
+    def _subject_totals(self, replications: list) -> tuple[Metric, Metric]:
+        labels = ["source", "target"]
+        kept = GaugeMetricFamily("srm_replication_subjects",
+                                 "topic, partition and group subjects the aggregator keeps series of "
+                                 "(at most aggregator.max.subjects.per.replication)", labels=labels)
+        refused = CounterMetricFamily("srm_subjects_refused",
+                                      "new subjects refused because the replication had the most the "
+                                      "aggregator keeps (once per subject and batch)", labels=labels)
+        totals = self.reader.subject_totals([(r.source, r.target) for r in replications])
+        for (source, target), (count, refusals) in totals.items():
+            kept.add_metric([source, target], count)
+            refused.add_metric([source, target], refusals)
+        return kept, refused
 
     def _groups(self, replications: list, now: float) -> Iterator[Metric]:
         labels = ["source", "target", "group"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.__main__ import main, query_specs, spark_master
-from contract.config import parse_config
+from contract.config import ConfigError, parse_config
 
 BASE = """clusters = east, west
 east.bootstrap.servers = 127.0.0.1:1
@@ -40,6 +40,16 @@ def test_batches_are_bounded_by_default_and_zero_unbounds_them():
     assert spec.max_offsets_per_trigger == 200_000
     (spec, *_) = query_specs(parse_config(BASE + "aggregator.max.offsets.per.trigger = 0\n"))
     assert spec.max_offsets_per_trigger is None
+
+
+def test_subjects_per_replication_are_capped_at_200000_by_default_and_the_cap_must_be_positive():
+    (spec, *_) = query_specs(parse_config(BASE))
+    assert spec.max_subjects_per_replication == 200_000
+    (spec, *_) = query_specs(parse_config(BASE + "aggregator.max.subjects.per.replication = 5000\n"))
+    assert spec.max_subjects_per_replication == 5000
+    for value in ("0", "-5", "many"):
+        with pytest.raises(ConfigError, match="aggregator.max.subjects.per.replication"):
+            query_specs(parse_config(BASE + f"aggregator.max.subjects.per.replication = {value}\n"))
 
 
 def test_spark_master_precedence(monkeypatch):

@@ -6,7 +6,7 @@ replication-wide series; a record stamped 50 minutes ahead (ts and CreateTime al
 as far ahead, and every on-time record after it was dropped as late. And (issue 39) a well-formed
 record with an integer past float64's exact range (2^53 + 1) failed the executor's task, so the batch,
 at every replay; avg 1e308 x count 10 made a window's sum infinite; a writer of the topic could report
-as another source.
+as another source, and mint unlimited topic, partition and group subjects.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import redis
@@ -24,6 +25,7 @@ from aggregator.query import start_rollup_query
 from contract import redis_layout as layout
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic
+from service.app import create_app
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +98,35 @@ def test_a_record_from_the_future_does_not_make_on_time_records_late(spark, kafk
     assert int(client.get(layout.late_records_key("west", source)) or 0) == 0
     assert int(client.get(layout.invalid_records_key("west", source))) == 1
     assert int(state[b"max_event_ts"]) <= int(time.time() * 1000)
+
+
+def test_a_writer_of_the_metrics_topic_mints_no_more_subjects_than_the_cap(spark, kafka_clusters, redis_url,
+                                                                             tmp_path):
+    """Before: every new topic, partition or group name a writer of the topic made was a new set of
+    series, with no bound. Now a replication keeps at most aggregator.max.subjects.per.replication; the
+    rest are refused and counted at the service's /metrics."""
+    source, west = new_source(), kafka_clusters["west"]
+    create_topic(west, metrics_topic(source))
+    query_spec = replace(spec(tmp_path, west, redis_url, source), max_subjects_per_replication=6)
+    # east.orders partitions 0-2 and the whole topic: 4 subjects
+    produce(west, source, [partition_report(source, T0 + 5_000, p, 10, end=100, lag=0) for p in range(3)])
+    run_once(spark, query_spec)
+    # 20 new topics of a partition each: 40 subjects, of which 2 fit
+    minted = [partition_report(source, T0 + 15_000, 0, 1, end=1, lag=0, topic=f"east.minted{i:02}")
+              for i in range(20)]
+    produce(west, source, [*minted, partition_report(source, T0 + 15_000, 1, 5, end=105, lag=0)])
+    run_once(spark, query_spec)
+
+    client = redis.Redis.from_url(redis_url)
+    kept = {m.decode() for m in client.zrange(layout.subjects_key("west", source), 0, -1)}
+    assert len(kept) == 6 and {f"east.orders|{p}|" for p in (-1, 0, 1, 2)} <= kept
+    assert int(client.get(layout.refused_subjects_key("west", source))) == 38
+    minted_series = [k for k in client.scan_iter(match=f"{layout.PREFIX}:win:*minted*", count=1000)]
+    assert {k.decode().split("|")[2].split("}")[0] for k in minted_series} <= {m.split("|")[0] for m in kept}
+    orders = layout.SeriesId("west", source, "east.orders", 1, "record_count")
+    assert [m.sum for m in members(client, orders, "1h")] == [15]  # a known subject goes on
+
+    text = create_app({"REDIS_URL": redis_url}).test_client().get("/metrics").get_data(as_text=True)
+    pair = f'source="{source}",target="west"'
+    assert f"srm_subjects_refused_total{{{pair}}} 38.0" in text
+    assert f"srm_replication_subjects{{{pair}}} 6.0" in text

@@ -8,23 +8,7 @@ import pytest
 
 from contract.config import ClusterSettings, ConfigError, Replication, load_config, parse_config
 from contract.replication_policy import DefaultReplicationPolicy, IdentityReplicationPolicy
-
-BASE = """\
-clusters = east, west
-east.bootstrap.servers = east-1:9092,east-2:9092
-west.bootstrap.servers = west-1:9092
-"""
-THREE = """\
-clusters = A, B, C
-A.bootstrap.servers = a:9092
-B.bootstrap.servers = b:9092
-C.bootstrap.servers = c:9092
-"""
-NAME = "srm.properties"
-
-
-def parse(extra: str = "", base: str = BASE):
-    return parse_config(base + extra, NAME)
+from tests.sample_properties import BASE, NAME, THREE, parse
 
 
 def error_of(text: str) -> ConfigError:

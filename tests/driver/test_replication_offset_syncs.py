@@ -206,3 +206,47 @@ def test_transactional_commit_burst_keeps_bound() -> None:
     syncs = [(up, down) for *_, up, down in producer.sent]
     assert syncs[0] == (0, 0) and syncs[-1] == records[-1][2:]
     assert re_read_bound(records, syncs) <= 100
+
+
+def runs_of(records: list[tuple[str, int, int, int]], longest: int) -> list[list[tuple[str, int, int, int]]]:
+    """Consecutive records of one partition at consecutive upstream and downstream offsets, at most
+    `longest` each: what the writer acknowledges as one run."""
+    runs: list[list[tuple[str, int, int, int]]] = []
+    for record in records:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and last[1] == record[1] and record[2] == last[2] + 1
+                and record[3] == last[3] + 1 and len(runs[-1]) < longest):
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return runs
+
+
+@pytest.mark.parametrize("seed, lag_max, longest", [(1, 100, 500), (2, 10, 37), (3, 0, 50), (4, 100, 1)])
+def test_a_run_fed_by_its_first_and_last_record_sends_the_syncs_of_feeding_each(
+        seed: int, lag_max: int, longest: int) -> None:
+    records = replicated(seed, 3000)
+    each, runs = RecordingProducer(), RecordingProducer()
+    per_record = OffsetSyncEmitter(each, "mm2-offset-syncs.west.internal", lag_max)  # type: ignore[arg-type]
+    per_run = OffsetSyncEmitter(runs, "mm2-offset-syncs.west.internal", lag_max)  # type: ignore[arg-type]
+    for i, run in enumerate(runs_of(records, longest)):
+        burst(per_record, run)
+        (topic, partition, first_up, first_down), (*_, last_up, last_down) = run[0], run[-1]
+        per_run.acknowledged_run(topic, partition, first_up, first_down, last_up, last_down)
+        for emitter in (per_record, per_run):
+            emitter.send_due()
+            if i % 13 == 0:
+                emitter.flush_delayed()
+    for emitter in (per_record, per_run):
+        emitter.flush_delayed()
+    assert runs.sent == each.sent and len(each.sent) > 30
+
+
+def test_a_run_with_another_writers_records_in_between_syncs_true_positions() -> None:
+    producer = RecordingProducer()
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)  # type: ignore[arg-type]
+    emitter.acknowledged_run("t", 0, 0, 0, 9, 9)
+    emitter.acknowledged_run("t", 0, 10, 15, 19, 27)  # 10 records over 13 target offsets
+    emitter.send_due()
+    emitter.flush_delayed()
+    assert producer.sent == [("t", 0, 0, 0), ("t", 0, 19, 27)]

@@ -4,7 +4,7 @@ test_replication_outages.py)."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from driver.replication_stats import PartitionStats
 from driver.send_queue import OUTAGE_AFTER_S, QueueLimits, SendQueue
 from driver.source_watch import SourceWatch
-from driver.target_writer import AtLeastOnceWriter, PartitionFlow
+from driver.target_writer import DELIVERY_TIMEOUT_S, AtLeastOnceWriter, DeliveryFailed, PartitionFlow
 
 
 @dataclass
@@ -52,28 +52,43 @@ class Record:
 
 @dataclass
 class Producer:
-    """Takes records until `room` is used up, then raises BufferError like librdkafka's full queue."""
+    """Takes records until `room` is used up, then raises BufferError like librdkafka's full queue.
+    Keeps each record's delivery callback (None for most records of a run) to acknowledge it later."""
 
     room: int = 1000
     produced: list[tuple[str, int, bytes]] = field(default_factory=list)
+    callbacks: list[Callable[..., None] | None] = field(default_factory=list)
+    next_offset: dict[tuple[str, int], int] = field(default_factory=dict)
+    downstream: list[int] = field(default_factory=list)
+    acknowledged: int = 0  # records acknowledged so far, in production order
 
-    def produce(self, topic: str, value: bytes, key: object = None, partition: int = -1, **_: object) -> None:
-        if len(self.produced) >= self.room:
+    def produce(self, topic: str, value: bytes, key: object = None, partition: int = -1,
+                on_delivery: Callable[..., None] | None = None, **_: object) -> None:
+        if len(self.produced) - self.acknowledged >= self.room:
             raise BufferError("Local: Queue full")
         self.produced.append((topic, partition, value))
+        self.callbacks.append(on_delivery)
+        offset = self.next_offset.get((topic, partition), 0)
+        self.next_offset[(topic, partition)] = offset + 1
+        self.downstream.append(offset)
 
     def poll(self, _timeout: float) -> int:
         return 0
+
+    def acknowledge(self, records: int) -> None:
+        """The target acknowledges the next ``records`` records (their callbacks run, as in a poll)."""
+        for index in range(self.acknowledged, self.acknowledged + records):
+            callback = self.callbacks[index]
+            if callback is not None:
+                topic, partition, _ = self.produced[index]
+                callback(None, Record(topic, partition, self.downstream[index]))
+        self.acknowledged += records
 
 
 def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) -> AtLeastOnceWriter:
     writer = AtLeastOnceWriter(producer, "east", "mm2-offsets.east.internal", None, limits)  # type: ignore[arg-type]
     writer.add(PartitionFlow("t", p, "east.t", PartitionStats("east.t", "t", p)) for p in range(partitions))
     return writer
-
-
-def acknowledge(writer: AtLeastOnceWriter, topic: str, partition: int, downstream: int) -> None:
-    writer.delivered(None, Record(topic, partition, downstream))  # type: ignore[arg-type]
 
 
 def test_records_past_the_limit_wait_in_order_and_their_partition_is_paused() -> None:
@@ -83,17 +98,39 @@ def test_records_past_the_limit_wait_in_order_and_their_partition_is_paused() ->
     assert [v for _, _, v in producer.produced] == [b"v" * 10] * 3
     assert writer.paused() == {("t", 0), ("t", 1)}
     assert writer.queue.held_records() == 3
-    for downstream in range(2):
-        acknowledge(writer, "east.t", 0, downstream)
+    producer.acknowledge(2)  # the run's first two of three records: its last not yet
     writer.tick(0.0)
-    assert writer.paused() == {("t", 1)}, "partition 0's backlog was sent, partition 1 still waits"
-    assert [f.produced for f in writer.flows.values()] == [4, -1]
-    acknowledge(writer, "east.t", 0, 2)
+    assert writer.paused() == {("t", 0), ("t", 1)} and writer.flows[("t", 0)].acked == -1
+    producer.acknowledge(1)  # the run of three (offsets 0-2 of partition 0) is acknowledged
     writer.tick(0.0)
-    assert writer.paused() == set()
-    assert writer.flows[("t", 0)].in_flight == deque([3, 4])
-    assert writer.flows[("t", 1)].in_flight == deque([0])
+    assert writer.paused() == set(), "both backlogs were sent, in order"
+    assert [f.produced for f in writer.flows.values()] == [4, 0]
+    assert [(run.first, run.last) for run in writer.flows[("t", 0)].in_flight] == [(3, 4)]
     assert writer.flows[("t", 0)].acked == 2
+    producer.acknowledge(3)
+    assert [f.acked for f in writer.flows.values()] == [4, 0]
+    assert not any(f.in_flight for f in writer.flows.values()) and writer.queue.records == 0
+
+
+def test_only_a_runs_first_and_last_record_carry_a_callback_and_the_last_acknowledges_it_all() -> None:
+    producer = Producer()
+    writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
+    # Partition 0 at offsets 0-4, then 7-8 (a gap: a new run), partition 1 a single record.
+    writer.write([Record("t", 0, o) for o in (0, 1, 2, 3, 4, 7, 8)] + [Record("t", 1, 5)])  # type: ignore[misc]
+    assert [callback is not None for callback in producer.callbacks] == [
+        True, False, False, False, True, True, True, True]
+    producer.acknowledge(4)
+    assert writer.flows[("t", 0)].acked == -1, "the run's last record is not acknowledged yet"
+    assert writer.queue.records == 8
+    producer.acknowledge(4)
+    flow = writer.flows[("t", 0)]
+    assert (flow.acked, writer.flows[("t", 1)].acked) == (8, 5)
+    assert (writer.queue.records, writer.queue.bytes) == (0, 0)
+    report = flow.stats.report(0, 1000, "east", "west")
+    assert (report.record_count, report.byte_count, report.upstream_offset, report.target_offset) == (
+        7, 70, 8, 6)
+    assert report.replication_latency_ms is not None and report.replication_latency_ms.count == 7
+    assert report.record_age_ms is not None and report.record_age_ms.count == 7
 
 
 def test_a_byte_limit_holds_records_but_an_empty_queue_takes_one_larger_than_it() -> None:
@@ -109,8 +146,10 @@ def test_a_byte_limit_holds_records_but_an_empty_queue_takes_one_larger_than_it(
 def test_a_full_librdkafka_queue_holds_the_record_instead_of_blocking() -> None:
     producer = Producer(room=2)
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer, partitions=1)
-    writer.write([Record("t", 0, o) for o in range(4)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(2)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(2, 4)])  # type: ignore[misc]
     assert len(producer.produced) == 2 and writer.paused() == {("t", 0)}
+    assert writer.queue.held_records() == 2
     writer.queue.drop([("t", 0)])  # the partition revoked: its backlog is the next owner's to replay
     assert writer.paused() == set()
 
@@ -120,7 +159,7 @@ def test_a_silent_target_is_an_outage_after_a_while_and_an_acknowledgement_ends_
     queue.sent(10)
     began = queue._waiting_since or 0.0
     assert queue.outage("west", now=began + OUTAGE_AFTER_S - 1) is None
-    queue.hold(("t", 0), Record("t", 0, 1))  # type: ignore[arg-type]
+    queue.hold(("t", 0), [Record("t", 0, 1)])  # type: ignore[list-item]
     reason = queue.outage("west", now=began + OUTAGE_AFTER_S + 5)
     assert reason is not None and "'west'" in reason and "1 source partition(s) paused" in reason
     queue.settled(10)
@@ -176,7 +215,7 @@ def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period
     stats = PartitionStats("east.t", "t", 0)
     for offset, (age, latency) in enumerate([(5.0, 20.0), (1.0, 40.0), (9.0, 30.0)] * 3000):
         stats.polled(age)
-        stats.replicated(offset, offset, 100, latency)
+        stats.replicated_run(offset, offset, 1, 100, latency, latency, latency, latency)
     report = stats.report(0, 1000, "east", "west")
     assert report.replication_latency_ms is not None and report.record_age_ms is not None
     latency, age = report.replication_latency_ms, report.record_age_ms
@@ -186,3 +225,14 @@ def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period
     assert report.byte_count == 900_000
     empty = stats.report(0, 1000, "east", "west")
     assert empty.replication_latency_ms is None and empty.record_age_ms is None and empty.record_count == 0
+
+
+def test_a_record_unacknowledged_for_the_delivery_timeout_fails_the_worker() -> None:
+    producer = Producer()
+    writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
+    writer.write([Record("t", 0, o) for o in range(3)] + [Record("t", 1, 0)])  # type: ignore[misc]
+    writer.tick(1000.0)  # nothing is old yet
+    producer.acknowledge(3)
+    writer.flows[("t", 1)].in_flight[0].sent_ms -= DELIVERY_TIMEOUT_S * 1000  # produced 300 s ago
+    with pytest.raises(DeliveryFailed, match="not acknowledged by the target within 300 s"):
+        writer.tick(2000.0)

@@ -1,0 +1,248 @@
+"""A batch's partition and group reports judged together: their latest values (lag in seconds) and the
+partitions' lag verdicts, from the columnar offset history (offset_history), with the rules as array
+operations (lag_arrays).
+
+What comes out is what the pure functions a report at a time give (latest_values.partition_latest and
+group_latest, partition_verdicts.partition_verdict) over the same windows: the history as Redis holds it
+with the batch merged in. Reports the arrays cannot derive exactly (a read below what the history holds,
+integers past 2^53) are derived by those pure functions over their windows read from Redis, with the
+batch's partials merged in, as the sink did for every report before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import redis
+
+from aggregator import lag_arrays, latest_values, partition_verdicts
+from aggregator.batch_plan import Subject
+from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
+from aggregator.lag_seconds_windows import LagSample
+from aggregator.latest_value_reads import latest_value
+from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, partition_keys, window_number
+from aggregator.window_history import WindowHistory, load_stored, series_id
+from contract import lag_verdicts
+from contract import redis_layout as layout
+
+LatestValue = tuple[str, str, dict[str, Any]]
+# A lag table's windows: the exporter's 60 points before the report's window, and its own (a group's
+# table, without the report's end offset, reads it).
+TABLE_WINDOWS = DEFAULT_TABLE_CAPACITY + 1
+
+
+@dataclass
+class Judged:
+    latest: list[LatestValue] = field(default_factory=list)
+    samples: list[LagSample] = field(default_factory=list)
+    verdicts: partition_verdicts.VerdictUpdates = field(default_factory=dict)
+    fallback: int = 0  # reports derived a report at a time
+
+
+def _number(value: Any) -> float:
+    """A record's numeric field as float64; NaN for none (or a bool, which no rule takes as a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+def _ceil_window(ms: np.ndarray) -> np.ndarray:
+    return -np.floor_divide(-ms, WINDOW_MS)
+
+
+def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: OffsetHistory,
+                partials: Mapping[str, pa.Table], client: redis.Redis,
+                before_read: Callable[[], None]) -> Judged:
+    """Latest values of the partition and group `reports` (subject, newest record), and the partitions'
+    verdicts (without summaries). `partials`: the batch's history rows of METRICS (batch_plan), merged
+    into `history` here; `before_read` is called before any read of Redis (the sink has every staged batch
+    merged there first)."""
+    judged = Judged()
+    if not reports:
+        for metric in METRICS:
+            history.merge_rows(metric, partials.get(metric, _EMPTY))
+        return judged
+    subjects = [s for s, _ in reports]
+    records = [r for _, r in reports]
+    is_partition = np.array([s[0] == "partition" for s in subjects])
+    ts = np.array([int(r["ts"]) for r in records], np.int64)
+    periods = [partition_verdicts.period_of(r) for r in records]
+    lookback = np.array([partition_verdicts._lookback(p) for p in periods], np.int64)
+    high = window_number(ts)
+    low_lag = _ceil_window(ts - latest_values.HISTORY_SPAN_MS)
+    low_verdict = np.where(is_partition, _ceil_window(ts - lookback), low_lag)
+    low = np.minimum(low_lag, low_verdict)
+    rows = history.row_of(partition_keys(subjects))
+    missing = ~history.covered(rows, low) & (low > high - history.slots)  # a read the ring can hold
+    if missing.any():
+        before_read()
+        history.load(client, rows[missing], low[missing])
+    for metric in METRICS:
+        history.merge_rows(metric, partials.get(metric, _EMPTY))
+    covered = history.covered(rows, low)
+
+    seconds, exact = _lag_seconds(history, records, is_partition, rows, ts, high, low_lag)
+    verdicts = _verdicts(history, records, periods, rows, ts, high, low_verdict, is_partition)
+    exact &= verdicts.exact | ~is_partition
+    fast = covered & exact
+    seconds_of = [None if math.isnan(x) else x for x in seconds.tolist()]
+    verdict_of = _verdict_rows(verdicts)
+    judged_partition = (is_partition & verdicts.observed).tolist()
+    for i in np.flatnonzero(fast).tolist():
+        subject, record, value = subjects[i], records[i], seconds_of[i]
+        _add(judged, subject, record, _latest(subject, record, value))
+        if judged_partition[i]:
+            _add_verdict(judged, subject, _verdict_record(verdict_of(i), record, periods[i], value))
+    slow = np.flatnonzero(~fast).tolist()
+    if slow:
+        before_read()
+        _one_at_a_time(judged, [reports[i] for i in slow], partials, client)
+        judged.fallback = len(slow)
+    return judged
+
+
+_EMPTY = pa.table({})
+
+
+def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_partition: np.ndarray,
+                 rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it."""
+    end = np.array([_number(r.get("source_end_offset")) if p else math.nan
+                    for r, p in zip(records, is_partition.tolist(), strict=True)])
+    lag = np.array([_number(r.get("records_lag" if p else "group_lag"))
+                    for r, p in zip(records, is_partition.tolist(), strict=True)])
+    upstream = np.array([math.nan if p else _number(r.get("group_upstream_offset"))
+                         for r, p in zip(records, is_partition.tolist(), strict=True)])
+    position = np.trunc(np.where(is_partition, end - lag, upstream))
+    newest = ~np.isnan(end)
+    number, last, present = history.gather("source_end_offset", rows, high, TABLE_WINDOWS)
+    # The report's own end offset replaces its window's (end_offset_table); without one, the table reads
+    # up to the report, a window's middle no later than it.
+    present &= (number >= low[:, None]) & ((number < high[:, None]) | ~newest[:, None])
+    times = np.minimum(number * WINDOW_MS + WINDOW_MS // 2, ts[:, None])
+    offsets = np.concatenate([np.trunc(last), np.trunc(end)[:, None]], axis=1)
+    times = np.concatenate([times, ts[:, None]], axis=1)
+    valid = np.concatenate([present, newest[:, None]], axis=1)
+    got = lag_arrays.lag_seconds(offsets, times, valid, position, lag, ts)
+    return got.seconds, got.exact
+
+
+def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int], rows: np.ndarray,
+              ts: np.ndarray, high: np.ndarray, low: np.ndarray, is_partition: np.ndarray
+              ) -> lag_arrays.Verdicts:
+    """Burrow's rules over each partition report's newest offset windows in its lookback (the newest
+    `intervals` of them; one rule set a batch: the policy of each metrics period has the same intervals)."""
+    policies = [partition_verdicts._policy(p) for p in periods]
+    intervals = {p.intervals for p in policies}
+    if len(intervals) != 1:
+        raise ValueError(f"policies of different intervals in one batch: {sorted(intervals)}")
+    width = int(min(max(int((high - low).max()) + 1, 1), history.slots))
+    number, offsets, present = history.gather("upstream_offset", rows, high, width)
+    _, lags, has_lag = history.gather("records_lag", rows, high, width)
+    present &= (number >= low[:, None]) & is_partition[:, None]
+    current = np.array([_number(r.get("records_lag")) for r in records])
+    return lag_arrays.burrow(
+        number * WINDOW_MS, np.trunc(offsets), np.where(has_lag, np.trunc(lags), 0.0), present,
+        intervals.pop(), np.trunc(current), ts, np.array([p.stop_after_ms for p in policies]),
+        np.array([p.stall_after_ms for p in policies]), np.array([p.allowed_lag for p in policies]))
+
+
+def _latest(subject: Subject, record: dict[str, Any], seconds: float | None) -> LatestValue:
+    kind, target, source, topic, partition, group = subject
+    if kind == "partition":
+        return (layout.partition_latest_key(target, source, topic), partition, {
+            "ts": int(record["ts"]), "records_lag": record.get("records_lag"), "lag_seconds": seconds,
+            "source_end_offset": record.get("source_end_offset"),
+            "upstream_offset": record.get("upstream_offset"), "target_offset": record.get("target_offset")})
+    field_name = layout.group_latest_field(topic, int(partition))
+    return (layout.group_latest_key(target, source, group), field_name, {
+        "ts": int(record["ts"]), "group_lag": record.get("group_lag"), "lag_seconds": seconds,
+        "upstream_offset": record.get("group_upstream_offset"),
+        "downstream_offset": record.get("group_downstream_offset")})
+
+
+def _verdict_rows(v: lag_arrays.Verdicts) -> Callable[[int], tuple[Any, ...]]:
+    """Row i's (reason, observations, current lag, start, end) as Python values: converted once a batch."""
+    columns = (v.reason.tolist(), v.count.tolist(), *(_integers(c) for c in (v.current_lag, v.start, v.end)))
+    return lambda i: tuple(c[i] for c in columns)
+
+
+def _integers(column: np.ndarray) -> list[Any]:
+    """A column of integral floats as Python ints (0 where it holds none: a row without a verdict)."""
+    return np.where(np.isfinite(column), column, 0).astype(np.int64).tolist()
+
+
+def _verdict_record(row: tuple[Any, ...], record: dict[str, Any], period: int,
+                    seconds: float | None) -> dict[str, Any]:
+    """lag_verdicts.verdict_record of one report's row (_verdict_rows)."""
+    code, count, current_lag, start, end = row
+    policy = partition_verdicts._policy(period)
+    reason = lag_arrays.REASONS[code]
+    return {
+        "ts": int(record["ts"]), "topic": str(record["topic"]), "partition": int(record["partition"]),
+        "status": str(lag_arrays.STATUS_OF[reason]), "reason": str(reason),
+        "complete": count / policy.intervals, "current_lag": current_lag, "start": start, "end": end,
+        "stop_after_ms": policy.stop_after_ms, "allowed_lag": policy.allowed_lag,
+        "lookback_ms": partition_verdicts._lookback(period), "lag_seconds": seconds,
+    }
+
+
+def _add(judged: Judged, subject: Subject, record: dict[str, Any], value: LatestValue) -> None:
+    judged.latest.append(value)
+    seconds = value[2].get("lag_seconds")
+    if isinstance(seconds, int | float):
+        kind, target, source, topic, partition, group = subject
+        judged.samples.append(LagSample(kind, target, source, topic, int(partition), group, int(record["ts"]),
+                                        float(seconds)))
+
+
+def _add_verdict(judged: Judged, subject: Subject, verdict: dict[str, Any]) -> None:
+    _, target, source, topic, partition, _ = subject
+    field_name = lag_verdicts.verdict_field(topic, int(partition))
+    judged.verdicts.setdefault((target, source), {})[field_name] = verdict
+
+
+def _one_at_a_time(judged: Judged, reports: list[tuple[Subject, dict[str, Any]]],
+                   partials: Mapping[str, pa.Table], client: redis.Redis) -> None:
+    """The reports the arrays leave, by the pure functions over their windows: Redis's, with the batch's."""
+    history = WindowHistory(10**15)
+    wanted: dict[layout.SeriesId, tuple[int, int]] = {}
+    for subject, record in reports:
+        _, target, source, topic, partition, _ = subject
+        ts = int(record["ts"])
+        low = min(ts - latest_values.HISTORY_SPAN_MS, ts - partition_verdicts.lookback_of(record))
+        for metric in METRICS:
+            series = series_id(target, source, topic, int(partition), metric)
+            known = wanted.get(series, (low, 0))
+            wanted[series] = (min(known[0], low), max(known[1], ts - low))
+    load_stored(history, client, wanted)
+    subjects = {(s.target, s.source, s.topic, s.partition) for s in wanted}
+    for metric in METRICS:
+        rows = partials.get(metric, _EMPTY)
+        if rows.num_rows == 0:
+            continue
+        mine = [k in subjects for k in zip(*(rows[c].to_pylist() for c in ("target", "source", "topic",
+                                                                           "partition")), strict=True)]
+        for r in rows.filter(pa.array(mine)).to_pylist():
+            series = series_id(r["target"], r["source"], r["topic"], r["partition"], metric)
+            history.merge(series, [layout.WindowAggregate(
+                r["window_start"], r[f"{metric}__n"], r[f"{metric}__sum"], r[f"{metric}__min"],
+                r[f"{metric}__max"], r[f"{metric}__last"], r["last_ts"])])
+    for subject, record in reports:
+        kind, target, source, topic, partition, _ = subject
+        ts = int(record["ts"])
+        ends = history.view(series_id(target, source, topic, int(partition), "source_end_offset"),
+                            ts - latest_values.HISTORY_SPAN_MS, ts)
+        value = latest_value(kind, subject, record, ends)
+        _add(judged, subject, record, value)
+        if kind == "partition":
+            for pair, fresh in partition_verdicts.batch_verdicts(
+                    [(subject, record, value[2].get("lag_seconds"))], history.view).items():
+                judged.verdicts.setdefault(pair, {}).update(fresh)
+
