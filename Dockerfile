@@ -8,7 +8,7 @@ FROM ${BASE_IMAGE} AS build
 # Debian's python3 only where the base lacks one (the official image has its own in /usr/local).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates openjdk-17-jre-headless maven \
+      ca-certificates openjdk-17-jre-headless \
       $(command -v python3 >/dev/null || echo python3 python3-venv) \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/srm/venv
@@ -34,10 +34,11 @@ COPY driver driver
 COPY aggregator aggregator
 COPY service service
 COPY stack stack
-# The aggregator's Spark Kafka connector jars from Maven Central (the broker's jars stay out: no part runs
-# one), readable by the parts' user (stack.jars stages them in a private temporary folder).
+# The aggregator's Spark Kafka connector jars, fetched from Maven Central by Spark's own Ivy
+# (aggregator/kafka_connector.py), so the aggregator starts on them with no network; readable by the
+# parts' user.
 RUN pip install --no-cache-dir --no-deps . \
- && SRM_CACHE_DIR=/opt/srm/cache python -c 'from stack.jars import spark_connector_jars; spark_connector_jars()' \
+ && SRM_CACHE_DIR=/opt/srm/cache python -m aggregator.kafka_connector \
  && chmod -R a+rX /opt/srm/cache
 
 FROM ${BASE_IMAGE}

@@ -16,8 +16,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-jars: venv  ## Kafka broker + Spark connector jars from Maven Central, cached outside git
+jars: venv  ## Kafka broker jars (Maven) + the aggregator's Spark connector (Spark's Ivy), cached outside git
 	$(PY) -m stack.jars
+	$(PY) -m aggregator.kafka_connector >/dev/null
 
 demo: jars  ## three local sites (Kafka, driver, aggregator, service each), one gateway, Redis and sample traffic; Ctrl-C stops all
 	$(PY) -m stack.demo

@@ -1,8 +1,8 @@
 """`srm-aggregator --config srm.properties`: one rollup query per service target cluster.
 
 Runs under `python -m aggregator`, the console script, or
-`spark-submit --jars <spark-sql-kafka jars> aggregator/__main__.py --config …` (the master then comes
-from spark-submit unless --master is given). A query that fails is restarted alone from its
+`spark-submit --jars $(python -m aggregator.kafka_connector) aggregator/__main__.py --config …` (the
+master then comes from spark-submit unless --master is given). A query that fails is restarted alone from its
 checkpoint, so one broken cluster does not stop the rollups of the others.
 
 Settings (besides the SRM keys): `aggregator.checkpoint.dir`, `aggregator.spark.master`,
@@ -99,13 +99,12 @@ def spark_master(config: SrmConfig, cli_master: str | None) -> str | None:
 
 
 def check_prerequisites() -> None:
-    """Java for Spark, and the Kafka connector jars (Maven resolves them on the first run): named in one
-    line (StartupError) instead of PySpark's traceback."""
-    from stack.jars import spark_connector_jars
-    from stack.prerequisites import require_java
+    """Java for Spark, and the Kafka connector jars (Spark's Ivy fetches them on the first start): named
+    in one line (StartupError) instead of PySpark's traceback."""
+    from aggregator import kafka_connector
 
-    require_java()
-    spark_connector_jars()
+    kafka_connector.require_java()
+    kafka_connector.jars()
 
 
 def run(specs: list[RollupQuerySpec], master: str | None, config: SrmConfig | None = None) -> None:
@@ -166,7 +165,7 @@ def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = No
         watchdog.cancel()
 
 
-def _jvm_process(spark) -> subprocess.Popen | None:  # noqa: ANN001
+def _jvm_process(spark) -> subprocess.Popen | None:
     """The JVM this process launched (None under spark-submit, which launched us)."""
     context = getattr(spark, "sparkContext", None)
     return getattr(getattr(context, "_gateway", None), "proc", None)

@@ -93,7 +93,7 @@ class BackgroundWindowWriter:
         self._pending = 1  # the recovery of what a crash left staged
         self._waiting_since = time.monotonic()  # the last answer, or the first request after none pending
 
-    def submit(self, batch_id: int, windows: pa.Table) -> None:  # noqa: ARG002 (the child reads the staged copy)
+    def submit(self, batch_id: int, windows: pa.Table) -> None:  # the child reads the staged copy
         self.raise_failure()
         self._merged_down_to(self.MAX_BEHIND - 1)
         if not self._pending:

@@ -91,13 +91,14 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
     seconds_of = [None if math.isnan(x) else x for x in seconds.tolist()]
-    verdict_of = _verdict_rows(verdicts)
+    reason, count, current, start, end = _verdict_columns(verdicts)
     judged_partition = (is_partition & verdicts.observed).tolist()
     for i in np.flatnonzero(fast).tolist():
         subject, record, value = subjects[i], records[i], seconds_of[i]
         _add(judged, subject, record, _latest(subject, record, value))
         if judged_partition[i]:
-            _add_verdict(judged, subject, _verdict_record(verdict_of(i), record, periods[i], value))
+            row = (reason[i], count[i], current[i], start[i], end[i])
+            _add_verdict(judged, subject, _verdict_record(row, record, periods[i], value))
     slow = np.flatnonzero(~fast).tolist()
     if slow:
         before_read()
@@ -167,10 +168,9 @@ def _latest(subject: Subject, record: dict[str, Any], seconds: float | None) -> 
         "downstream_offset": record.get("group_downstream_offset")})
 
 
-def _verdict_rows(v: lag_arrays.Verdicts) -> Callable[[int], tuple[Any, ...]]:
-    """Row i's (reason, observations, current lag, start, end) as Python values: converted once a batch."""
-    columns = (v.reason.tolist(), v.count.tolist(), *(_integers(c) for c in (v.current_lag, v.start, v.end)))
-    return lambda i: tuple(c[i] for c in columns)
+def _verdict_columns(v: lag_arrays.Verdicts) -> tuple[list[Any], ...]:
+    """(reasons, observations, current lags, starts, ends) as Python values: converted once a batch."""
+    return (v.reason.tolist(), v.count.tolist(), *(_integers(c) for c in (v.current_lag, v.start, v.end)))
 
 
 def _integers(column: np.ndarray) -> list[Any]:
@@ -180,7 +180,7 @@ def _integers(column: np.ndarray) -> list[Any]:
 
 def _verdict_record(row: tuple[Any, ...], record: dict[str, Any], period: int,
                     seconds: float | None) -> dict[str, Any]:
-    """lag_verdicts.verdict_record of one report's row (_verdict_rows)."""
+    """lag_verdicts.verdict_record of one report's row (_verdict_columns)."""
     code, count, current_lag, start, end = row
     policy = partition_verdicts._policy(period)
     reason = lag_arrays.REASONS[code]

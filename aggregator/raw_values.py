@@ -154,7 +154,7 @@ def _canonical(value: bytes | None) -> bytes | None:
         kept |= {name: body[name] for name in names if body.get(name) is not None}
         typed = _typed(kept, FIELD_TYPES)
         return None if typed is None else orjson.dumps(typed)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

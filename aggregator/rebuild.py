@@ -106,8 +106,8 @@ def set_checkpoint_aside(spark: SparkSession, location: str, aside: str) -> str:
 
 
 def _hadoop_path(spark: SparkSession, location: str) -> tuple[object, object]:
-    path = spark._jvm.org.apache.hadoop.fs.Path(location)  # noqa: SLF001 (PySpark has no public handle)
-    return path, path.getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
+    path = spark._jvm.org.apache.hadoop.fs.Path(location)  # PySpark has no public handle
+    return path, path.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
 def clear_target(client: redis.Redis, spec: RollupQuerySpec) -> int:

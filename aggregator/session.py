@@ -1,4 +1,4 @@
-"""Builds the one SparkSession of a process: local jars for the Kafka source, small and quiet."""
+"""Builds the one SparkSession of a process: the Kafka source's jars, small and quiet."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from stack.jars import spark_jar_list
+from aggregator import kafka_connector
 
 
 def launched_by_spark_submit() -> bool:
@@ -25,8 +25,8 @@ def build_session(master: str | None = "local[2]", app_name: str = "srm-aggregat
     if master is not None:
         builder = builder.master(master)
     builder = (
-        # Local paths: no Ivy resolution at start-up, works with no network.
-        builder.config("spark.jars", ",".join(spark_jar_list()))
+        # Local paths (Spark's Ivy fetched them once): no resolution at start-up, works with no network.
+        builder.config("spark.jars", ",".join(kafka_connector.jars()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

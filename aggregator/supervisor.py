@@ -46,6 +46,8 @@ from contract import redis_layout as layout
 LOG = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = 5.0
+# The first wait after a cluster refused us (then doubling): a refusal is not fixed by retrying soon.
+REFUSED_BACKOFF_S = 10.0
 # Trigger intervals a batch may run, with input waiting, before its query counts as stalled: a 200k-record
 # batch on a busy machine takes a few intervals, a hung Redis call (without a socket timeout) forever.
 STALL_INTERVALS = 30
@@ -65,6 +67,7 @@ class QuerySupervisor:
     spark: SparkSession
     specs: list[RollupQuerySpec]
     backoff_s: float = RESTART_BACKOFF_S
+    refused_backoff_s: float = REFUSED_BACKOFF_S
     start: StartQuery = start_rollup_query
     find_sink: FindSink = sink_of
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
@@ -257,7 +260,7 @@ class QuerySupervisor:
             return backoff.failed(f"query {name} stopped: {text.splitlines()[0] if text else 'no error'}")
         self.rejected[name] = fault.message
         backoff = self._backoffs.setdefault((name, True), RetryBackoff(
-            f"query {name} (aggregator)", LOG, max(self.backoff_s, 10.0), MAX_WAIT_S))
+            f"query {name} (aggregator)", LOG, max(self.backoff_s, self.refused_backoff_s), MAX_WAIT_S))
         return backoff.failed(fault.message)
 
     def stop_all(self) -> None:
@@ -267,7 +270,7 @@ class QuerySupervisor:
             try:
                 if query.isActive:
                     query.stop()
-            except Exception as exc:  # noqa: PERF203 (one query's failed stop must not keep the others)
+            except Exception as exc:  # one query's failed stop must not keep the others
                 LOG.warning("query %s ended with an error while stopping: %s", name, type(exc).__name__)
 
 
@@ -330,7 +333,7 @@ class RestartCounter:
         for (target, kind), times in pending.items():
             try:
                 self._client(target).hincrby(layout.aggregator_restarts_key(target), kind, times)
-            except redis.RedisError as exc:  # noqa: PERF203 (one target's Redis may be down, not the other's)
+            except redis.RedisError as exc:  # one target's Redis may be down, not the other's
                 LOG.debug("restart count of %s not written yet: %s", target, exc)
                 failed[(target, kind)] += times
         with self._lock:

@@ -70,17 +70,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pyarrow as pa  # noqa: E402
-import redis  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
+import pyarrow as pa
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+from pyspark.sql.streaming import StreamingQuery
 
-from aggregator.query import RollupQuerySpec, start_rollup_query  # noqa: E402
-from aggregator.redis_sink import query_scope, windows_merged  # noqa: E402
-from aggregator.session import build_session  # noqa: E402
-from bench.process_cpu import (  # noqa: E402
+from aggregator.query import RollupQuerySpec, start_rollup_query
+from aggregator.redis_sink import query_scope, windows_merged
+from aggregator.session import build_session
+from bench.process_cpu import (
     CLOCK_TICKS,
     HOST_STEAL,
     BenchThreads,
@@ -91,11 +91,11 @@ from bench.process_cpu import (  # noqa: E402
     fixed_work_cpu_ms,
     ticks,
 )
-from contract import redis_layout as layout  # noqa: E402
-from contract.records.raw_metrics import PartitionMetrics  # noqa: E402
-from contract.replication_policy import metrics_topic  # noqa: E402
-from stack.kafka_cluster import KafkaClusters  # noqa: E402
-from stack.redis_server import RedisServer  # noqa: E402
+from contract import redis_layout as layout
+from contract.records.raw_metrics import PartitionMetrics
+from contract.replication_policy import metrics_topic
+from stack.kafka_cluster import KafkaClusters
+from stack.redis_server import RedisServer
 
 LOG = logging.getLogger("bench.aggregator")
 TARGET_RPS, TARGET_P99_MS, TARGET_CPU_GROWTH, TARGET_BAD_RATIO = 100_000, 1_000, 1.25, 1.5
@@ -138,7 +138,7 @@ def produce(producer: Producer, topic: str, payloads: list[tuple[bytes, bytes]])
     producer.poll(0)
 
 
-def in_child(produce_input, *args):  # noqa: ANN001, ANN201
+def in_child(produce_input, *args):
     """Runs a producer of the query's input in a process of its own and returns its answer: the Spark
     driver's process (whose CPU and RSS the bench reports) holds only what an aggregator holds, and the
     producer's loop does not take the driver's GIL while batches run."""
@@ -215,7 +215,7 @@ class DriverLoad:
         before and after the map side moved to the executors)."""
         original = ClassicDataFrame.toArrow
 
-        def counted(frame: ClassicDataFrame):  # noqa: ANN202
+        def counted(frame: ClassicDataFrame):
             table = original(frame)
             DriverLoad.collected_total += table.nbytes
             return table
@@ -423,7 +423,7 @@ def bad_record_cost(records: int, bad_share: float, repeat: int) -> float:
     one task's batch of `records` records with `bad_share` of them bad (BAD_RECORDS in turn) over the same
     batch clean: the median of `repeat` runs of each, interleaved. No Kafka or Spark: the function's time,
     which is where a bad record's cost was (each made the batch's parse read halves again)."""
-    from aggregator.partition_partials import PartitionPartials  # noqa: PLC0415 - only this part needs it
+    from aggregator.partition_partials import PartitionPartials  # only this part needs it
 
     now = int(time.time() * 1000)
     clean = [record("bad", s % 2000, now - 60_000 + s // 2000 * 1000, s) for s in range(records)]

@@ -39,14 +39,14 @@ from pathlib import Path
 # (the aggregator's bench) would otherwise shadow the aggregator package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
+import redis
 
-from bench.process_cpu import stat_ticks  # noqa: E402
-from contract import redis_layout as layout  # noqa: E402
-from stack import srm_properties  # noqa: E402
-from stack.kafka_cluster import free_port, wait_for_port  # noqa: E402
-from stack.processes import ManagedProcess  # noqa: E402
-from stack.redis_server import RedisServer  # noqa: E402
+from bench.process_cpu import stat_ticks
+from contract import redis_layout as layout
+from stack import srm_properties
+from stack.kafka_cluster import free_port, wait_for_port
+from stack.processes import ManagedProcess
+from stack.redis_server import RedisServer
 
 REPLICATIONS, TOPICS, HOURS = 50, 100, 24
 TARGET = "west"

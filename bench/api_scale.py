@@ -175,11 +175,11 @@ def fill(url: str, now_ms: int, history_step_h: int, live_min: int, topics: int 
             f"(the newest {time.time() - ts / 1000:.0f} s old); Redis holds {keys} keys, {memory:.0f} MiB")
 
 
-def cluster_info_paths(now_ms: int) -> list[str]:  # noqa: ARG001 (the default range ends now)
+def cluster_info_paths(now_ms: int) -> list[str]:  # the default range ends now
     return [f"/v2/cluster-info/{TARGET}"]
 
 
-def replications_paths(now_ms: int) -> list[str]:  # noqa: ARG001
+def replications_paths(now_ms: int) -> list[str]:
     return ["/v2/replications"]
 
 
@@ -218,7 +218,7 @@ def worker_peak_rss_mb(master_pid: int) -> float:
     return max(peaks, default=float("nan"))
 
 
-def run(args, run_python_load) -> int:  # noqa: ANN001 (bench/api.py's namespace and load generator)
+def run(args, run_python_load) -> int:  # bench/api.py's namespace and load generator
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-api-scale-"))
     server = RedisServer(workdir / "redis").start()
     service = None

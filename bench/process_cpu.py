@@ -156,7 +156,7 @@ class CpuBudget:
         while not self._stop.is_set():
             try:
                 self.sample()
-            except Exception as error:  # noqa: BLE001  a sample lost, not the whole split
+            except Exception as error:  # a sample lost, not the whole split
                 LOG.warning("CPU sample failed: %s", error)
             self._stop.wait(self.EVERY_S)
 
@@ -254,7 +254,7 @@ class TreeMemory:
                 parts = self.sample()
                 if sum(parts.values()) > self.peak_mb:
                     self.peak_mb, self.peak_parts = sum(parts.values()), parts
-            except Exception as error:  # noqa: BLE001  a sample lost, not the figure
+            except Exception as error:  # a sample lost, not the figure
                 LOG.warning("memory sample failed: %s", error)
             self._stop.wait(self.EVERY_S)
 

@@ -82,7 +82,7 @@ def _converted(key: str, location: str, password: str | None, suffix: str,
         return _cache[cache_key]
 
 
-def _in_memory(suffix: str, make) -> str:  # noqa: ANN001
+def _in_memory(suffix: str, make) -> str:
     """``make(path)`` run in a private directory, its result moved into a memory file; the path a
     client opens it at."""
     _remove_orphans()

@@ -254,7 +254,7 @@ class ControlLists:
                     for message in consumer.consume(100, timeout=self.poll_timeout_s):
                         self._handle(message)
                     self.failure = None
-            except Exception as exc:  # noqa: BLE001 - never the end of the lists: read again
+            except Exception as exc:  # never the end of the lists: read again
                 self.failure = f"{type(exc).__name__}: {exc}"
                 LOG.warning("reading %s on %s failed (%s); reading it again in %.0f s", CONTROL_TOPIC,
                             self.alias, self.failure, wait_s)

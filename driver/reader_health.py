@@ -94,7 +94,7 @@ def _alive(probe: Callable[[], bool] | None) -> bool:
         return False
     try:
         return bool(probe())
-    except Exception:  # noqa: BLE001 - a probe of a reader being torn down: it does not read
+    except Exception:  # a probe of a reader being torn down: it does not read
         return False
 
 

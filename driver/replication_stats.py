@@ -60,7 +60,7 @@ class PartitionStats:
         if age_max > self.age_max:
             self.age_max = age_max
 
-    def replicated_run(self, upstream_offset: int, target_offset: int, count: int, size: int,  # noqa: PLR0913
+    def replicated_run(self, upstream_offset: int, target_offset: int, count: int, size: int,
                        latency_sum: float, latency_min: float, latency_max: float,
                        latency_last: float) -> None:
         """``count`` records acknowledged at once, up to ``upstream_offset``; `size`: their values' length."""

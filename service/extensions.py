@@ -44,7 +44,7 @@ def _invalid_names(errors: dict) -> list[str]:
 class ServiceApi(Api):
     """Every error answers JSON with a `message` a person can act on."""
 
-    def handle_http_exception(self, error: HTTPException):  # noqa: ANN201
+    def handle_http_exception(self, error: HTTPException):
         payload, code, headers = super().handle_http_exception(error)
         if "message" not in payload:
             if "errors" in payload:

@@ -55,8 +55,9 @@ def kafka_problems(properties: dict[str, str]) -> list[str]:
         alias = key.split(".", 1)[0]
         tried = [tcp_problem(f"Kafka cluster {alias}", *_host_port(s.strip(), 9092))
                  for s in servers.split(",") if s.strip()]
-        if tried and all(tried):
-            problems.append(tried[0])
+        first = tried[0] if tried else None
+        if first is not None and all(tried):
+            problems.append(first)
     return problems
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.entry_point import CONFIG_ERROR_EXIT, StartupError
 from stack import srm_properties
-from stack.jars import kafka_jars, spark_connector_jars
+from stack.jars import kafka_jars
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
 from stack.prerequisites import require
 from stack.processes import REPO_ROOT, ManagedProcess
@@ -126,13 +127,22 @@ def watch(processes: list[ManagedProcess], stopping: threading.Event) -> None:
                 stopping.set()
 
 
+def resolve_spark_connector() -> None:
+    """The aggregators' connector jars, once, before three of them start (the part's own resolver, run
+    as the part runs: a process)."""
+    done = subprocess.run([sys.executable, "-m", "aggregator.kafka_connector"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StartupError(done.stderr.strip().removeprefix("aggregator.kafka_connector: "))
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         for program in ("java", "redis-server"):  # named before anything starts
             require(program)
         kafka_jars()
-        spark_connector_jars()
+        resolve_spark_connector()
     except StartupError as exc:
         print(f"make demo: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -1,8 +1,9 @@
-"""Resolves the Kafka broker jars and the Spark Kafka connector jars from Maven Central.
+"""Resolves the Kafka broker jars (for the local clusters of the demo, the tests and the benches) from
+Maven Central. (The aggregator's Spark Kafka connector is its own: aggregator/kafka_connector.py.)
 
 Jars land in a cache outside git (`$SRM_CACHE_DIR`, default `~/.cache/srm-monitor`) and are re-used
-when present: a second run asks Maven nothing. Each set lives in a folder named after what decides
-its content (the pom's hash, the installed pyspark version), so a version bump resolves afresh.
+when present: a second run asks Maven nothing. The set lives in a folder named after the pom's hash, so
+a version bump resolves afresh.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 from clients.entry_point import CONFIG_ERROR_EXIT, StartupError
@@ -47,28 +47,6 @@ def kafka_version() -> str:
     """Version of the resolved Apache Kafka broker, read off its jar name (kafka_2.13-<version>.jar)."""
     jar = next(kafka_jars().glob("kafka_2.13-*.jar"))
     return jar.stem.split("-", 1)[1]
-
-
-def spark_connector_jars() -> Path:
-    """Folder holding spark-sql-kafka-0-10 for the installed pyspark, minus what pyspark ships."""
-    spark_version = metadata.version("pyspark")
-    pom = POMS / "spark" / "pom.xml"
-    extra = {
-        "spark.version": spark_version,
-        # pyspark/jars already has these; two copies on one classpath break logging and compression.
-        # lz4-java moved to the at.yawk.lz4 group with Spark 4.2.
-        "excludeGroupIds": "org.slf4j,org.lz4,at.yawk.lz4,org.xerial.snappy,com.github.luben,"
-        "org.apache.hadoop,org.scala-lang,org.scala-lang.modules",
-        "excludeArtifactIds": "spark-tags_2.13",
-    }
-    # The exclusions decide the content too: a changed list must not reuse a folder resolved without it.
-    digest = hashlib.sha1(pom.read_bytes() + repr(sorted(extra.items())).encode()).hexdigest()[:12]
-    target = cache_dir() / "jars" / f"spark-kafka-{spark_version}-{digest}"
-    return _resolve(pom, target, extra)
-
-
-def spark_jar_list() -> list[str]:
-    return sorted(str(p) for p in spark_connector_jars().glob("*.jar"))
 
 
 def _resolve(pom: Path, target: Path, properties: dict[str, str]) -> Path:
@@ -106,12 +84,11 @@ def _run_maven(pom: Path, target: Path, properties: dict[str, str]) -> None:
 
 
 def main() -> int:
-    """`python -m stack.jars`: resolve both jar sets (used by `make jars`)."""
+    """`python -m stack.jars`: resolve the Kafka jars (used by `make jars`)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        for name, resolve in (("kafka", kafka_jars), ("spark-kafka", spark_connector_jars)):
-            folder = resolve()
-            print(f"{name} jars: {folder} ({len(list(folder.glob('*.jar')))} jars)")
+        folder = kafka_jars()
+        print(f"kafka jars: {folder} ({len(list(folder.glob('*.jar')))} jars)")
     except StartupError as exc:
         print(f"stack.jars: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -7,12 +7,17 @@ controller, its client port published on a fixed loopback port that the broker a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stack.kafka_cluster import free_port
 from stack.kafka_version import kafka_image
 
 CLIENT_PORT = 9092
 START_TIMEOUT_S = 120.0
 STARTED_LINE = "Kafka Server started"
+
+if TYPE_CHECKING:  # testcontainers is imported when a container starts: a machine without Docker skips it
+    from testcontainers.core.container import DockerContainer
 
 
 def broker_environment(advertised_host: str, host_port: int) -> dict[str, str]:
@@ -37,7 +42,7 @@ class ApacheKafkaContainer:
         self.image = image or kafka_image()
         self.advertised_host = advertised_host
         self.host_port = free_port()
-        self._container = None
+        self._container: DockerContainer | None = None
 
     @property
     def bootstrap_servers(self) -> str:

@@ -125,7 +125,7 @@ class StackPki:
         path.write_bytes(data)
 
 
-def _certificate(subject: str, key, issuer, issuer_key, *, is_ca: bool = False,  # noqa: ANN001
+def _certificate(subject: str, key, issuer, issuer_key, *, is_ca: bool = False,
                  usages: list | None = None, sans: list | None = None):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes

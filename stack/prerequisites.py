@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 
 from clients.entry_point import StartupError
 
@@ -31,16 +29,3 @@ def require(program: str) -> str:
         hint = INSTALL_HINTS.get(program, "install it and put it on PATH")
         raise MissingPrerequisite(f"`{program}` was not found on PATH: {hint}")
     return path
-
-
-def require_java() -> str:
-    """The ``java`` Spark and the brokers will run: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as
-    Spark's launcher picks it), else ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        java = Path(java_home) / "bin" / "java"
-        if not os.access(java, os.X_OK):
-            raise MissingPrerequisite(f"JAVA_HOME is {java_home}, but {java} is not an executable: point "
-                                      f"JAVA_HOME at a Java 17+ installation or unset it")
-        return str(java)
-    return require("java")

@@ -38,8 +38,8 @@ REDIS_IMAGE = os.environ.get("SRM_REDIS_IMAGE", "redis:7.0")
 # are here too, those built on these need not be.
 REAL_PROCESS_FIXTURES = frozenset({
     "external_processes", "docker_engine", "kafka_clusters", "secured_clusters", "guarded_west",
-    "redis_url", "spark", "mirror_probe", "north", "authz_clusters", "engine", "local_images",
-    "compose_stack",
+    "redis_url", "spark", "mirror_probe", "north", "north_cluster", "authz_clusters", "engine",
+    "local_images", "compose_stack",
 })
 SLOW_MARKERS = ("integration", "e2e", "interop", "containers")
 
@@ -143,6 +143,19 @@ def secured_clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempP
                                f"{sorted(cluster.secured_ports)} in {cluster.started_in_s:.1f} s")
     try:
         yield clusters
+    finally:
+        clusters.cleanup()
+
+
+@pytest.fixture(scope="session")
+def north_cluster(pytestconfig: pytest.Config) -> Iterator[str]:
+    """A third plain cluster beside kafka_clusters (fan-in, three sites), started on first use and shared:
+    its bootstrap servers. (The interop tests keep their own: Apache's readers stop at a foreign record.)"""
+    clusters = KafkaClusters(["north"]).start()
+    announce(pytestconfig, f"Apache Kafka broker north on {clusters.bootstrap('north')} in "
+                           f"{clusters.clusters['north'].started_in_s:.1f} s")
+    try:
+        yield clusters.bootstrap("north")
     finally:
         clusters.cleanup()
 

@@ -19,11 +19,6 @@ ALLOWED = {
     # The local Kafka/Redis stack of the demo, the tests and the benches: never part of the product.
     "stack": {"stack", "clients", "contract"},
 }
-# Imports of the stack the aggregator still makes (its jars resolved with Maven); issue 41 removes them.
-KNOWN: dict[str, set[str]] = {
-    "aggregator/__main__.py": {"stack"},
-    "aggregator/session.py": {"stack"},
-}
 PACKAGES = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
 
 
@@ -37,12 +32,12 @@ def imported_packages(path: Path) -> set[str]:
     return found
 
 
-def violations(package: str, root: Path = ROOT, known: dict[str, set[str]] = KNOWN) -> list[str]:
+def violations(package: str, root: Path = ROOT) -> list[str]:
     forbidden = set(ALLOWED) - ALLOWED[package]
     found = []
     for path in sorted((root / package).rglob("*.py")):
         name = path.relative_to(root).as_posix()
-        wrong = imported_packages(path) & forbidden - known.get(name, set())
+        wrong = imported_packages(path) & forbidden
         if wrong:
             found.append(f"{name} imports {', '.join(sorted(wrong))}")
     return found
@@ -57,20 +52,15 @@ def test_packages_import_only_what_their_rule_allows(package):
     assert violations(package) == []
 
 
-def test_known_exceptions_are_still_there():
-    """An exception that no longer applies is dropped from KNOWN, so it cannot hide a new import."""
-    for name, packages in KNOWN.items():
-        assert packages <= imported_packages(ROOT / name), name
-
-
 @pytest.mark.parametrize(("package", "source", "imported"), [
     ("aggregator", "def f():\n    from service import app\n", "service"),
     ("driver", "import stack.kafka_cluster\n", "stack"),
-    ("service", "from stack.jars import spark_jar_list\n", "stack"),
+    ("service", "from stack.jars import kafka_jars\n", "stack"),
+    ("aggregator", "from stack.jars import kafka_jars\n", "stack"),
     ("contract", "from clients import kafka_clients\n", "clients"),
     ("clients", "from driver import replication\n", "driver"),
 ])
 def test_the_rule_sees_a_forbidden_import(tmp_path, package, source, imported):
     (tmp_path / package).mkdir()
     (tmp_path / package / "m.py").write_text(source)
-    assert violations(package, tmp_path, {}) == [f"{package}/m.py imports {imported}"]
+    assert violations(package, tmp_path) == [f"{package}/m.py imports {imported}"]

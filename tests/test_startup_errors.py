@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from aggregator import kafka_connector
 from stack.jars import cache_dir
 from stack.prerequisites import MissingPrerequisite, require
 
@@ -94,14 +95,36 @@ def test_aggregator_with_a_java_home_without_java_names_java_home(tmp_path: Path
     assert "JAVA_HOME is " in one_line(done.stderr)
 
 
+def offline(tmp_path: Path) -> str:
+    """Java options for a JVM that reaches no repository: every connection through a closed proxy port,
+    and a home without the ~/.m2 that Spark's Ivy would otherwise read jars from."""
+    (tmp_path / "home").mkdir(exist_ok=True)
+    port = closed_port()
+    proxies = [f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={port}" for scheme in ("http", "https")]
+    return " ".join([f"-Duser.home={tmp_path / 'home'}", *proxies])
+
+
 @pytest.mark.usefixtures("external_processes")
-def test_aggregator_without_maven_and_without_cached_jars_names_mvn(tmp_path: Path) -> None:
-    env = environment(path_without(tmp_path, "mvn"), SRM_CACHE_DIR=str(tmp_path / "empty-cache"))
+def test_aggregator_offline_without_cached_jars_names_the_connector_and_maven_central(tmp_path: Path) -> None:
+    cache = tmp_path / "empty-cache"
+    env = environment(SRM_CACHE_DIR=str(cache), JAVA_TOOL_OPTIONS=offline(tmp_path))
     done = run("aggregator", properties(tmp_path), env)
     assert done.returncode == 2
     line = one_line(done.stderr)
-    assert line.startswith("srm-aggregator: `mvn` was not found on PATH")
-    assert "apt-get install -y maven" in line
+    assert line.startswith("srm-aggregator: Spark could not fetch its Kafka connector "
+                           f"{kafka_connector.coordinates()} (")
+    assert "needs Maven Central" in line
+    # Nothing half made is left to pass for a resolved connector.
+    assert [p.name for p in (cache / "ivy").iterdir() if not p.name.startswith(".")] == []
+
+
+@pytest.mark.usefixtures("external_processes")
+def test_aggregator_offline_with_cached_jars_gets_past_them(tmp_path: Path) -> None:
+    kafka_connector.jars()  # the cache the suite uses, resolved here if it was not yet
+    env = environment(JAVA_TOOL_OPTIONS=offline(tmp_path))
+    done = run("aggregator", properties(tmp_path), env)
+    assert done.returncode == 1
+    assert "Redis at redis://127.0.0.1:" in one_line(done.stderr)
 
 
 @pytest.mark.usefixtures("external_processes")

@@ -25,7 +25,7 @@ EPOCH_MS = re.compile(r"-?[0-9]{1,18}")
 class Timestamp(fields.Field):
     """Epoch milliseconds or an ISO-8601 date-time (UTC when it names no zone)."""
 
-    def _deserialize(self, value, attr, data, **kwargs) -> int:  # noqa: ANN001
+    def _deserialize(self, value, attr, data, **kwargs) -> int:
         text = str(value).strip()
         if EPOCH_MS.fullmatch(text):
             return int(text)

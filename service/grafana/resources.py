@@ -61,7 +61,7 @@ def _range(body: Mapping) -> tuple[int, int]:
     return from_ms, to_ms
 
 
-def _answer(compute, *args) -> Response:  # noqa: ANN001
+def _answer(compute, *args) -> Response:
     try:
         return jsonify(compute(*args))
     except QueryError as exc:

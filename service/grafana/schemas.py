@@ -39,7 +39,7 @@ class TargetSchema(Lenient):
             "several as `(a|b)` or a pattern (RE2, full match), one series per metric"
         },
     )
-    refId = fields.String(allow_none=True)  # noqa: N815
+    refId = fields.String(allow_none=True)
     hide = fields.Boolean(allow_none=True)
     payload = fields.Raw(
         allow_none=True,
@@ -54,11 +54,11 @@ class TargetSchema(Lenient):
 
 class QuerySchema(Lenient):
     range = fields.Nested(RangeSchema)
-    intervalMs = fields.Float(allow_none=True)  # noqa: N815
-    maxDataPoints = fields.Float(allow_none=True)  # noqa: N815
+    intervalMs = fields.Float(allow_none=True)
+    maxDataPoints = fields.Float(allow_none=True)
     targets = fields.List(fields.Nested(TargetSchema))
     filters = fields.List(fields.Nested(FilterSchema))
-    adhocFilters = fields.List(fields.Nested(FilterSchema))  # noqa: N815
+    adhocFilters = fields.List(fields.Nested(FilterSchema))
 
 
 class MetricsRequestSchema(Lenient):

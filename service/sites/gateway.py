@@ -331,7 +331,7 @@ def _collect(site: str, url: str, future: Future[SiteAnswer], deadline: float, s
         return future.result(timeout=max(0.0, deadline - time.monotonic()) + COLLECT_GRACE_S)
     except FutureTimeout:  # still queued behind other calls, or resolving a name; it ends on its own
         return SiteAnswer(site, TIMEOUT, url, elapsed_ms=_ms_since(started))
-    except Exception as exc:  # noqa: BLE001 - one site's failure is its status, never the answer's
+    except Exception as exc:  # one site's failure is its status, never the answer's
         LOG.warning("site %s at %s: %s", site, url, shown(f"{type(exc).__name__}: {exc}"))
         return SiteAnswer(site, f"error: {type(exc).__name__}", url, elapsed_ms=_ms_since(started))
 
@@ -356,7 +356,7 @@ def _call(gateway: Gateway, site: str, endpoint: Endpoint, configured: bool, pat
     except RefusedAddress as exc:
         LOG.warning("site %s: %s", site, shown(str(exc), 300))
         return SiteAnswer(site, f"error: {shown(str(exc), 300)}", url, elapsed_ms=_ms_since(began))
-    except Exception as exc:  # noqa: BLE001 - whatever a site does is that site's error
+    except Exception as exc:  # whatever a site does is that site's error
         failed = True
         LOG.warning("site %s at %s: %s", site, url, shown(f"{type(exc).__name__}: {exc}"))
         return SiteAnswer(site, f"error: {exc.__class__.__name__}", url, elapsed_ms=_ms_since(began))

@@ -246,7 +246,7 @@ class Registry(threading.Thread):
                     for alias, consumer in consumers.items():
                         self._poll(alias, consumer)
                     wait_s = REOPEN_WAIT_S[0]
-            except Exception:  # noqa: BLE001 - never the end of discovery
+            except Exception:  # never the end of discovery
                 LOG.exception("reading %s failed; reading again in %.0f s", HEARTBEATS_TOPIC, wait_s)
                 self._stopping.wait(wait_s)
                 wait_s = min(wait_s * 2, REOPEN_WAIT_S[1])

@@ -24,12 +24,12 @@ from streaming_input import (
     wait_until,
 )
 
+from aggregator import kafka_connector
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from contract import redis_layout as layout
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic
 from stack import srm_properties
-from stack.jars import spark_jar_list
 from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.redis_server import RedisServer
@@ -211,7 +211,7 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_same_rollups(scenario, k
         "--work-dir", str(tmp / f"spark-work-{i}")], tmp / f"spark-worker-{i}.log", env) for i in (1, 2)]
     submit = ManagedProcess("spark-submit", [
         str(SPARK_HOME / "bin" / "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
-        "--jars", ",".join(spark_jar_list()), "--conf", "spark.executor.memory=512m",
+        "--jars", ",".join(kafka_connector.jars()), "--conf", "spark.executor.memory=512m",
         "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2", "aggregator/__main__.py",
         "--config", str(config)],
         tmp / "spark-submit.log", env)

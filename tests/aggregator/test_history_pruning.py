@@ -28,7 +28,7 @@ MADE: dict[str, list[int]] = {"pruned": [], "every": []}  # windows made a batch
 
 
 class PrunedPlan(BatchPlan):
-    def add_history(self, metrics, read_from, keeps):  # noqa: ANN001, ANN201
+    def add_history(self, metrics, read_from, keeps):
         added = super().add_history(metrics, read_from, keeps)
         if not self.history_rows:  # the batch's last metric
             MADE["pruned"].append(sum(map(len, self.history.values())))
@@ -38,7 +38,7 @@ class PrunedPlan(BatchPlan):
 class EveryWindowPlan(BatchPlan):
     """The plan as it was: a window object for every history partial (the oracle)."""
 
-    def add_history(self, metrics, read_from: Mapping[str, int], keeps):  # noqa: ANN001, ANN201
+    def add_history(self, metrics, read_from: Mapping[str, int], keeps):
         added = super().add_history(metrics, dict.fromkeys(HISTORY_METRICS, -(2**62)), keeps)
         if not self.history_rows:
             MADE["every"].append(sum(map(len, self.history.values())))

@@ -142,7 +142,7 @@ def test_a_merge_cut_off_part_way_and_resumed_leaves_redis_as_the_acero_merge_di
             pipe.execute()
         calls, replace = [0], writer._replace
 
-        def dies_in_the_third_call(keys, args, client, calls=calls, replace=replace):  # noqa: ANN001, ANN202
+        def dies_in_the_third_call(keys, args, client, calls=calls, replace=replace):
             calls[0] += 1
             if calls[0] == 3:
                 raise ConnectionError("the process died in the merge's second part or later")

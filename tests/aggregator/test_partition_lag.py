@@ -60,7 +60,7 @@ def live_batches(seed: int, count: int = 14) -> list[list[tuple[int, object]]]:
     return out
 
 
-def one_at_a_time(history, records, is_partition, rows, ts, high, low):  # noqa: ANN001, ANN201
+def one_at_a_time(history, records, is_partition, rows, ts, high, low):
     """No report derived by the arrays: every one by the pure functions."""
     return np.full(len(rows), np.nan), np.zeros(len(rows), bool)
 
@@ -86,7 +86,7 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
             monkeypatch.setattr(partition_lag, "_lag_seconds", lag_seconds)
             judge = partition_lag.judge_batch
 
-            def counted(*args, judge=judge, sink=sink):  # noqa: ANN002, ANN202
+            def counted(*args, judge=judge, sink=sink):
                 judged = judge(*args)
                 fallbacks[sink is oracle] += judged.fallback
                 return judged

@@ -81,7 +81,7 @@ def supervise_until(supervisor: QuerySupervisor, client: redis.Redis, source: st
     wait_until(done, 120, what)
 
 
-def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:  # noqa: ANN001
+def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:
     # No stall restarts: a first batch on a busy machine can take the default 30 triggers of 500 ms.
     return QuerySupervisor(spark, [spec], backoff_s=0.5, stall_intervals=240).start_all()
 

@@ -23,6 +23,9 @@ from stack.secured_listeners import client_properties
 pytestmark = pytest.mark.integration
 
 REFUSED = "west: SASL authentication failed (SCRAM-SHA-512): invalid credentials"
+# The refused back-off's first wait (10 s in the product) at a quarter: waits of 2.5, 5 and 10 s.
+FIRST_WAIT_S = 2.5
+WATCHED_S = FIRST_WAIT_S * (1 + 2 + 4)  # from the first line: room for the three waits, four attempts
 
 
 def test_wrong_password_is_one_error_then_backed_off_retries(secured_clusters: KafkaClusters, spark,
@@ -37,13 +40,15 @@ def test_wrong_password_is_one_error_then_backed_off_retries(secured_clusters: K
                                 {"east": secured_clusters.bootstrap("east"),
                                  "west": secured_clusters["west"].secured_bootstrap("sasl_plaintext")},
                                 [("east", "west")], redis_url, extra)
-    supervisor = QuerySupervisor(spark, query_specs(load_config(path)), backoff_s=1.0)
+    supervisor = QuerySupervisor(spark, query_specs(load_config(path)), backoff_s=1.0,
+                                 refused_backoff_s=FIRST_WAIT_S)
     with caplog.at_level(logging.INFO, logger="aggregator.supervisor"):
         began = time.monotonic()
         supervisor.start_all()
         try:
             named_after = None
-            while time.monotonic() - began < 50:
+            # Up to 40 s for the first refusal, then WATCHED_S from it.
+            while time.monotonic() - began < (40 if named_after is None else named_after + WATCHED_S):
                 supervisor.check()
                 if named_after is None and supervisor.rejected:
                     named_after = time.monotonic() - began
@@ -55,7 +60,8 @@ def test_wrong_password_is_one_error_then_backed_off_retries(secured_clusters: K
     assert supervisor.rejected == {"rollup_west": REFUSED}
     lines = [r for r in caplog.records if r.name == "aggregator.supervisor"]
     assert lines[0].levelname == "ERROR" and lines[0].getMessage().startswith(REFUSED)
-    # Waits of 10, 20, 40 s: at most 4 attempts in 50 s, one line each (before: one every 5 s, forever).
+    # Waits of 2.5, 5, 10 s: at most 4 attempts while watched, one line each (the 1 s restart back-off
+    # alone would give ~18).
     assert 1 <= len(lines) <= 4, [r.getMessage() for r in lines]
     assert all(r.levelname == "WARNING" for r in lines[1:])
     assert wrong not in caplog.text and security.password not in caplog.text

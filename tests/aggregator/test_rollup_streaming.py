@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute  # pa.compute
 import pytest
 import redis
 from pyspark.sql.streaming.listener import QueryProgressEvent

@@ -53,7 +53,7 @@ def test_a_flush_while_the_batch_commits_aborts_its_transaction(redis_url: str, 
     sink, target, topic = first_batch(redis_url)
     other = redis.Redis.from_url(redis_url)
 
-    def flushed_meanwhile(pipe, plan) -> None:  # noqa: ANN001 (as RedisRollupSink._write_index)
+    def flushed_meanwhile(pipe, plan) -> None:  # as RedisRollupSink._write_index
         forget(other, target, sink)  # while the batch's MULTI is being queued
 
     monkeypatch.setattr(sink, "_write_index", flushed_meanwhile)

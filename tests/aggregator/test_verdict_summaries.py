@@ -14,12 +14,12 @@ _status = st.sampled_from([("OK", "OK"), ("WARN", "WARN"), ("ERR", "STOP"), ("ER
 
 
 @st.composite
-def verdicts(draw):  # noqa: ANN001, ANN201
+def verdicts(draw):
     status, reason = draw(_status)
     end = draw(st.one_of(st.none(), st.integers(0, 600_000)))
     start = None if end is None else end - draw(st.integers(0, 300_000))
 
-    def observation(ts):  # noqa: ANN001, ANN202
+    def observation(ts):
         return None if ts is None else [T0 + ts, draw(st.integers(0, 99)), draw(st.integers(0, 9))]
 
     return {"ts": T0 + draw(st.integers(0, 700_000)), "topic": draw(st.sampled_from(["a", "b", "c"])),

@@ -22,6 +22,7 @@ from streaming_input import (
 )
 
 from aggregator import merge_child
+from aggregator import supervisor as supervisor_module
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.supervisor import QuerySupervisor, RestartCounter, trigger_seconds
 from contract import redis_layout as layout
@@ -31,7 +32,12 @@ from service.app import create_app
 from stack.redis_server import RedisServer
 
 T0 = 1_700_006_400_000
-PAUSE_S = 120  # the "Redis SIGSTOPped for 2 minutes"
+# "Redis SIGSTOPped for 2 minutes" against the product's defaults (10 s socket and 5 s connect timeouts,
+# a first batch's 120 s grace) is played at a quarter of that time scale: the same outage counted in
+# timeouts (twelve socket timeouts long), in 30 s instead of 120.
+TIME_SCALE = 0.25
+PAUSE_S = 120 * TIME_SCALE
+REDIS_TIMEOUTS = f"?socket_timeout={10 * TIME_SCALE}&socket_connect_timeout={5 * TIME_SCALE}"
 RECOVERY_S = 30
 
 
@@ -60,7 +66,7 @@ def rollups(client: redis.Redis) -> dict:
                                                                 f"{layout.PREFIX}:aggregator:")))
 
 
-def uninterrupted_rollups(spark, bootstrap: str, source: str, tmp_path) -> dict:  # noqa: ANN001
+def uninterrupted_rollups(spark, bootstrap: str, source: str, tmp_path) -> dict:
     reference = RedisServer(tmp_path / "redis-reference").start()
     try:
         spec = spec_for(bootstrap, reference.url, source, str(tmp_path / "ref-ckpt"))
@@ -80,15 +86,17 @@ def restart_counts(url: str) -> dict[bytes, bytes]:
 
 
 @pytest.mark.integration
-def test_redis_stopped_for_two_minutes_then_recovered_within_30_s_with_identical_rollups(
-        spark, kafka_clusters, tmp_path):
+def test_redis_stopped_for_twelve_socket_timeouts_then_recovered_within_30_s_with_identical_rollups(
+        spark, kafka_clusters, tmp_path, monkeypatch):
+    monkeypatch.setattr(supervisor_module, "FIRST_BATCH_GRACE_S", supervisor_module.FIRST_BATCH_GRACE_S
+                        * TIME_SCALE)
     bootstrap, source = kafka_clusters["east"], new_source()
     create_topic(bootstrap, metrics_topic(source), partitions=2)
     produce(bootstrap, source, [report(source, T0 + i * 10_000, i + 1) for i in range(6)])
     server = RedisServer(tmp_path / "redis").start()
     client = redis.Redis.from_url(server.url)
-    supervisor = QuerySupervisor(spark, [spec_for(bootstrap, server.url, source, str(tmp_path / "ckpt"))],
-                                 backoff_s=0.5).start_all()
+    spec = spec_for(bootstrap, server.url + REDIS_TIMEOUTS, source, str(tmp_path / "ckpt"))
+    supervisor = QuerySupervisor(spark, [spec], backoff_s=0.5).start_all()
     try:
         wait_until(lambda: supervisor.check() is not None and total(client, source) == 21,
                    what="first rollups")
@@ -175,12 +183,12 @@ class StandInQuery:
 
     batch: int | None = 0
     busy: bool = True  # a batch running with input waiting
-    isActive: bool = True  # noqa: N815 (PySpark's name)
+    isActive: bool = True  # PySpark's name
     stopped: list[bool] = field(default_factory=list)
     id: str = "q"
 
     @property
-    def lastProgress(self) -> dict | None:  # noqa: N802 (PySpark's name)
+    def lastProgress(self) -> dict | None:  # PySpark's name
         return None if self.batch is None else {"batchId": self.batch}
 
     @property
@@ -195,7 +203,7 @@ class StandInQuery:
         return None
 
 
-def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> QuerySupervisor:  # noqa: ANN001
+def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> QuerySupervisor:
     clock = [1000.0]
     monkeypatch.setattr("aggregator.supervisor.time.monotonic", lambda: clock[0])
     spec = RollupQuerySpec(target="east", bootstrap_servers="b", redis_url="redis://127.0.0.1:1/0",
@@ -233,7 +241,7 @@ def test_a_batch_running_for_the_stall_intervals_with_input_waiting_restarts_its
     wait_for_stop(first)
     assert advance(supervisor, 0) == ["rollup_east"]  # restarted at once, without the failure back-off
     assert supervisor.queries["rollup_east"] is second
-    assert supervisor.counter._pending == {("east", "query"): 1}  # noqa: SLF001
+    assert supervisor.counter._pending == {("east", "query"): 1}
 
 
 def test_progress_or_no_input_is_not_a_stall(monkeypatch):

@@ -138,7 +138,7 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
     merged: list[list] = []
     real_parts = window_writer.merge_parts
 
-    def seen_parts(calls):  # noqa: ANN001, ANN202
+    def seen_parts(calls):
         parts = real_parts(calls)
         merged.extend(parts[p] for p in sorted(parts))
         return parts
@@ -146,7 +146,7 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
     monkeypatch.setattr(window_writer, "merge_parts", seen_parts)
     replace = cut.windows._replace
 
-    def dies_in_the_third_part(keys, args, client):  # noqa: ANN001, ANN202
+    def dies_in_the_third_part(keys, args, client):
         if keys is merged[2][0][0]:
             raise ConnectionError("the process died between the merge's second and third part")
         return replace(keys=keys, args=args, client=client)

@@ -113,7 +113,7 @@ def test_decoders_raise_only_their_format_error(key: bytes | None, value: bytes 
             decode(key, value)
         except error:
             pass
-        except Exception as exc:  # noqa: BLE001 - the failure this test looks for
+        except Exception as exc:  # the failure this test looks for
             raise AssertionError(f"{name} decoder raised {type(exc).__name__}: {exc}") from exc
 
 

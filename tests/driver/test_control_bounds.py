@@ -55,7 +55,7 @@ def test_each_entry_is_compiled_once_per_list_version(monkeypatch: pytest.Monkey
     compiled: list[str] = []
     real = driver.topic_filter.compile_user_pattern
 
-    def counting(pattern: str, *args: object, **kwargs: object):  # noqa: ANN202
+    def counting(pattern: str, *args: object, **kwargs: object):
         compiled.append(pattern)
         return real(pattern, *args, **kwargs)  # type: ignore[arg-type]
 

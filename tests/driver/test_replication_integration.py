@@ -23,7 +23,6 @@ from contract.replication_policy import progress_topic
 from driver.progress_record import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
 from stack import srm_properties
-from stack.kafka_cluster import KafkaClusters
 from tests.driver.replication_cluster_ops import (
     admin,
     create_topic,
@@ -40,14 +39,10 @@ pytestmark = pytest.mark.integration
 FAST = {"refresh.topics.interval.seconds": 1, "sync.topic.configs.interval.seconds": 1, "metrics.period": 1}
 
 
-@pytest.fixture(scope="module")
-def north() -> Iterator[str]:
-    """A third cluster, for the fan-in topology."""
-    clusters = KafkaClusters(["north"]).start()
-    try:
-        yield clusters.bootstrap("north")
-    finally:
-        clusters.cleanup()
+@pytest.fixture
+def north(north_cluster: str) -> str:
+    """A third cluster, for the fan-in topology (the session's)."""
+    return north_cluster
 
 
 def write_config(tmp_path: Path, bootstraps: dict[str, str], pairs: list[tuple[str, str]],

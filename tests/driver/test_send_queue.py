@@ -166,7 +166,7 @@ def test_a_silent_target_is_an_outage_after_a_while_and_an_acknowledgement_ends_
     assert queue.outage("west") is None
 
 
-def test_queue_limits_come_from_the_settings_with_librdkafka_headroom(tmp_path) -> None:  # noqa: ANN001
+def test_queue_limits_come_from_the_settings_with_librdkafka_headroom(tmp_path) -> None:
     from contract.config import ConfigError, load_config
 
     path = tmp_path / "srm.properties"

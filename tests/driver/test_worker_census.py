@@ -16,7 +16,7 @@ from driver.worker_census import WorkerCensus
 
 def settle(census: WorkerCensus, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while census._running and time.monotonic() < deadline:  # noqa: SLF001 (the test waits for its thread)
+    while census._running and time.monotonic() < deadline:  # the test waits for its thread
         time.sleep(0.01)
 
 

@@ -26,7 +26,7 @@ from contract.records.mm2 import Heartbeat
 from service.sites.gateway import Gateway, fan_out
 from service.sites.registry import Registry
 from stack import srm_properties
-from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
+from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess
 
 pytestmark = pytest.mark.e2e
@@ -40,12 +40,8 @@ FORGED_HOST = "127.0.0.2"  # loopback, but outside the gateway's allowlist
 
 
 @pytest.fixture(scope="module")
-def three_clusters(kafka_clusters: dict[str, str]) -> Iterator[dict[str, str]]:
-    north = KafkaClusters(["north"]).start()
-    try:
-        yield {**kafka_clusters, "north": north.bootstrap("north")}
-    finally:
-        north.cleanup()
+def three_clusters(kafka_clusters: dict[str, str], north_cluster: str) -> dict[str, str]:
+    return {**kafka_clusters, "north": north_cluster}
 
 
 def site_redis(redis_url: str, site: str) -> str:

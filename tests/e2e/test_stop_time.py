@@ -44,7 +44,7 @@ def stop_time(process: ManagedProcess) -> float:
     return time.monotonic() - began
 
 
-def wait_for(check, timeout_s: float, what: str) -> None:  # noqa: ANN001
+def wait_for(check, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():

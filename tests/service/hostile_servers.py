@@ -38,7 +38,7 @@ class GarbageHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+    do_GET = do_POST = _answer  # http.server's names
 
     def log_message(self, *args: object) -> None:
         pass
@@ -49,7 +49,7 @@ class SlowHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         server = self.server
         try:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -78,7 +78,7 @@ class SlowHandler(BaseHTTPRequestHandler):
         except OSError:
             server.closed_at.append(time.monotonic())  # type: ignore[attr-defined]
 
-    do_POST = do_GET  # noqa: N815 (http.server's name)
+    do_POST = do_GET  # http.server's name
 
     def _head(self, length: int | None, extra: dict[str, str] | None = None) -> None:
         self.send_response(200)

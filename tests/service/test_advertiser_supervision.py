@@ -42,7 +42,7 @@ def advertiser_pids(parent: int) -> list[int]:
     return found
 
 
-def eventually(probe, what: str, timeout_s: float = 60.0):  # noqa: ANN001, ANN201
+def eventually(probe, what: str, timeout_s: float = 60.0):
     deadline = time.monotonic() + timeout_s
     while not (found := probe()):
         assert time.monotonic() < deadline, f"{what} within {timeout_s:.0f} s"

@@ -21,7 +21,7 @@ TOPICS = [Subject("east", "west", f"east.t{i}", f"t{i}") for i in range(1_000)]
 APP = create_app({"REDIS_URL": "redis://127.0.0.1:1/0"})
 
 
-def in_a_request(limit: int, work):  # noqa: ANN001, ANN201
+def in_a_request(limit: int, work):
     """``work()`` in one request with a point budget of ``limit``; (result, points spent)."""
     with APP.test_request_context("/grafana/query", method="POST"):
         point_budget.start_request(limit)

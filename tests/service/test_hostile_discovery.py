@@ -83,7 +83,7 @@ def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_cluster
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         self.server.requests.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

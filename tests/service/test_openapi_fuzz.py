@@ -14,7 +14,7 @@ from contextlib import ExitStack
 
 import pytest
 import schemathesis
-import schemathesis.generation.body_overrides  # noqa: F401  (see below)
+import schemathesis.generation.body_overrides  # see below
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -74,7 +74,7 @@ def test_no_server_error_and_answers_match_the_schema(api_schema, path, method):
 
     @given(case=operation.as_strategy())
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    def fuzz(case) -> None:  # noqa: ANN001
+    def fuzz(case) -> None:
         case.call_and_validate(checks=CHECKS)
 
     fuzz()
@@ -96,7 +96,7 @@ def gateway_schema(redis_url, scenario) -> Iterator:
         yield schemathesis.openapi.from_wsgi("/openapi.json", app)
 
 
-def _asking_every_site(case, path: str) -> None:  # noqa: ANN001
+def _asking_every_site(case, path: str) -> None:
     if path != "/grafana/query":
         case.query = {**(case.query or {}), "site": "all"}
     elif isinstance(case.body, dict) and isinstance(case.body.get("targets"), list):
@@ -111,7 +111,7 @@ def test_a_gateway_with_hostile_sites_has_no_server_error(gateway_schema, path, 
 
     @given(case=operation.as_strategy())
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    def fuzz(case) -> None:  # noqa: ANN001
+    def fuzz(case) -> None:
         case.call_and_validate(checks=CHECKS)
         _asking_every_site(case, path)
         case.call_and_validate(checks=CHECKS)

@@ -30,7 +30,7 @@ def _period(source: str, target: str) -> int:
 class Groups(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
     @site_selectable(blp, GroupListSchema, not_found="unknown replication")
-    def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
+    def get(self, source: str, target: str, all: bool) -> dict:
         """Every checkpointed group of a replication with its Burrow-style lag evaluation."""
         reader = metrics_reader()
         with unknown_answers_404():
@@ -47,7 +47,7 @@ class Groups(MethodView):
 class OneGroup(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
     @site_selectable(blp, GroupStatusSchema, not_found="unknown replication or group")
-    def get(self, source: str, target: str, group: str, all: bool) -> dict:  # noqa: A002
+    def get(self, source: str, target: str, group: str, all: bool) -> dict:
         """One checkpointed group's lag evaluation (Burrow's `/status`, or `/lag` with `all=true`)."""
         reader = metrics_reader()
         with unknown_answers_404():

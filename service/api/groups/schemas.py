@@ -22,6 +22,6 @@ class GroupMetricSchema(MetricSeriesSchema):
     source = fields.String()
     target = fields.String()
     group = fields.String()
-    upstreamTopic = fields.String(allow_none=True)  # noqa: N815
+    upstreamTopic = fields.String(allow_none=True)
     from_ms = fields.Integer(data_key="from")
     to_ms = fields.Integer(data_key="to")

@@ -29,7 +29,7 @@ class PartitionMetric(MethodView):
         target: str,
         upstreamTopic: str,
         partition: int,
-        metric: str,  # noqa: N803
+        metric: str,
         from_ms: int,
         to_ms: int,
         granularity: str,

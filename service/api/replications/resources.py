@@ -70,7 +70,7 @@ def status_answer(health: ReplicationHealth, topics: int, show_all: bool = False
 class Replications(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
     @site_selectable(blp, ReplicationListSchema)
-    def get(self, all: bool) -> dict:  # noqa: A002
+    def get(self, all: bool) -> dict:
         """Every replication with its state (ACTIVE/INACTIVE/FAILED/UNKNOWN) and lag evaluation."""
         reader = metrics_reader()
         replications = reader.replications()
@@ -86,7 +86,7 @@ class Replications(MethodView):
 class OneReplication(MethodView):
     @blp.arguments(StatusArgs, location="query", as_kwargs=True)
     @site_selectable(blp, ReplicationDetailSchema, not_found="unknown replication")
-    def get(self, source: str, target: str, all: bool) -> dict:  # noqa: A002
+    def get(self, source: str, target: str, all: bool) -> dict:
         """One replication: state, lag evaluation, topics and its checkpointed groups' lag evaluation."""
         reader = metrics_reader()
         with unknown_answers_404():

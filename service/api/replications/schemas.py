@@ -118,7 +118,7 @@ class GroupStatusSchema(Schema):
 
 class TopicSchema(Schema):
     topic = fields.String(metadata={"description": "remote (downstream) topic"})
-    upstreamTopic = fields.String()  # noqa: N815
+    upstreamTopic = fields.String()
 
 
 class ReplicationDetailSchema(ReplicationStatusSchema):

@@ -43,7 +43,7 @@ def upstream_topic_body(reader: MetricsReader, source: str, target: str, upstrea
 class TopicMetricByUpstream(MethodView):
     @blp.arguments(TimeRangeArgs(), location="query", as_kwargs=True)
     @site_selectable(blp, TopicMetricSchema, not_found="unknown cluster, topic or metric")
-    def get(self, source: str, target: str, upstreamTopic: str, metric: str,  # noqa: N803
+    def get(self, source: str, target: str, upstreamTopic: str, metric: str,
             from_ms: int, to_ms: int, granularity: str) -> Response:
         """One metric of a topic, addressed by source, target and upstream topic name.
 
@@ -62,7 +62,7 @@ class TopicMetricByDownstream(MethodView):
         self,
         target: str,
         downstreamTopic: str,
-        metric: str,  # noqa: N803
+        metric: str,
         from_ms: int,
         to_ms: int,
         granularity: str,

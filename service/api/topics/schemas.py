@@ -10,7 +10,7 @@ from service.api.common import MetricSeriesSchema
 class TopicMetricSchema(MetricSeriesSchema):
     source = fields.String()
     target = fields.String()
-    upstreamTopic = fields.String(metadata={"description": "topic name in the source cluster"})  # noqa: N815
+    upstreamTopic = fields.String(metadata={"description": "topic name in the source cluster"})
     topic = fields.String(metadata={"description": "remote (downstream) topic in the target cluster"})
     from_ms = fields.Integer(data_key="from")
     to_ms = fields.Integer(data_key="to")

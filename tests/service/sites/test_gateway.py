@@ -160,7 +160,7 @@ def test_merge_concatenates_list_answers_tagged_with_their_site():
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         server = self.server
         server.requests.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
         time.sleep(server.delay_s)  # type: ignore[attr-defined]

@@ -98,7 +98,7 @@ def test_names_are_resolved_and_special_addresses_refused_unless_named():
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         self.server.requests.append((self.path, self.headers.get("Host")))  # type: ignore[attr-defined]
         body = b'{"ok": true}'
         self.send_response(200)
