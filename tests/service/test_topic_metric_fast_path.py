@@ -48,7 +48,7 @@ class Answers:
     def _count(self, sender: Flask, **_: object) -> None:
         self.flask_requests += 1
 
-    def both(self, method: str, url: str, **kwargs: object):  # noqa: ANN201
+    def both(self, method: str, url: str, **kwargs: object):
         before = self.flask_requests
         served = self.served.open(url, method=method, **kwargs)
         took_fast_path = self.flask_requests == before
@@ -61,7 +61,7 @@ def span(**extra: object) -> str:
     return "&".join(f"{k}={v}" for k, v in query.items())
 
 
-def assert_same(served, flask_only) -> None:  # noqa: ANN001
+def assert_same(served, flask_only) -> None:
     assert served.status_code == flask_only.status_code
     assert served.headers["Content-Type"] == flask_only.headers["Content-Type"]
     assert int(served.headers["Content-Length"]) == len(served.get_data())
