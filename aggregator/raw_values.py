@@ -73,14 +73,13 @@ def parse_values(values: pa.Array) -> tuple[pa.Table, pa.BooleanArray]:
     # read at once, and a bad record costs about what a good one does (splitting into halves and reading
     # again until each bad line stood alone made a few bad records cost a batch many times its read:
     # bench/RESULTS.md, "bad records").
-    lines = _screened(values)
-    rows = pc.indices_nonzero(pc.is_valid(lines))
-    table = _read_by_kind(lines.take(rows)) if len(rows) else RECORD_SCHEMA.empty_table()
+    lines, rows = _screened(values)
+    placed = np.full(len(values), len(rows), np.int64)  # each value's line; a value of none: the null row
+    placed[rows] = np.arange(len(rows))
+    table = _read_by_kind(lines) if len(lines) else RECORD_SCHEMA.empty_table()
     if table is not None:
-        placed = np.full(len(values), len(rows), np.int64)  # the rows not read take the null row below
-        placed[rows.to_numpy()] = np.arange(len(rows))
-        table = pa.concat_tables([table, _null_rows(1)]).take(pa.array(placed))
-        return table, pc.is_valid(lines)
+        return pa.concat_tables([table, _null_rows(1)]).take(pa.array(placed)), pa.array(placed < len(rows))
+    lines = pa.concat_arrays([lines, pa.nulls(1, pa.binary())]).take(pa.array(placed))
     # What SCREEN should never let through: found by reading halves until it stands alone.
     pieces = _read_lines(lines)
     if not pieces:
@@ -89,18 +88,22 @@ def parse_values(values: pa.Array) -> tuple[pa.Table, pa.BooleanArray]:
     return pa.concat_tables([piece for piece, _ in pieces]), parsed
 
 
-def _screened(values: pa.Array) -> pa.Array:
-    """Each value as a line the JSON reader takes whole (itself, or rewritten: see _canonical), or null."""
+def _screened(values: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The lines the JSON reader takes whole and the value each came from: the values SCREEN takes, as they
+    are, then the others rewritten (see _canonical), but those that are no record."""
     clean = pc.fill_null(pc.match_substring_regex(values, SCREEN), False)
     if not _utf8(values):  # JSON is UTF-8: what is not goes to orjson, which refuses it
         clean = pc.and_(clean, pa.array([v is None or _is_utf8(v) for v in values.to_pylist()]))
     suspects = pc.indices_nonzero(pc.invert(clean))
+    as_is = pc.indices_nonzero(clean).to_numpy()
     if len(suspects) == 0:
-        return values
-    rewritten = pa.array([_canonical(v) for v in values.take(suspects).to_pylist()], pa.binary())
-    index = np.arange(len(values))
-    index[suspects.to_numpy()] = len(values) + np.arange(len(suspects))
-    return pa.concat_arrays([values.cast(pa.binary()), rewritten]).take(pa.array(index))
+        return values.cast(pa.binary()), as_is
+    rewritten = [_canonical(v) for v in values.take(suspects).to_pylist()]
+    kept = [i for i, line in enumerate(rewritten) if line is not None]
+    # Not put back among the others: a copy of the batch's bytes fewer.
+    lines = pa.concat_arrays([values.filter(clean).cast(pa.binary()),
+                              pa.array([rewritten[i] for i in kept], pa.binary())])
+    return lines, np.concatenate([as_is, suspects.to_numpy()[kept]])
 
 
 def _utf8(values: pa.Array) -> bool:
@@ -144,8 +147,10 @@ def _canonical(value: bytes | None) -> bytes | None:
     for anything else. orjson: nesting deeper than 1024 is a JSONDecodeError, not json's RecursionError,
     and NaN, Infinity and text that is not UTF-8 are refused. Any other surprise is still this one
     record's problem."""
+    if value is None or value.lstrip()[:1] != b"{":  # no JSON object, without a parse
+        return None
     try:
-        body = orjson.loads(value) if value is not None else None
+        body = orjson.loads(value)
         if not isinstance(body, dict):
             return None
         kind = body.get("kind")

@@ -111,5 +111,5 @@ def test_bad_records_among_many_cost_one_more_read_and_a_python_parse_each(monke
     table, parsed = parse_values(pa.array(values, pa.binary()))
     assert parsed.to_pylist() == [bool(i % 20) or i // 20 % len(bad) == 4 for i in range(1, 1001)]
     assert table["record_count"].to_pylist()[19::20] == [None, None, None, 6, None] * 10
-    assert len(loads) == 50  # the bad ones (and the pretty one) only
+    assert len(loads) == 30  # the bad ones that may be JSON objects (and the pretty one) only
     assert len(reads) <= 2  # one read of the lines that failed, one of the lines screened
