@@ -39,7 +39,7 @@ def state_with(entries: list[tuple[str, str]]) -> tuple[ControlState, int]:
     for list_name, name in entries:
         try:
             state.apply(ControlChange(ControlEntry("east", "west", "topics", list_name, name), True))
-        except Exception:  # noqa: BLE001 - ControlRefused where the lists are bounded
+        except Exception:  # ControlRefused where the lists are bounded
             refused += 1
     return state, refused
 

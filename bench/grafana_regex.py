@@ -27,10 +27,10 @@ from pathlib import Path
 # Run as `python bench/grafana_regex.py`: the repository root before bench/ (see bench/api.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.redis_sink import RedisRollupSink  # noqa: E402
-from contract import redis_layout as layout  # noqa: E402
-from service.app import create_app  # noqa: E402
-from stack.redis_server import RedisServer  # noqa: E402
+from aggregator.redis_sink import RedisRollupSink
+from contract import redis_layout as layout
+from service.app import create_app
+from stack.redis_server import RedisServer
 
 METRICS = ("record_count", "byte_count", "replication_latency_ms", "records_lag")
 WINDOWS = 6
@@ -60,7 +60,7 @@ def body(first: int, filters: list[dict]) -> dict:
             "maxDataPoints": 1000, "targets": targets, "adhocFilters": filters}
 
 
-def timed(client, request: dict, repeat: int) -> tuple[float, int]:  # noqa: ANN001 - Flask's test client
+def timed(client, request: dict, repeat: int) -> tuple[float, int]:  # Flask's test client
     seconds, series = [], 0
     for _ in range(repeat):
         began = time.perf_counter()
