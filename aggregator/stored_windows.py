@@ -10,8 +10,10 @@ their metrics: redis_layout) are numbered once per process (SeriesKeys), so join
 integers (window_ids packs a window into one: numpy sorts and searches, not Acero joins), and key names
 are made once per subject, not per window; in the tables `series` is a subject's
 number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
-metric's windows (series, metric, start, value columns) and another the members as stored (series, start,
-member). A subject is *covered from* a start when every stored window from that start on is in the
+metric's windows (series, metric, start, value columns) and another the windows Redis holds a member at
+(series, start): a replaced window's member is removed by its score (its start), so neither the member's
+text nor its bytes travel again (they were ~40 % of a merge's bytes into Redis). A subject is *covered
+from* a start when every stored window from that start on is in the
 tables: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
 restarted process or a late record for an old window reads Redis once. Only committed batches change
 the tables, and a failed write clears them, so over their covered range they always equal Redis.
@@ -38,8 +40,7 @@ LOG = logging.getLogger(__name__)
 SCHEMA = pa.schema([pa.field("series", pa.int64()), pa.field("metric", pa.int64()),
                     pa.field("start", pa.int64()), *(pa.field(v, pa.float64()) for v in VALUES),
                     pa.field("last_ts", pa.int64())])
-MEMBERS = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
-                     pa.field("member", pa.string())])
+STARTS = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64())])
 WINDOW_KEY = ["series", "metric", "start"]
 # How far behind a series' newest window its windows stay here: the window before the newest, and at
 # least the usual lateness (older windows are read from Redis when a late record needs them). Every kept
@@ -136,18 +137,19 @@ def _grouped(table: pa.Table) -> pa.Table:
 
 @dataclass
 class WindowUpdates:
-    """One window size's changed windows: new member, the stored one it replaces (null when the window is
-    new), and per key the retention cut-off when the batch created a window there."""
+    """One window size's changed windows: new member, whether it replaces a stored one (false when the
+    window is new), and per key the retention cut-off when the batch created a window there."""
 
     window: str
-    changed: pa.Table  # series, start, member, old
-    trims: dict[int, int]  # series -> drop windows starting before this (only series with a new window)
+    changed: pa.Table  # series, start, member, replaces
+    # series -> drop windows starting before this, or None: only give the key its lifetime again
+    trims: dict[int, int | None]
 
 
 @dataclass
 class StoredWindows:
     tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
-    members: dict[str, pa.Table] = field(default_factory=dict)  # window size -> members as stored
+    starts: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows Redis holds
     covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
 
     def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
@@ -165,18 +167,18 @@ class StoredWindows:
     def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
         """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
         rows: list[dict] = []
-        members: list[dict] = []
+        starts: list[dict] = []
         for series, (_, raw_members) in stored.items():
             for raw in raw_members:
                 member = raw.decode() if isinstance(raw, bytes) else raw
                 try:
                     start, windows = layout.decode_member(member)
                 except ValueError as exc:
-                    # Kept as a member to replace, with no value: the batch's partials become the window.
+                    # Kept as a window to replace, with no value: the batch's partials become the window.
                     LOG.warning("replacing %s in %s", exc, series)
-                    members.append({"series": series, "start": _member_start(member), "member": member})
+                    starts.append({"series": series, "start": _member_start(member)})
                     continue
-                members.append({"series": series, "start": start, "member": member})
+                starts.append({"series": series, "start": start})
                 rows.extend({"series": series, "metric": layout.METRIC_INDEX[metric], "start": start,
                              "n": w.count, "sum": w.sum, "min": w.min, "max": w.max, "last": w.last,
                              "last_ts": w.last_ts} for metric, w in windows.items())
@@ -186,9 +188,9 @@ class StoredWindows:
         self.tables[window] = pa.concat_tables([
             _split(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA, before=True),
             pa.Table.from_pylist(rows, schema=SCHEMA)])
-        self.members[window] = pa.concat_tables([
-            _split(self.members.get(window, MEMBERS.empty_table()), lows, MEMBERS, before=True),
-            pa.Table.from_pylist(members, schema=MEMBERS)])
+        self.starts[window] = pa.concat_tables([
+            _split(self.starts.get(window, STARTS.empty_table()), lows, STARTS, before=True),
+            pa.Table.from_pylist(starts, schema=STARTS)])
         covered = self.covered_from.setdefault(window, {})
         for series, (low, _) in stored.items():
             covered[series] = min(low, covered.get(series, low))
@@ -196,7 +198,7 @@ class StoredWindows:
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
         """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
         kept = self.tables.get(window, SCHEMA.empty_table())
-        stored = self.members.get(window, MEMBERS.empty_table())
+        stored = self.starts.get(window, STARTS.empty_table())
         ids = WindowIds([partials, kept, stored])
         partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
         rows, olds = left_join(partial_keys, kept_keys)
@@ -211,31 +213,29 @@ class StoredWindows:
         touched = touched[np.argsort(table_keys[touched])]
         fresh = member_column(table.take(touched), table_keys[touched])
         fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
-        news, olds = left_join(fresh_windows, stored_windows)
-        joined = take_rows(fresh, news).append_column("old", take_or_null(stored, olds)["member"])
-        created = pc.is_null(joined["old"])
-        updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
-        unchanged = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
-        members = pa.concat_tables([stored.filter(unchanged), fresh.cast(MEMBERS)])
+        # A partial adds a sample or more, so every touched window changes: each is written.
+        replaces = pc.is_in(pa.array(fresh_windows), value_set=pa.array(stored_windows))
+        updates = fresh.append_column("replaces", replaces)
+        untouched = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
+        starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
-        self._keep(table, members, newest, window)
-        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
-                             _trims(joined.filter(created), newest, window))
+        self._keep(table, starts, newest, window)
+        return WindowUpdates(window, updates, _trims(updates, stored, newest, window))
 
-    def _keep(self, table: pa.Table, members: pa.Table, newest: pa.Table, window: str) -> None:
+    def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
         """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
         keep_ms on."""
         floors = pa.table({"series": newest["series"],
                            "floor": pc.subtract(newest["start_max"], keep_ms(window))})
         self.tables[window] = _split(table, floors, SCHEMA, before=False)
-        self.members[window] = _split(members, floors, MEMBERS, before=False)
+        self.starts[window] = _split(starts, floors, STARTS, before=False)
         covered = self.covered_from.setdefault(window, {})
         for series, floor in zip(floors["series"].to_pylist(), floors["floor"].to_pylist(), strict=True):
             covered[series] = max(floor, covered.get(series, floor))
 
     def clear(self) -> None:
         self.tables.clear()
-        self.members.clear()
+        self.starts.clear()
         self.covered_from.clear()
 
 
@@ -249,10 +249,11 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
     """(KEYS, ARGV) of REPLACE_WINDOWS_LUA calls: one per hash tag (a topic's series), so this also works on
-    Redis Cluster. Per key (a series at one size) ARGV holds its head (number of windows, of members they
-    replace, the retention cut-off or "" when no window was created there, the key's lifetime), then start
-    and member of each window, then the members they replace. Laid out by Arrow and numpy in one list: a
-    merge writes ~50k keys, and a Python loop over them was a third of the merge's own time."""
+    Redis Cluster. Per key (a series at one size) ARGV holds its head (number of windows, of stored windows
+    they replace, the retention cut-off or "" when no window was created there, the key's lifetime), then
+    start and member of each window, then the starts of the windows they replace. Laid out by Arrow and
+    numpy in one list: a merge writes ~50k keys, and a Python loop over them was a third of the merge's own
+    time."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
     tables = [u.changed.append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
               for u in updates if u.changed.num_rows]
@@ -268,14 +269,14 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
     ends = runs.run_ends.to_numpy().astype(np.int64)
     begins = np.concatenate([[0], ends[:-1]])
     run_series, run_size = np.divmod(run_keys, len(sizes))
-    has_old = pc.cast(changed["old"].is_valid(), pa.int64()).to_numpy()
+    has_old = pc.cast(changed["replaces"], pa.int64()).to_numpy()
     olds_before = np.concatenate([[0], np.cumsum(has_old)])  # replaced members in the rows before a row
     counts, replaced = ends - begins, olds_before[ends] - olds_before[begins]
     # Where each key's part of ARGV starts (and, last, where the last one ends).
     offsets = np.concatenate([[0], np.cumsum(4 + 2 * counts + replaced)])
     heads = _heads(counts, replaced, run_series, run_size, updates, sizes)
     argv = pc.take(pa.concat_arrays([heads, pc.cast(changed["start"], pa.string()).combine_chunks(),
-                                     changed["member"].combine_chunks(), changed["old"].combine_chunks()]),
+                                     changed["member"].combine_chunks()]),
                    _argv_order(begins, counts, offsets, has_old, olds_before)).to_pylist()
     key_names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
                                                                   strict=True)]
@@ -288,20 +289,22 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
 
 def _heads(windows: np.ndarray, replaced: np.ndarray, run_series: np.ndarray, run_size: np.ndarray,
            updates: list[WindowUpdates], sizes: dict[str, int]) -> pa.Array:
-    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime."""
-    trims = {(sizes[u.window], s): str(cut) for u in updates for s, cut in u.trims.items()}
-    cuts = [trims.get((size, series), "") for series, size in zip(run_series.tolist(), run_size.tolist(),
-                                                                   strict=True)]
-    lifetimes = np.array([layout.key_ttl_ms(w) for w in layout.WINDOWS], np.int64)[run_size]
+    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime or "" (a key
+    neither trimmed nor given its lifetime keeps it)."""
+    trims = {(sizes[u.window], s): "" if cut is None else str(cut)
+             for u in updates for s, cut in u.trims.items()}
+    cuts = [trims.get(key) for key in zip(run_size.tolist(), run_series.tolist(), strict=True)]
+    ttls = [str(layout.key_ttl_ms(w)) for w in layout.WINDOWS]
+    lifetimes = ["" if cut is None else ttls[size] for cut, size in zip(cuts, run_size.tolist(), strict=True)]
     numbers = [pc.cast(pa.array(column), pa.string()) for column in (windows, replaced)]
-    return pa.concat_arrays([*numbers, pa.array(cuts, pa.string()),
-                             pc.cast(pa.array(lifetimes), pa.string())])
+    return pa.concat_arrays([*numbers, pa.array(["" if cut is None else cut for cut in cuts], pa.string()),
+                             pa.array(lifetimes, pa.string())])
 
 
 def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has_old: np.ndarray,
                 olds_before: np.ndarray) -> pa.Array:
-    """Indices into [heads (_heads: 4 columns of a row a key), starts, members, olds (a row each)] in ARGV
-    order; `offsets`: where each key's part starts."""
+    """Indices into [heads (_heads: 4 columns of a row a key), starts, members (a row each)] in ARGV order,
+    a replaced window's start again after the key's windows; `offsets`: where each key's part starts."""
     keys, rows = len(begins), len(has_old)
     order = np.empty(int(offsets[-1]), np.int64)
     order[(offsets[:-1, None] + np.arange(4)).ravel()] = (np.arange(4)[None, :] * keys
@@ -314,7 +317,7 @@ def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has
     old_rows = np.flatnonzero(has_old)
     old_run = run[old_rows]
     rank = olds_before[old_rows] - olds_before[begins[old_run]]
-    order[offsets[old_run] + 4 + 2 * counts[old_run] + rank] = 4 * keys + 2 * rows + old_rows
+    order[offsets[old_run] + 4 + 2 * counts[old_run] + rank] = 4 * keys + old_rows
     return pa.array(order)
 
 
@@ -336,15 +339,48 @@ def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
     })
 
 
-def _trims(created: pa.Table, newest: pa.Table, window: str) -> dict[int, int]:
-    """Series that got a new window -> retention cut-off from the newest window the batch wrote there (a
-    replay of the same input trims the same windows, whatever the clock says)."""
-    if created.num_rows == 0:
+def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> dict[int, int | None]:
+    """Series whose key is trimmed and given its lifetime again -> retention cut-off from the newest window
+    the batch wrote there (a replay of the same input trims the same windows, whatever the clock says), or
+    None for a key only given its lifetime again.
+
+    A key is trimmed when the batch creates a window in a trim period (redis_layout.trim_period_ms) newer
+    than that of the newest window Redis held there (`held`: series, start of the windows it holds), or
+    held none: a new window every 10 s was a trim and a PEXPIRE each, ~a quarter of a merge's Redis calls.
+    A key whose every window known here the batch replaces is given its lifetime again (not trimmed): the
+    removals may empty it, and a key emptied loses its lifetime. Known: those from the subject's covered
+    start on, all in Redis; a key in its first hour has one 1 h window, replaced at every batch."""
+    if updates.num_rows == 0:
         return {}
-    newest = newest.filter(pc.is_in(newest["series"], pc.unique(created["series"])))
-    retention = layout.WINDOWS[window].retention_ms
-    return {k: s - retention for k, s in zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(),
-                                                strict=True)}
+    series = int64(updates["series"])
+    replaces = updates["replaces"].to_numpy(zero_copy_only=False)
+    held_series, held_starts = int64(held["series"]), int64(held["start"])
+    order = np.lexsort((held_starts, held_series))
+    held_series, held_starts = held_series[order], held_starts[order]
+    lasts = np.flatnonzero(np.append(held_series[1:] != held_series[:-1], True)) if len(held_series) \
+        else np.zeros(0, np.int64)
+    held_keys, held_counts = held_series[lasts], np.diff(np.append(-1, lasts))
+    touched, position = np.unique(series, return_inverse=True)
+    at = np.minimum(np.searchsorted(held_keys, touched), max(len(held_keys) - 1, 0))
+    found = (held_keys[at] == touched) if len(held_keys) else np.zeros(len(touched), bool)
+    count = np.where(found, held_counts[at] if len(held_keys) else 0, 0)
+    held_newest = np.where(found, held_starts[lasts][at] if len(held_keys) else 0, 0)
+    batch_newest = np.full(len(touched), np.iinfo(np.int64).min)
+    np.maximum.at(batch_newest, position, int64(updates["start"]))
+    period = layout.trim_period_ms(window)
+    created = np.zeros(len(touched), bool)
+    created[position[~replaces]] = True
+    replaced = np.bincount(position[replaces], minlength=len(touched))
+    new_period = created & (~found | (batch_newest // period != held_newest // period))
+    may_empty = (replaced > 0) & (replaced >= count)
+    out: dict[int, int | None] = dict.fromkeys(touched[may_empty & ~new_period].tolist())
+    trimmed = touched[new_period].tolist()
+    if trimmed:
+        # The cut-off from the newest window the batch merged there (newest: series, start_max).
+        cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
+        retention = layout.WINDOWS[window].retention_ms
+        out.update((k, cuts[k] - retention) for k in trimmed)
+    return out
 
 
 def _member_start(member: str) -> int:

@@ -50,6 +50,7 @@ driver_cpu_series_growth=<x>`; targets 40 000 records/s, p99 3 000 ms, 1 500 MB 
 alone (/work/bin/run-bench, or flock on a lock file).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
 [--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality] [--bad-records-only]
+[--spark-conf KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -467,7 +468,10 @@ def main() -> None:
                         help="many series reporting once a period (default 100,000 x 16; see the docstring)")
     parser.add_argument("--bad-records-only", action="store_true",
                         help="only bad_record_cost_ratio (no Kafka, Spark or Redis)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting over the aggregator's own (e.g. spark.driver.memory=512m)")
     args = parser.parse_args()
+    spark_conf = dict(c.split("=", 1) for c in args.spark_conf)
     bad_ratio = bad_record_cost(50_000, 0.05, 5)
     if args.bad_records_only:
         print(f"ratio to target: {bad_ratio / TARGET_BAD_RATIO:.2f}x of {TARGET_BAD_RATIO}")
@@ -491,7 +495,7 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for source in ("tput", "tput1x", "fresh"):
             admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
-        spark = build_session("local[2]", "srm-bench-aggregator")
+        spark = build_session("local[2]", "srm-bench-aggregator", spark_conf)
         DriverLoad.count_collected()
         memory = TreeMemory().start()
         drained = throughput(spark, bootstrap, server.url, work, "tput", args.series, args.periods,

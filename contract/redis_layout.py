@@ -69,9 +69,9 @@ WINDOWS: dict[str, Window] = {
     )
 }
 FINEST_WINDOW = WINDOWS["10s"]
-# Keys outlive the start of their newest window by retention and a slack (set when a window is
-# created, not on every merge: that halves the merge's Redis calls), so a quiet series is still
-# readable for its retention, then vanishes.
+# Keys outlive the start of their newest window by retention and a slack, less a trim period at most
+# (set when a window is created in a new trim period, trim_period_ms, not on every merge), so a quiet
+# series is still readable for its retention, then vanishes.
 TTL_SLACK_MS = 3_600_000
 # `auto` granularity: the finest window giving at most this many points over the range.
 AUTO_MAX_POINTS = 720
@@ -221,6 +221,17 @@ def window_start(ts_ms: int, window: str) -> int:
 
 def key_ttl_ms(window: str) -> int:
     return WINDOWS[window].retention_ms + TTL_SLACK_MS
+
+
+# A key is trimmed to its retention, and its lifetime set again, when a window is created in a newer trim
+# period than the key's newest (aggregator.stored_windows), not at every window created: its lifetime past
+# its newest window then stays above retention + slack - this, and it holds up to this much more than its
+# retention.
+TRIM_EVERY_MS = TTL_SLACK_MS // 6
+
+
+def trim_period_ms(window: str) -> int:
+    return max(WINDOWS[window].size_ms, TRIM_EVERY_MS)
 
 
 def auto_window(from_ms: int, to_ms: int) -> str:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
 from aggregator import stored_windows
-from aggregator.stored_windows import MEMBERS, SCHEMA, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates
+from aggregator.stored_windows import SCHEMA, STARTS, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates
 from aggregator.window_partials import ALL_METRICS, window_starts
 from aggregator.window_writer import WindowWriter
 from contract import redis_layout as layout
@@ -91,16 +91,19 @@ class StoredWindows(stored_windows.StoredWindows):
         touched = merged.group_by(["series", "start"], use_threads=False).aggregate([])
         fresh = member_column(table.join(touched, ["series", "start"], join_type="left semi",
                                          use_threads=False))
-        stored = self.members.get(window, MEMBERS.empty_table())
-        joined = fresh.join(stored.rename_columns(["series", "start", "old"]), ["series", "start"],
-                            join_type="left outer", use_threads=False)
-        created = pc.is_null(joined["old"])
-        updates = joined.filter(pc.or_kleene(created, pc.not_equal(joined["member"], joined["old"])))
+        # Which windows Redis holds is all the merge keeps of them now: a replaced member is removed by
+        # its start.
+        stored = self.starts.get(window, STARTS.empty_table())
+        held = stored.group_by(["series", "start"], use_threads=False).aggregate([])
+        held = held.append_column("held", pa.array([True] * held.num_rows, pa.bool_()))
+        joined = fresh.join(held, ["series", "start"], join_type="left outer", use_threads=False)
+        replaces = pc.fill_null(joined["held"], False)
+        updates = joined.drop_columns(["held"]).append_column("replaces", replaces)
         unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
-        members = pa.concat_tables([unchanged, fresh.cast(MEMBERS)])
-        self._keep(table, members, _newest(merged), window)  # unchanged but for its input
-        return WindowUpdates(window, updates.select(["series", "start", "member", "old"]),
-                             _trims(joined.filter(created), merged, window))
+        starts = pa.concat_tables([unchanged, fresh.select(STARTS.names).cast(STARTS)])
+        self._keep(table, starts, _newest(merged), window)  # unchanged but for its input
+        updates = updates.select(["series", "start", "member", "replaces"])
+        return WindowUpdates(window, updates, stored_windows._trims(updates, stored, _newest(merged), window))
 
 
 def _merged(joined: pa.Table) -> pa.Table:
@@ -109,10 +112,6 @@ def _merged(joined: pa.Table) -> pa.Table:
     columns = ["series", "metric", "start", *VALUES, "last_ts"]
     old = joined.select([f"old_{c}" if f"old_{c}" in joined.column_names else c for c in columns])
     return stored_windows._merged(joined.select(columns), old.rename_columns(columns))
-
-
-def _trims(created: pa.Table, merged: pa.Table, window: str) -> dict[int, int]:
-    return stored_windows._trims(created, _newest(merged), window)
 
 
 def _newest(merged: pa.Table) -> pa.Table:

@@ -34,8 +34,9 @@ def values(table: pa.Table) -> list[tuple]:
     return [(r["start"], r["n"], r["sum"], r["min"], r["max"], r["last"], r["last_ts"]) for r in rows]
 
 
-def members(updates) -> dict[int, tuple[str, str | None]]:
-    return {r["start"]: (r["member"], r["old"]) for r in updates.changed.to_pylist()}
+def members(updates) -> dict[int, tuple[str, bool]]:
+    """start -> (member, whether it replaces a stored window)"""
+    return {r["start"]: (r["member"], r["replaces"]) for r in updates.changed.to_pylist()}
 
 
 def test_partials_roll_up_per_window_size_with_the_newest_last():
@@ -52,12 +53,31 @@ def test_partials_roll_up_per_window_size_with_the_newest_last():
 def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
     store = StoredWindows()
     first = store.apply(size_partials(finest((0, 1, 5, 5, 5, 5, 1_000)), "1m"), "1m")
-    assert members(first) == {0: ("0;0:1:5:5:5:5:1000", None)}
+    assert members(first) == {0: ("0;0:1:5:5:5:5:1000", False)}
     assert first.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
     later = store.apply(size_partials(finest((10_000, 1, 2.5, 2.5, 2.5, 2.5, 500)), "1m"), "1m")
     # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
-    assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", "0;0:1:5:5:5:5:1000")}
-    assert later.trims == {}
+    assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", True)}
+    # The key's only window is removed before its new member is added: the key may vanish in between, so
+    # it is given its lifetime again (not trimmed).
+    assert later.trims == {KEY: None}
+    again = store.apply(size_partials(finest((70_000, 1, 1, 1, 1, 1, 70_000)), "1m"), "1m")
+    assert members(again) == {60_000: ("60000;0:1:1:1:1:1:70000", False)} and again.trims == {}
+    # A window replaced beside another one kept: the key stays, nothing to trim.
+    assert store.apply(size_partials(finest((80_000, 1, 1, 1, 1, 1, 80_000)), "1m"), "1m").trims == {}
+
+
+def test_a_key_is_trimmed_when_a_window_is_created_in_a_newer_trim_period():
+    store = StoredWindows()
+    period = layout.trim_period_ms("10s")
+    retention = layout.WINDOWS["10s"].retention_ms
+    assert store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s").trims == {KEY: -retention}
+    # Windows created in the same period as the key's newest: no trim, no new lifetime.
+    for start in range(10_000, period, 10_000):
+        assert store.apply(size_partials(finest((start, 1, 1, 1, 1, 1, start)), "10s"), "10s").trims == {}
+    # The first window of the next period trims the key and sets its lifetime again.
+    updates = store.apply(size_partials(finest((period, 1, 1, 1, 1, 1, period)), "10s"), "10s")
+    assert updates.trims == {KEY: period - retention}
 
 
 def test_a_window_member_holds_every_metric_of_the_subject():
@@ -66,23 +86,24 @@ def test_a_window_member_holds_every_metric_of_the_subject():
     # The batch brings one metric only: the member is written whole, the other metric as stored.
     updates = store.apply(size_partials(finest((0, 1, 3, 3, 3, 3, 2_000), metric=LAG), "10s"), "10s")
     new = "0;0:1:5:5:5:5:1000;4:2:10:3:7:3:2000"
-    assert members(updates) == {0: (new, "0;0:1:5:5:5:5:1000;4:1:7:7:7:7:1000")}
+    assert members(updates) == {0: (new, True)}
     start, windows = layout.decode_member(new)
     assert start == 0 and windows["records_lag"] == layout.WindowAggregate(0, 2, 10, 3, 7, 3, 2_000)
     # A metric the window did not hold yet joins it, in WINDOW_METRICS order.
     both = pa.concat_tables([finest((10_000, 1, 1, 1, 1, 1, 10_000), metric=LAG),
                              finest((10_000, 1, 2, 2, 2, 2, 10_000))])
     assert members(store.apply(size_partials(both, "10s"), "10s")) == {
-        10_000: ("10000;0:1:2:2:2:2:10000;4:1:1:1:1:1:10000", None)}
+        10_000: ("10000;0:1:2:2:2:2:10000;4:1:1:1:1:1:10000", False)}
 
 
-def test_a_stored_member_is_removed_as_redis_holds_it():
+def test_a_stored_member_is_replaced_whatever_its_text():
     store = StoredWindows()
-    # Written by the former in-Redis merge (17 significant digits): removed byte for byte.
+    # Written by the former in-Redis merge (17 significant digits): replaced by its start, not its text.
     stored = "0;0:1:0.10000000000000001:0.10000000000000001:0.10000000000000001:0.10000000000000001:10"
     store.load("10s", {KEY: (0, [stored.encode()])})
     updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
-    assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", stored)}
+    assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", True)}
+    assert updates.trims == {KEY: None}  # its key's only window: given its lifetime again
 
 
 def test_what_is_not_kept_is_read_from_redis_first():
@@ -93,7 +114,7 @@ def test_what_is_not_kept_is_read_from_redis_first():
     assert store.uncovered(partials, "10s") == {}
     assert store.uncovered(size_partials(finest((20_000, 1, 1, 1, 1, 1, 20_000)), "1m"), "1m") == {KEY: 0}
     assert members(store.apply(partials, "10s")) == {
-        20_000: ("20000;0:4:31:1:15:10:25000", "20000;0:3:30:5:15:10:25000")}
+        20_000: ("20000;0:4:31:1:15:10:25000", True)}
     # A late record for a window older than what is kept: that range is read again.
     late = size_partials(finest((0, 1, 1, 1, 1, 1, 1)), "10s")
     assert store.uncovered(late, "10s") == {KEY: 0}
@@ -113,7 +134,7 @@ def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
     store = StoredWindows()
     store.load("10s", {KEY: (0, [b"0;not:a:window"])})
     updates = store.apply(size_partials(finest((0, 1, 2, 2, 2, 2, 3)), "10s"), "10s")
-    assert members(updates) == {0: ("0;0:1:2:2:2:2:3", "0;not:a:window")}
+    assert members(updates) == {0: ("0;0:1:2:2:2:2:3", True)}
 
 
 def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
@@ -123,14 +144,15 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     assert ids == [0, 1, 2] and keys.number([orders]) == [0]
     changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
                         "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
-                        "old": [None, "0:1:1:1:1:1:1", None]})
+                        "replaces": [False, True, False]})
     calls = redis_calls([WindowUpdates("10s", changed, {2: -5, 1: -7})], keys)
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # Head of a key: its windows, the members they replace, the retention cut-off (when the batch created a
-    # window there: it also resets the key's lifetime) and the lifetime.
+    # Head of a key: its windows, the stored windows they replace, the retention cut-off or "" and the
+    # lifetime to set or "" (both when the batch created a window in a new trim period there); then its
+    # windows, then the starts of those it replaces.
     ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "1", "", ttl, "0", "0:2:2:1:1:1:5", "0:1:1:1:1:1:1",
+    assert calls[0][1] == ["1", "1", "", "", "0", "0:2:2:1:1:1:5", "0",
                            "1", "0", "-5", ttl, "0", "0:1:9:9:9:9:1"]
     assert calls[1][1] == ["1", "0", "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
 
@@ -142,12 +164,12 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     series = [ids[2], ids[0], ids[2], ids[1], ids[2]]
     changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),
                         "member": [f"m{s}-{t}" for s, t in zip(series, starts, strict=True)],
-                        "old": pa.array([None] * 5, pa.string())})
+                        "replaces": pa.array([False] * 5)})
     ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}), WindowUpdates("1h", changed.slice(1, 1),
                                                                                    {ids[0]: 0})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
-    ttl_1m, ttl_1h = str(layout.key_ttl_ms("1m")), str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "0", "", ttl_1m, "0", "m0-0",
+    ttl_1h = str(layout.key_ttl_ms("1h"))
+    assert argv == ["1", "0", "", "", "0", "m0-0",
                     "1", "0", "0", ttl_1h, "0", "m0-0",
-                    "1", "0", "", ttl_1m, "0", "m1-0",
-                    "3", "0", "", ttl_1m, "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
+                    "1", "0", "", "", "0", "m1-0",
+                    "3", "0", "", "", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
