@@ -206,9 +206,9 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     sorted_rows = pc.sort_indices(rows.select([*keys, "ts"]), sort_keys=order)
     subject, start, ts = (rows[c].combine_chunks().take(sorted_rows) for c in (*keys, "ts"))
     same_window = pc.and_(pc.equal(subject[1:], subject[:-1]), pc.equal(start[1:], start[:-1]))
-    if pc.any(pc.and_(same_window, pc.equal(ts[1:], ts[:-1]))).as_py():  # several reports at one ts
-        by_ts = _renamed(rows.group_by([*keys, "ts"], use_threads=False).aggregate(first), first)
-        by_ts = by_ts.sort_by(order)
+    same_ts = pc.and_(same_window, pc.equal(ts[1:], ts[:-1]))
+    if pc.any(same_ts).as_py():  # several reports at one ts
+        by_ts = _one_row_a_ts(rows, sorted_rows, same_ts, [*keys, "ts"], first).sort_by(order)
     elif pc.all(pc.or_(pc.invert(same_window), pc.greater(sorted_rows[1:], sorted_rows[:-1]))).as_py():
         by_ts = rows  # every window's records already in ts order
     else:
@@ -226,6 +226,22 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     out = pa.table({**{c: named[c] for c in KEY_COLUMNS},
                     **{c: out[c] for c in out.column_names if c != "subject"}})
     return out.rename_columns(["max_ts" if c == "ts" else c for c in out.column_names])
+
+
+def _one_row_a_ts(rows: pa.Table, sorted_rows: pa.Array, same_ts: pa.BooleanArray, keys: list[str],
+                  aggregates: list[tuple[str, str]]) -> pa.Table:
+    """`rows` with those sharing their `keys` (subject, window, ts) made one by `aggregates`. Only those
+    are grouped: invalid records that came in a burst share one Kafka timestamp, and grouping the whole
+    batch for them made its other rows cost twice as much."""
+    shared = same_ts.to_numpy(zero_copy_only=False)
+    involved = np.zeros(len(shared) + 1, bool)
+    involved[:-1] |= shared
+    involved[1:] |= shared
+    order = sorted_rows.to_numpy()
+    grouped = _renamed(rows.take(order[involved]).group_by(keys, use_threads=False).aggregate(aggregates),
+                       aggregates)
+    alone = rows.take(order[~involved]).select(grouped.column_names)
+    return pa.concat_tables([alone, grouped.cast(alone.schema)])
 
 
 def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Table]:
