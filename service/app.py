@@ -21,6 +21,7 @@ from service.api.ops.resources import prometheus
 from service.api.partitions.resources import blp as partition_metrics
 from service.api.replications.resources import blp as replications
 from service.api.services.resources import blp as services
+from service.api.topics.fast_path import TopicMetricFastPath, redis_unavailable_body
 from service.api.topics.resources import blp as topic_metrics
 from service.grafana.resources import blp as grafana
 from service.prometheus_exposition import count_request
@@ -73,11 +74,7 @@ class DefaultSettings:
 
 def _redis_unavailable(error: redis.RedisError) -> tuple[Response, int]:
     LOG.warning("Redis error on %s: %s", shown(request.path, 200), error)
-    return jsonify(
-        code=503,
-        status="Service Unavailable",
-        message=f"the metrics store (Redis) is not available: {type(error).__name__}",
-    ), 503
+    return jsonify(redis_unavailable_body(error)), 503
 
 
 def _over_budget(error: point_budget.OverBudget) -> tuple[Response, int]:
@@ -133,9 +130,9 @@ def create_app(settings: dict[str, Any] | None = None) -> Flask:
     app.before_request(_start_budget)
     app.after_request(_count)
     app.extensions.setdefault(SERVICES_KEY, _local_directory(app))
-    app.wsgi_app = collapse_slashes(app.wsgi_app)  # type: ignore[method-assign]
     auth.init_app(
         app,
         auth.Credentials(app.config["AUTH_USERNAME"], app.config["AUTH_PASSWORD"], app.config["AUTH_TOKEN"]),
     )
+    app.wsgi_app = collapse_slashes(TopicMetricFastPath(app, app.wsgi_app))  # type: ignore[method-assign]
     return app

@@ -5,9 +5,10 @@ from __future__ import annotations
 from flask import Response
 from flask.views import MethodView
 
-from service.api.common import TimeRangeArgs, metric_response, unknown_answers_404
+from service.api.common import TimeRangeArgs, json_response, metric_body, metric_response, unknown_answers_404
 from service.api.topics.schemas import TopicMetricSchema
 from service.extensions import Blueprint, metrics_reader
+from service.metrics_reader import MetricsReader
 from service.sites.site_selector import site_selectable
 
 blp = Blueprint(
@@ -16,6 +17,8 @@ blp = Blueprint(
     url_prefix="/v2/topic-metrics",
     description="Metrics of replicated topics (SRM v2 paths)",
 )
+# The upstream form's endpoint, also answered in front of Flask for its plain requests (fast_path).
+ENDPOINT = "topic-metrics.TopicMetricByUpstream"
 
 
 def topic_answer(source: str, target: str, upstream: str, topic: str, metric: str, from_ms: int, to_ms: int,
@@ -24,6 +27,16 @@ def topic_answer(source: str, target: str, upstream: str, topic: str, metric: st
     identity = {"source": source, "target": target, "upstreamTopic": upstream, "topic": topic,
                 "from": from_ms, "to": to_ms}
     return metric_response(identity, answer)
+
+
+def upstream_topic_body(reader: MetricsReader, source: str, target: str, upstream: str, metric: str,
+                        from_ms: int, to_ms: int, granularity: str) -> dict:
+    """The answer of TopicMetricByUpstream (and of fast_path, which serves its plain requests)."""
+    topic, answer = reader.upstream_topic_metric(source, target, upstream, metric, from_ms, to_ms,
+                                                 granularity)
+    identity = {"source": source, "target": target, "upstreamTopic": upstream, "topic": topic,
+                "from": from_ms, "to": to_ms}
+    return metric_body(identity, answer)
 
 
 @blp.route("/<string:source>/<string:target>/<string:upstreamTopic>/<string:metric>")
@@ -37,11 +50,8 @@ class TopicMetricByUpstream(MethodView):
         Works with every replication policy, including prefixless (identity) replication.
         """
         with unknown_answers_404():
-            topic, answer = metrics_reader().upstream_topic_metric(source, target, upstreamTopic, metric,
-                                                                   from_ms, to_ms, granularity)
-        identity = {"source": source, "target": target, "upstreamTopic": upstreamTopic, "topic": topic,
-                    "from": from_ms, "to": to_ms}
-        return metric_response(identity, answer)
+            return json_response(upstream_topic_body(metrics_reader(), source, target, upstreamTopic, metric,
+                                                     from_ms, to_ms, granularity))
 
 
 @blp.route("/<string:target>/<string:downstreamTopic>/<string:metric>")
