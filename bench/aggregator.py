@@ -339,9 +339,11 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
     # The method before (from the last warm-up batch's merge), for comparison only: see the docstring.
     since, first, _ = merges.first(WARM_UP_BATCHES - 1)
     merged_rows = sum(p["numInputRows"] for p in batches if first < int(p["batchId"]) <= last)
+    # Batches that come close together are merged as one: the warm-up's merge can be the last one.
+    between = f"{merged_rows / (ended - since):.0f} rows/s" if ended > since else "merged as one"
     print(f"{source}: batches {steady[0]['batchId']}..{last}: {steady_rows} rows from the first's start to "
           f"the last's merge in {seconds:.1f} s: {steady_rows / seconds:.0f} rows/s sustained (between the "
-          f"merges of batch {first} and {last}: {merged_rows / (ended - since):.0f} rows/s); driver CPU "
+          f"merges of batch {first} and {last}: {between}); driver CPU "
           f"{cpu_per_batch * 1000:.0f} ms per batch, {load.collected_bytes / 1e6:.1f} MB collected "
           f"({bytes_per_record:.1f} B per record)")
     print(f"{source}: CPU s per batch over the same span, by part: "
