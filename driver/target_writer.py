@@ -262,10 +262,10 @@ class _WriterBase:
         size = value_size + (len(key) if key else 0)
         kind, ts = message.timestamp()
         stamp = ts if kind != 0 and ts >= 0 else now_ms
+        if polled:  # read from the source, whether or not the queue takes it now
+            flow.stats.polled(now_ms - stamp)
         if queue.records and (queue.records >= queue.limits.max_records
                               or queue.bytes + size > queue.limits.max_bytes):
-            if polled:
-                flow.stats.polled(now_ms - stamp)
             return 0
         offset = message.offset()
         copied = CopiedRun(flow, offset, offset, size, value_size, now_ms)
@@ -277,13 +277,9 @@ class _WriterBase:
             producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
                              on_delivery=done)
         except BufferError:
-            if polled:
-                flow.stats.polled(now_ms - stamp)
             return 0
         except KafkaException as exc:
             _produce_waiting(producer, flow, message, value, key, ts, done, exc)
-        if polled:
-            flow.stats.polled(now_ms - stamp)
         queue.sent(size)
         flow.in_flight.append(copied)
         flow.produced = offset
