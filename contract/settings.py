@@ -129,6 +129,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
             "Replication factor of offset syncs."),
     _driver("offset-syncs.topic.location", "string", "source",
             "Cluster holding the offset-syncs topic: source or target."),
+    _process("control.lists.load.timeout.seconds", "number", 30.0, "driver",
+             "Seconds the driver waits at start for its targets' srm-control lists before it replicates "
+             "without them (they apply once read)."),
     _driver("control.topic.replication.factor", "integer", 3,
             "Replication factor of srm-control.internal (-1: broker's)."),
     _driver("metrics.period", "number", DEFAULT_METRICS_PERIOD_S, "Seconds between raw-metrics reports."),
