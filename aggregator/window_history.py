@@ -30,6 +30,7 @@ import redis
 
 from contract.redis_layout import (
     FINEST_WINDOW,
+    READ_WINDOWS_LUA,
     SeriesId,
     WindowAggregate,
     decode_member,
@@ -85,8 +86,9 @@ def load_stored(history: WindowHistory, client: redis.Redis,
     for series in wanted:
         by_key.setdefault(finest_key(series), []).append(series)
     pipe = client.pipeline(transaction=False)
+    read = client.register_script(READ_WINDOWS_LUA)
     for key, metrics in by_key.items():
-        pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
+        read(keys=[key], args=[min(wanted[s][0] for s in metrics), FINEST_WINDOW.size_ms], client=pipe)
     for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
         windows = decoded_members(key, members)
         for series in metrics:

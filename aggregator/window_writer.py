@@ -71,6 +71,7 @@ class WindowWriter:
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
         self._replace = client.register_script(REPLACE_WINDOWS_LUA)
+        self._read = client.register_script(layout.READ_WINDOWS_LUA)
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:
         self.apply(batch_id, windows)
@@ -205,11 +206,16 @@ class WindowWriter:
             partials = self.size(finest, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
+                # From a trim period earlier: the key's newest window bounds a trim (_key_changes).
+                earlier = layout.trim_period_ms(window)
+                size = layout.WINDOWS[window].size_ms
                 reads = self.client.pipeline(transaction=False)
                 for series, low in missing.items():
-                    reads.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
+                    key = self.series_keys.keys[series][i]
+                    self._read(keys=[key], args=[low - earlier, size], client=reads)
                 replies = zip(missing.items(), reads.execute(), strict=True)
-                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
+                self.stored.load(window, {series: (low - earlier, members)
+                                          for (series, low), members in replies})
             updates.append(self.stored.apply(partials, window))
         return updates
 
