@@ -159,18 +159,25 @@ for i = 1, #KEYS do
     redis.call('HSET', key, unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
   end
   pos = last + 1
-  if from ~= '' then
+  if from ~= '' and from ~= cut then
     local limit = tonumber(cut)
     local gone = {}
     -- A grid longer than the hash (a key written again after a long gap) costs what the hash holds.
-    if from == '*' or (limit - tonumber(from)) / step > redis.call('HLEN', key) then
+    if from == '*' then
+      from = '-inf'
+    elseif tonumber(from) >= limit then
+      from = nil
+    elseif (limit - tonumber(from)) / step > redis.call('HLEN', key) then
+      from = '-inf'
+    end
+    if from == '-inf' then
       for _, name in ipairs(redis.call('HKEYS', key)) do
         local start = tonumber(name)
         if name ~= 'n' and (start == nil or start < limit) then
           gone[#gone + 1] = name
         end
       end
-    else
+    elseif from then
       for start = tonumber(from), limit - 1, step do
         gone[#gone + 1] = string.format('%d', start)
       end

@@ -152,6 +152,9 @@ class StoredWindows:
     tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
     starts: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows Redis holds
     covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
+    # window size -> series -> the newest window start Redis held when the series was loaded (None: none),
+    # until the batch that loaded it is applied: what bounds a trim when no window is kept here.
+    loaded_newest: dict[str, dict[int, int | None]] = field(default_factory=dict)
 
     def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
         """Subjects whose stored windows the batch may touch but are not all here -> from which start Redis
@@ -165,8 +168,12 @@ class StoredWindows:
                 out[series] = first
         return out
 
-    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
-        """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
+    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]],
+             newest: Mapping[int, int | None] | None = None) -> None:
+        """What Redis holds of some subjects at one window size: series -> (from start, its members there);
+        `newest`: series -> its key's newest window start (redis_layout.NEWEST_FIELD; None: it holds none)."""
+        if newest is not None:
+            self.loaded_newest.setdefault(window, {}).update(newest)
         rows: list[dict] = []
         starts: list[dict] = []
         for series, (_, raw_members) in stored.items():
@@ -221,7 +228,8 @@ class StoredWindows:
         starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         self._keep(table, starts, newest, window)
-        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window))
+        loaded = self.loaded_newest.pop(window, {})
+        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded))
 
     def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
         """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
@@ -235,6 +243,7 @@ class StoredWindows:
             covered[series] = max(floor, covered.get(series, floor))
 
     def clear(self) -> None:
+        self.loaded_newest.clear()
         self.tables.clear()
         self.starts.clear()
         self.covered_from.clear()
@@ -352,13 +361,15 @@ def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
     })
 
 
-def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str
+def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str,
+                 loaded: Mapping[int, int | None] | None = None
                  ) -> tuple[dict[int, tuple[int | None, int]], dict[int, int]]:
     """(trims, newest). Trims: series whose key is trimmed and given its lifetime again -> (the first start
     of the grid to delete, or None when what the key holds before the cut-off is not known here; the
     retention cut-off from the newest window the batch wrote there: a replay of the same input trims the
     same windows, whatever the clock says). Newest: series whose key's newest window the batch moves on
-    (redis_layout.NEWEST_FIELD) -> its new newest start.
+    (redis_layout.NEWEST_FIELD) -> its new newest start. `loaded`: series -> the newest window start its
+    key held when read from Redis (None: no window), for a key with no window kept here.
 
     A key is trimmed when the batch creates a window in a trim period (redis_layout.trim_period_ms) newer
     than that of the newest window Redis held there (`held`: series, start of the windows it holds), or
@@ -394,9 +405,15 @@ def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: st
     # The cut-off from the newest window the batch merged there (newest: series, start_max).
     cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
     froms = held_newest - held_newest % period - retention
-    trims = {k: (int(low) if known else None, cuts[k] - retention)
-             for k, known, low in zip(touched[new_period].tolist(), found[new_period].tolist(),
-                                      froms[new_period].tolist(), strict=True)}
+    trims = {}
+    for k, known, low in zip(touched[new_period].tolist(), found[new_period].tolist(),
+                             froms[new_period].tolist(), strict=True):
+        cut = cuts[k] - retention
+        if not known and loaded and k in loaded:
+            last = loaded[k]  # None: the key held no window, nothing to delete
+            low = cut if last is None else last - last % period - retention
+            known = True
+        trims[k] = (int(low) if known else None, cut)
     return trims, raised
 
 

@@ -153,7 +153,7 @@ def window_fields(window: str, from_ms: int, to_ms: int) -> list[str]:
     (service.point_budget), the aggregator's by what it merges."""
     size = WINDOWS[window].size_ms
     first = from_ms + (-from_ms) % size
-    return [str(start) for start in range(first, to_ms + 1, size)]
+    return list(map(str, range(first, to_ms + 1, size)))
 
 
 # The field of a series_key hash holding its newest window's start (the merge writes it with that window):
