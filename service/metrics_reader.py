@@ -431,7 +431,8 @@ class MetricsReader:
         """Each series' newest window among its subject's NEWEST_LOOKBACK newest, None without one (latest
         values for the Prometheus exposition): the subject's newest window may hold other metrics only."""
         keys = [layout.series_key(one, window) for one in series]
-        newest = self._per_key(keys, lambda pipe, key: pipe.hget(key, layout.NEWEST_FIELD))
+        newest = cast(dict[str, bytes | None],
+                      self._per_key(keys, lambda pipe, key: pipe.hget(key, layout.NEWEST_FIELD)))
         size = layout.WINDOWS[window].size_ms
         found = self._per_key(keys, lambda pipe, key: pipe.hmget(key, _lookback(newest[key], size)))
         return [next(iter(metric_windows(layout.held(found[key])[::-1], one.metric)), None)
