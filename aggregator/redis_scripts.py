@@ -141,25 +141,28 @@ return written
 # not the clock, so a replay of the same input leaves the same fields: the fields of the window's grid from
 # `from` up to the cut-off are deleted (stored_windows._key_changes bounds them by what the key can hold),
 # or, `from` "*" (the key's windows unknown) or that grid longer than the hash, every field before the
-# cut-off among the hash's own. ARGV: per
-# key, in KEYS order, its head (windows; trim from, "" for no trim, or "*"; cut-off; the window's size;
-# lifetime or ""; stored_windows.redis_calls lays it out), then start and member of each window (and field
-# 'n', redis_layout.NEWEST_FIELD, with the key's newest start when the batch moves it): that run is handed
-# to HSET as it is (building Lua tables of it cost more than the commands).
+# cut-off among the hash's own. ARGV (stored_windows.redis_calls lays it out): the number of keys trimmed;
+# per key, in KEYS order, its number of fields, then start and member of each window (and field 'n',
+# redis_layout.NEWEST_FIELD, with the key's newest start when the batch moves it): that run is handed to
+# HSET as it is (building Lua tables of it cost more than the commands); then per key trimmed its position
+# in KEYS, the trim's first start, the cut-off, the window's size and the key's lifetime.
 REPLACE_WINDOWS_LUA = """
 local CHUNK = 1000
-local pos = 1
+local pos = 2
 for i = 1, #KEYS do
-  local key = KEYS[i]
-  local windows = tonumber(ARGV[pos])
-  local from, cut, step, ttl = ARGV[pos + 1], ARGV[pos + 2], tonumber(ARGV[pos + 3]), ARGV[pos + 4]
-  local first = pos + 5
-  local last = first + 2 * windows - 1
+  local fields = tonumber(ARGV[pos])
+  local first = pos + 1
+  local last = first + 2 * fields - 1
   for j = first, last, 2 * CHUNK do
-    redis.call('HSET', key, unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
+    redis.call('HSET', KEYS[i], unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
   end
   pos = last + 1
-  if from ~= '' and from ~= cut then
+end
+for t = 1, tonumber(ARGV[1]) do
+  local key = KEYS[tonumber(ARGV[pos])]
+  local from, cut, step, ttl = ARGV[pos + 1], ARGV[pos + 2], tonumber(ARGV[pos + 3]), ARGV[pos + 4]
+  pos = pos + 5
+  if from ~= cut then
     local limit = tonumber(cut)
     local gone = {}
     -- A grid longer than the hash (a key written again after a long gap) costs what the hash holds.
@@ -186,9 +189,7 @@ for i = 1, #KEYS do
       redis.call('HDEL', key, unpack(gone, j, math.min(j + CHUNK - 1, #gone)))
     end
   end
-  if ttl ~= '' then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  redis.call('PEXPIRE', key, ttl)
 end
 return 1
 """

@@ -257,7 +257,7 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
     return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
 
 
-HEAD = 5  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA
+HEAD = 1  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA: its number of fields
 NEWEST_ROW = np.iinfo(np.int64).max  # the start of a key's newest-window field in redis_calls' rows
 CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
                      pa.field("member", pa.string())])
@@ -266,9 +266,11 @@ CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
     """(KEYS, ARGV) of REPLACE_WINDOWS_LUA calls: one per hash tag (a topic's series), so this also works on
-    Redis Cluster. Per key (a series at one size) ARGV holds its head (number of fields; the trim's first
-    start, "*" or "" for none; the cut-off; the window's size; the key's lifetime or ""), then start and
-    member of each window, and the key's newest start (redis_layout.NEWEST_FIELD) when the batch moves it.
+    Redis Cluster. ARGV: the number of keys trimmed; per key (a series at one size) its number of fields,
+    then start and member of each window, and the key's newest start (redis_layout.NEWEST_FIELD) when the
+    batch moves it; then per key trimmed its position in KEYS, the trim's first start ("*": the hash's own
+    fields), the cut-off, the window's size and the key's lifetime. Most keys are not trimmed in a batch:
+    a key's head is one entry, not five (the script's own parsing of ARGV is much of Redis's time).
     Laid out by Arrow and numpy in one list: a merge writes ~50k keys, and a Python loop over them was a
     third of the merge's own time."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
@@ -296,50 +298,53 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
     counts = ends - begins
     # Where each key's part of ARGV starts (and, last, where the last one ends).
     offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
-    heads = _heads(counts, run_series, run_size, updates, sizes)
     fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
                         pc.cast(changed["start"], pa.string())).combine_chunks()
-    argv = pc.take(pa.concat_arrays([heads, fields, changed["member"].combine_chunks()]),
+    argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
+                                     changed["member"].combine_chunks()]),
                    _argv_order(begins, counts, offsets)).to_pylist()
     key_names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
                                                                   strict=True)]
+    trims = _trim_args(run_series, run_size, updates, sizes)
     run_tags = pc.take(tags, pa.array(run_series)).to_numpy()
     tag_starts = np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]])).tolist()
     bounds = [*tag_starts, len(run_keys)]
     offsets = offsets.tolist()
-    return [(key_names[a:b], argv[offsets[a]:offsets[b]]) for a, b in itertools.pairwise(bounds)]
+    calls = []
+    for a, b in itertools.pairwise(bounds):
+        tail = [arg for k in range(a, b) if (trim := trims.get(k)) is not None
+                for arg in (str(k - a + 1), *trim)]
+        calls.append((key_names[a:b], [str(len(tail) // 5), *argv[offsets[a]:offsets[b]], *tail]))
+    return calls
 
 
-def _heads(windows: np.ndarray, run_series: np.ndarray, run_size: np.ndarray, updates: list[WindowUpdates],
-           sizes: dict[str, int]) -> pa.Array:
-    """The keys' heads, a column after the other: windows, trim's first start ("*": the hash's own fields;
-    "": no trim), cut-off, window size, lifetime or "" (a key not trimmed keeps its lifetime)."""
-    trims = {(sizes[u.window], s): trim for u in updates for s, trim in u.trims.items()}
-    found = [trims.get(key) for key in zip(run_size.tolist(), run_series.tolist(), strict=True)]
+def _trim_args(run_series: np.ndarray, run_size: np.ndarray, updates: list[WindowUpdates],
+               sizes: dict[str, int]) -> dict[int, tuple[str, str, str, str]]:
+    """Key (its position among the runs) -> the trim's ARGV: first start ("*": the hash's own fields),
+    cut-off, window size, lifetime."""
     names = list(layout.WINDOWS)
-    ttls = [str(layout.key_ttl_ms(w)) for w in names]
-    steps = [str(layout.WINDOWS[w].size_ms) for w in names]
-    froms = ["" if t is None else "*" if t[0] is None else str(t[0]) for t in found]
-    cuts = ["" if t is None else str(t[1]) for t in found]
-    lifetimes = ["" if t is None else ttls[size] for t, size in zip(found, run_size.tolist(), strict=True)]
-    return pa.concat_arrays([pc.cast(pa.array(windows), pa.string()), pa.array(froms, pa.string()),
-                             pa.array(cuts, pa.string()), pa.array([steps[z] for z in run_size.tolist()],
-                                                                   pa.string()),
-                             pa.array(lifetimes, pa.string())])
+    trims = {(sizes[u.window], s): t for u in updates for s, t in u.trims.items()}
+    out = {}
+    for k, key in enumerate(zip(run_size.tolist(), run_series.tolist(), strict=True)):
+        trim = trims.get(key)
+        if trim is not None:
+            window = names[key[0]]
+            out[k] = ("*" if trim[0] is None else str(trim[0]), str(trim[1]),
+                      str(layout.WINDOWS[window].size_ms), str(layout.key_ttl_ms(window)))
+    return out
 
 
 def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    """Indices into [heads (_heads: HEAD columns of a row a key), starts, members (a row each)] in ARGV
-    order; `offsets`: where each key's part starts."""
+    """Indices into [counts (a row a key), fields, values (a row each)] in ARGV order; `offsets`: where each
+    key's part starts."""
     keys, rows = len(begins), int(counts.sum())
     order = np.empty(int(offsets[-1]), np.int64)
-    order[(offsets[:-1, None] + np.arange(HEAD)).ravel()] = (np.arange(HEAD)[None, :] * keys
-                                                             + np.arange(keys)[:, None]).ravel()
+    order[offsets[:-1]] = np.arange(keys)
     row = np.arange(rows)
     run = np.repeat(np.arange(keys), counts)
     pair_at = offsets[run] + HEAD + 2 * (row - begins[run])
-    order[pair_at] = HEAD * keys + row
-    order[pair_at + 1] = HEAD * keys + rows + row
+    order[pair_at] = keys + row
+    order[pair_at + 1] = keys + rows + row
     return pa.array(order)
 
 

@@ -151,14 +151,14 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     calls = redis_calls([WindowUpdates("10s", changed, {2: (None, -5), 1: (-20_000, -7)}, {1: 10_000})], keys)
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # Head of a key: its fields, the trim's first grid start ("*": the hash's own fields; "": no trim), the
-    # retention cut-off, the window's size and the lifetime to set or "" (set when the key is trimmed);
-    # then its fields and values: each window's start and member, and its newest start when it moved.
+    # ARGV: the keys trimmed; per key its fields, then each field and value (a window's start and member,
+    # the newest start when it moved); then per key trimmed its place in KEYS, the trim's first grid start
+    # ("*": the hash's own fields), the retention cut-off, the window's size and the lifetime to set.
     ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "", "", "10000", "", "0", "0:2:2:1:1:1:5",
-                           "1", "*", "-5", "10000", ttl, "0", "0:1:9:9:9:9:1"]
-    assert calls[1][1] == ["2", "-20000", "-7", "10000", ttl, "10000", "10000:1:1:1:1:1:10000",
-                           layout.NEWEST_FIELD, "10000"]
+    assert calls[0][1] == ["1", "1", "0", "0:2:2:1:1:1:5", "1", "0", "0:1:9:9:9:9:1",
+                           "2", "*", "-5", "10000", ttl]
+    assert calls[1][1] == ["1", "2", "10000", "10000:1:1:1:1:1:10000", layout.NEWEST_FIELD, "10000",
+                           "1", "-20000", "-7", "10000", ttl]
 
 
 def test_redis_calls_give_each_key_its_windows_in_order():
@@ -173,7 +173,6 @@ def test_redis_calls_give_each_key_its_windows_in_order():
                                     WindowUpdates("1h", changed.slice(1, 1), {ids[0]: (None, 0)}, {})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
     ttl_1h = str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "", "", "60000", "", "0", "m0-0",
-                    "1", "*", "0", "3600000", ttl_1h, "0", "m0-0",
-                    "1", "", "", "60000", "", "0", "m1-0",
-                    "3", "", "", "60000", "", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
+    assert argv == ["1", "1", "0", "m0-0", "1", "0", "m0-0", "1", "0", "m1-0",
+                    "3", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000",
+                    "2", "*", "0", "3600000", ttl_1h]
