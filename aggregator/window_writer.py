@@ -30,6 +30,7 @@ import redis
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -38,8 +39,6 @@ _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 # Transactions a merge is cut into, so one does not hold Redis for long (bench/RESULTS.md, "MERGE_PARTS").
 # Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
 MERGE_PARTS = 8
-# Window starts a load reads with one HMGET at most; a longer span goes through READ_WINDOWS_LUA.
-MAX_GRID_READ = 2_000
 
 
 def encode_partials(windows: pa.Table) -> bytes:
@@ -74,7 +73,6 @@ class WindowWriter:
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
         self._replace = client.register_script(REPLACE_WINDOWS_LUA)
-        self._read = client.register_script(layout.READ_WINDOWS_LUA)
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:
         self.apply(batch_id, windows)
@@ -216,39 +214,14 @@ class WindowWriter:
 
     def _load(self, missing: dict[int, int], window: str, size_index: int) -> None:
         """Reads from Redis the windows of `missing` (series -> the oldest start the batch touches) from a
-        trim period earlier on (their key's newest window bounds a trim: _key_changes), with each key's
-        newest window start: that first (HGET), then the grid up to it (HMGET), plain commands both. A
-        script call a key (READ_WINDOWS_LUA) cost Redis ~10x a plain read; it only reads a grid longer
-        than MAX_GRID_READ (a batch reaching far back), which it bounds by what the hash holds."""
+        trim period earlier on, with each key's newest window start: both bound a trim (_key_changes)."""
         earlier = layout.trim_period_ms(window)
-        keys = [self.series_keys.keys[series][size_index] for series in missing]
-        heads = self.client.pipeline(transaction=False)
-        for key in keys:
-            heads.hget(key, layout.NEWEST_FIELD)
-        newest = [_start(raw) for raw in heads.execute()]
-        reads = self.client.pipeline(transaction=False)
-        ways: list[str] = []
-        for key, low, last in zip(keys, missing.values(), newest, strict=True):
-            fields = [] if last is None else layout.window_fields(window, low - earlier, last)
-            ways.append("grid" if 0 < len(fields) <= MAX_GRID_READ else "script" if fields else "none")
-            if ways[-1] == "grid":
-                reads.hmget(key, fields)
-            elif ways[-1] == "script":
-                self._read(keys=[key], args=[low - earlier, layout.WINDOWS[window].size_ms], client=reads)
-        replies = iter(reads.execute())
-        members = [[] if way == "none" else layout.held(next(replies)) if way == "grid" else next(replies)
-                   for way in ways]
+        keys = self.series_keys.keys
+        reads = [(keys[series][size_index], low - earlier) for series, low in missing.items()]
+        members, newest = read_windows(self.client, window, reads)
         self.stored.load(window, {series: (low - earlier, held)
                                   for (series, low), held in zip(missing.items(), members, strict=True)},
                          dict(zip(missing, newest, strict=True)))
-
-
-def _start(raw: bytes | None) -> int | None:
-    """A key's newest window start (NEWEST_FIELD), None without one (or one that is not a number)."""
-    try:
-        return None if raw is None else int(raw)
-    except ValueError:
-        return None
 
 
 def merge_parts(calls: list[tuple[list[str], list[str]]]) -> dict[int, list[tuple[list[str], list[str]]]]:
