@@ -53,12 +53,12 @@ from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
+from aggregator.latest_writes import LatestWriter
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
-from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
 from aggregator.subject_cap import SubjectBook
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
@@ -122,13 +122,12 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._latest: Any = None
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
         self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
-        self.written_latest = WrittenLatest()  # what this sink last wrote to each latest field: a hint
+        self.latest_writer = LatestWriter()  # what each latest field holds: newest wins, decided here
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
@@ -145,7 +144,6 @@ class RedisRollupSink:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis_connection.connect(self.redis_url)
-            self._latest = self._client.register_script(UPSERT_LATEST_LUA)
         return self._client
 
     @property
@@ -227,7 +225,7 @@ class RedisRollupSink:
         self.offsets.clear()
         self.verdicts.clear()
         self.subjects.clear()
-        self.written_latest.values.clear()
+        self.latest_writer.clear()
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
@@ -347,14 +345,13 @@ class RedisRollupSink:
     def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Latest values go first, in their own transaction, so status and lag are readable before the
         batch's windows are merged. They are idempotent: derived only from the batch and the windows
-        committed before it, and only replaced by a value of equal or newer ts, so a replay after a
-        crash between the two transactions writes them again identically."""
+        committed before it, and only replaced by a value of equal or newer ts (latest_writes), so a replay
+        after a crash between the two transactions writes them again identically."""
         if not latest:
             return
-        pipe = self.client.pipeline(transaction=True)
-        for keys, argv in latest_calls(latest_hashes(latest), self.written_latest):
-            self._latest(keys=keys, args=argv, client=pipe)
-        pipe.execute()
+        keys, names, values = zip(*latest, strict=True)
+        self.latest_writer.write(self.client, keys, names, [int(v["ts"]) for v in values],
+                                 [layout.encode_latest(v) for v in values])
 
     # --- indexes ------------------------------------------------------------------------------------
 
