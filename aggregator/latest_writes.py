@@ -15,12 +15,15 @@ here a hash's fields go in one HSET, and its lifetime in one PEXPIRE, inside one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import orjson
 import redis
 
-from contract.redis_layout import LATEST_TTL_MS, decode_latest
+from contract.redis_layout import LATEST_TTL_MS, decode_latest, encode_latest
 
 # Fields per HSET at most: a replication's verdicts are one hash of one field a partition.
 FIELDS_PER_HSET = 10_000
@@ -46,11 +49,11 @@ class LatestWriter:
     def __len__(self) -> int:
         return len(self.slot)
 
-    def write(self, client: redis.Redis, keys: Sequence[str], names: Sequence[str], ts: Sequence[int],
-              encoded: Sequence[str]) -> int:
+    def write(self, client: redis.Redis, columns: LatestColumns) -> int:
         """Writes each field (keys[i], names[i]) its value `encoded[i]` of `ts[i]` where Redis holds none
         newer, nor this very value; a field given twice takes its newest (of equal ts, the later). One
         transaction. Returns how many fields were written."""
+        keys, names, ts, encoded = columns.keys, columns.names, columns.ts, columns.encoded
         if not len(keys):
             return 0
         fields = list(zip(keys, names, strict=True))
@@ -131,3 +134,44 @@ def _held(raw: bytes | None) -> tuple[int, int]:
             else (NOTHING, 0)
     except (ValueError, OverflowError):
         return NOTHING, 0
+
+
+@dataclass
+class LatestColumns:
+    """Latest-value fields to write, a column each: hash key, field, the value's ts and its JSON."""
+
+    keys: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    ts: list[int] = field(default_factory=list)
+    encoded: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, keys: Iterable[str], names: Iterable[str], ts: Iterable[int],
+            encoded: Iterable[str]) -> None:
+        self.keys.extend(keys)
+        self.names.extend(names)
+        self.ts.extend(ts)
+        self.encoded.extend(encoded)
+
+    def add_values(self, values: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+        """(hash key, field, value) triples; each value carries an integer `ts`."""
+        for key, name, value in values:
+            self.keys.append(key)
+            self.names.append(name)
+            self.ts.append(int(value["ts"]))
+            self.encoded.append(encode_latest(value))
+
+
+def json_column(values: Sequence[Any]) -> list[str]:
+    """Each value as redis_layout.encode_latest renders it inside a record: one orjson call for the column
+    (a list of numbers and nulls renders with a comma between elements and none inside them), each value
+    alone where the column does not split back into as many (a comma inside a value) or orjson refuses one."""
+    if not values:
+        return []
+    try:
+        parts = orjson.dumps(list(values), option=orjson.OPT_SORT_KEYS).decode()[1:-1].split(",")
+    except TypeError:
+        parts = []
+    return parts if len(parts) == len(values) else [encode_latest(v) for v in values]

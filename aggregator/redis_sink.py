@@ -33,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
-from aggregator.latest_writes import LatestWriter
+from aggregator.latest_writes import LatestColumns, LatestWriter
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
@@ -283,29 +283,39 @@ class RedisRollupSink:
         if wanted:  # series not kept yet (or over too short a range)
             self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
-        latest = judged.latest + self._latest_values(plan, reads, earliest_starts(reads))
+        latest = judged.latest_columns  # the arrays' values, already JSON
+        latest.add_values(judged.latest + self._latest_values(plan, reads, earliest_starts(reads)))
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
-        self._write_latest(latest)
+        self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
-        if judged.samples:  # lag in seconds is derived here, so its windows join the batch's here
-            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(judged.samples)])
+        verdicts = self._write_verdicts(judged.verdicts, _now_ms(), judged.verdict_text)
+        # Lag in seconds is derived here, so its windows join the batch's here.
+        samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
+        samples += judged.sample_tables
+        if samples:
+            batch.windows = pa.concat_tables([batch.windows, *samples])
         LOG.debug("%s: %d partition and group reports judged in %.0f ms (%d one at a time), %d latest values "
                   "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name, len(reports),
                   (reports_judged - began) * 1000, judged.fallback, len(latest),
                   (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
-    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int) -> int:
-        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values."""
+    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int,
+                        texts: Mapping[partition_verdicts.Pair, Mapping[str, str]] | None = None) -> int:
+        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values.
+        `texts`: the JSON of verdicts already rendered (partition_lag), per replication and field."""
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
         summaries = self.verdicts.summaries(updates, now_ms)
-        keys = {pair: layout.lag_verdicts_key(*pair) for pair in updates}
-        values = [(keys[pair], name, v) for pair, fresh in updates.items() for name, v in fresh.items()]
-        values += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
-        self._write_latest(values)
+        values = LatestColumns()
+        for pair, fresh in updates.items():
+            rendered = (texts or {}).get(pair, {})
+            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh,
+                       [int(v["ts"]) for v in fresh.values()],
+                       [rendered.get(name) or layout.encode_latest(v) for name, v in fresh.items()])
+        values.add_values((layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items())
+        self.latest_writer.write(self.client, values)
         self.verdicts.commit(updates)
         return len(values)
 
@@ -347,11 +357,9 @@ class RedisRollupSink:
         batch's windows are merged. They are idempotent: derived only from the batch and the windows
         committed before it, and only replaced by a value of equal or newer ts (latest_writes), so a replay
         after a crash between the two transactions writes them again identically."""
-        if not latest:
-            return
-        keys, names, values = zip(*latest, strict=True)
-        self.latest_writer.write(self.client, keys, names, [int(v["ts"]) for v in values],
-                                 [layout.encode_latest(v) for v in values])
+        columns = LatestColumns()
+        columns.add_values(latest)
+        self.latest_writer.write(self.client, columns)
 
     # --- indexes ------------------------------------------------------------------------------------
 
