@@ -28,6 +28,9 @@ from contract.redis_layout import LATEST_TTL_MS, decode_latest, encode_latest
 # Fields per HSET at most: a replication's verdicts are one hash of one field a partition.
 FIELDS_PER_HSET = 10_000
 NOTHING = np.iinfo(np.int64).min  # the ts of a field Redis does not hold
+# Fields known at most (~100 bytes each): past it the writer starts over, reading each field again once.
+# Subjects a replication may keep are capped (subject_cap), fields that stopped coming are not.
+CAPACITY = 1 << 21
 Field = tuple[str, str]  # hash key, field
 
 
@@ -82,6 +85,9 @@ class LatestWriter:
         known = self.slot
         slots = np.fromiter((known.get(f, -1) for f in fields), np.int64, len(fields))
         unknown = np.flatnonzero(slots < 0)
+        if len(unknown) and len(known) + len(unknown) > CAPACITY:
+            self.clear()
+            unknown = np.arange(len(fields))
         if len(unknown):
             self._read([fields[i] for i in unknown.tolist()], client)
             slots[unknown] = [known[fields[i]] for i in unknown.tolist()]
