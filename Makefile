@@ -29,8 +29,9 @@ test: jars  ## the suite; pass pytest arguments with ARGS="..."
 check: venv  ## every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
 	$(PY) -m pytest -q -m "not integration and not e2e and not interop and not containers" $(ARGS)
 
-lint: venv
+lint: venv  ## ruff, and mypy over the packages [tool.mypy] lists (as .ci/run does)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .demo .srm-checkpoints .pytest_cache .ruff_cache *.egg-info

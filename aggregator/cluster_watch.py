@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Final
 
 import redis
@@ -27,7 +28,7 @@ PROBE_TIMEOUT_S: Final = 5.0
 
 
 class ClusterWatch(threading.Thread):
-    def __init__(self, redis_client: redis.Redis, admins: dict[str, AdminClient],
+    def __init__(self, redis_client: redis.Redis, admins: Mapping[str, AdminClient],
                  stopping: threading.Event, interval_s: float = PROBE_INTERVAL_S) -> None:
         super().__init__(name="cluster-watch", daemon=True)
         self.redis, self.admins, self.stopping, self.interval_s = redis_client, admins, stopping, interval_s

@@ -7,6 +7,8 @@ history starts. The sink adds it to the record in that batch's MULTI (HSETNX: se
 
 from __future__ import annotations
 
+from typing import cast
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
@@ -25,7 +27,7 @@ class HistoryStart:
         """The start to write with this batch, if a rebuild record waits for one."""
         if self.target is None or self._waiting is False or not windows.num_rows:
             return None
-        record = client.hgetall(layout.rebuild_key(self.target))
+        record = cast(dict[bytes, bytes], client.hgetall(layout.rebuild_key(self.target)))
         self._waiting = False  # written by this batch's MULTI, or nothing waits for it
         if b"detected_ts" not in record or b"history_from_ts" in record:
             return None
@@ -33,4 +35,4 @@ class HistoryStart:
 
     def queue(self, pipe: redis.client.Pipeline, start_ms: int | None) -> None:
         if start_ms is not None and self.target is not None:
-            pipe.hsetnx(layout.rebuild_key(self.target), "history_from_ts", start_ms)
+            pipe.hsetnx(layout.rebuild_key(self.target), "history_from_ts", str(start_ms))

@@ -88,7 +88,7 @@ def latest_value(kind: str, subject: tuple[str, ...] | Subject, record: dict[str
                  history: list[layout.WindowAggregate]) -> tuple[str, str, dict[str, Any]]:
     """(hash key, field, value) of one subject's latest value."""
     if kind == "replication":
-        _, target, source = subject
+        target, source = subject[1], subject[2]
         return (layout.replication_status_key(target, source), "replication",
                 latest_values.replication_latest(record, history))
     _, target, source, topic, partition, group = subject

@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import gc
 import sys
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -31,7 +32,7 @@ THAW_EVERY = 500  # batches: at the default 2 s trigger, one full collection eve
 _worker_frozen: list[bool] = []
 
 
-def _malloc_trim() -> ctypes._CFuncPtr | None:
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None on a C library without it (musl, macOS)."""
     name = ctypes.util.find_library("c")
     try:

@@ -92,7 +92,7 @@ def collect(parts: pa.Table) -> CollectedParts:
     excerpts: dict[tuple[str, str, int, int], str] = {}
     for blob in rows["excerpts"]:
         for r in _table(blob).to_pylist():
-            excerpts[tuple(r[k] for k in EXCERPT_KEYS)] = r["excerpt"]  # type: ignore[index]
+            excerpts[tuple(r[k] for k in EXCERPT_KEYS)] = r["excerpt"]
     late: dict[tuple[str, str], int] = {}
     for blob in rows["late"]:
         for r in _table(blob).to_pylist():

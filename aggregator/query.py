@@ -85,7 +85,8 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
             .start()
         )
     finally:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+        # None unsets it (the stubs say str)
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     # The query id is kept in the checkpoint: the sink state is scoped by it (see RedisRollupSink).
     sink.bind(str(query.id))
     # By run: a query restarted from its checkpoint keeps its id, and the listener may hear of the old

@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis
+from py4j.java_gateway import JavaObject
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -105,8 +107,10 @@ def set_checkpoint_aside(spark: SparkSession, location: str, aside: str) -> str:
     return name
 
 
-def _hadoop_path(spark: SparkSession, location: str) -> tuple[object, object]:
-    path = spark._jvm.org.apache.hadoop.fs.Path(location)  # PySpark has no public handle
+def _hadoop_path(spark: SparkSession, location: str) -> tuple[JavaObject, JavaObject]:
+    jvm = spark._jvm
+    assert jvm is not None  # a classic session (not Spark Connect) has its gateway
+    path = jvm.org.apache.hadoop.fs.Path(location)  # PySpark has no public handle
     return path, path.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
@@ -118,10 +122,10 @@ def clear_target(client: redis.Redis, spec: RollupQuerySpec) -> int:
         for key in client.scan_iter(match=pattern, count=1000):
             batch.append(key)
             if len(batch) >= 1000:
-                deleted += client.delete(*batch)
+                deleted += cast(int, client.delete(*batch))
                 batch = []
         if batch:
-            deleted += client.delete(*batch)
+            deleted += cast(int, client.delete(*batch))
     return deleted
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from typing import cast
 
 import pyarrow as pa
 import redis
@@ -84,13 +85,13 @@ class WindowWriter:
     def recover(self, committed: int | None) -> None:
         """Merge, now, the batches up to `committed` that were staged but never merged: first a merge cut
         off part-way, grouped as it was."""
-        raw = self.client.get(layout.applied_batch_key(self.scope))
+        raw = cast(bytes | None, self.client.get(layout.applied_batch_key(self.scope)))
         if committed is None or raw is None or int(raw) >= committed:
             return
         first = int(raw) + 1
         LOG.info("%s: merging the windows of batches %d..%d, staged before a restart", self.scope, first,
                  committed)
-        cut_off = _merging(self.client.hgetall(layout.merging_batches_key(self.scope)))
+        cut_off = _merging(cast(dict, self.client.hgetall(layout.merging_batches_key(self.scope))))
         if cut_off is not None and cut_off[0] == first and cut_off[1] <= committed:
             self.merge_staged(list(range(first, cut_off[1] + 1)))
             first = cut_off[1] + 1
@@ -100,7 +101,8 @@ class WindowWriter:
     def merge_staged(self, batch_ids: list[int]) -> None:
         """Merge staged batches from their staged copies; one without a copy was merged already (by
         another writer) or, if the applied id is still below it, lost (its staged key expired)."""
-        blobs = self.client.mget([layout.staged_batch_key(self.scope, i) for i in batch_ids])
+        keys = [layout.staged_batch_key(self.scope, i) for i in batch_ids]
+        blobs = cast(list[bytes | None], self.client.mget(keys))
         missing = [i for i, blob in zip(batch_ids, blobs, strict=True) if blob is None]
         if missing:
             LOG.warning("%s: no staged windows for batches %s (merged by another writer, or expired)",
@@ -122,7 +124,7 @@ class WindowWriter:
             try:
                 with self.client.pipeline(transaction=True) as pipe:
                     pipe.watch(applied_key, layout.merging_batches_key(self.scope))
-                    applied = pipe.get(applied_key)
+                    applied = cast(bytes | None, pipe.get(applied_key))  # watching: answered at once
                     if staged and applied is None:
                         LOG.warning("%s: batches %s not merged: the query's state is gone from Redis",
                                     self.scope, [i for i, _ in batches])
@@ -187,7 +189,7 @@ class WindowWriter:
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
         """The parts of a merge of `group` (first, last batch) already in Redis."""
-        cut_off = _merging(pipe.hgetall(layout.merging_batches_key(self.scope)))
+        cut_off = _merging(cast(dict, pipe.hgetall(layout.merging_batches_key(self.scope))))
         if cut_off is None:
             return set()
         if cut_off[:2] != group:

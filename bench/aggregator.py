@@ -221,7 +221,7 @@ class DriverLoad:
             DriverLoad.collected_total += table.nbytes
             return table
 
-        ClassicDataFrame.toArrow = counted  # type: ignore[method-assign]
+        ClassicDataFrame.toArrow = counted
 
     def cpu_seconds(self) -> float:
         used = ticks(Path("/proc/self/stat")) - self.bench_threads.ticks()

@@ -26,7 +26,7 @@ from driver.topic_filter import TopicFilter, should_replicate_topic
 try:
     from driver.control_record import ControlChange, ControlEntry
 except ImportError:  # the layout of dd7ff17
-    from contract.records.control import ControlChange, ControlEntry  # type: ignore[no-redef]
+    from contract.records.control import ControlChange, ControlEntry
 
 
 def state_with(entries: list[tuple[str, str]]) -> tuple[ControlState, int]:

@@ -222,9 +222,9 @@ def main() -> int:
         dead_ms = median_ms(asking_endpoint(http, base, "all", 3))
         print(f"all sites with west killed: median {dead_ms:.2f} ms (extra {dead_ms - all_ms:.1f} ms)")
 
-        os.killpg(processes["north"].process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        os.killpg(processes["north"].process.pid, signal.SIGSTOP)
         hung_ms = median_ms(asking_endpoint(http, base, "all", 2), 10)
-        os.killpg(processes["north"].process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        os.killpg(processes["north"].process.pid, signal.SIGCONT)
         print(f"all sites with west killed and north hung: median {hung_ms:.2f} ms (the hung site adds "
               f"{hung_ms - dead_ms:.1f} ms; its timeout is {TIMEOUT_S * 1000:.0f} ms)")
         ratio, bound_ms = all_ms / single_ms, TIMEOUT_S * 1000 + 50
@@ -243,7 +243,7 @@ def main() -> int:
             delay_line.join(10)
         for process in processes.values():
             if process.running:
-                os.killpg(process.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+                os.killpg(process.process.pid, signal.SIGCONT)
             process.stop()
         redis.cleanup()
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 SettingType = Literal["boolean", "integer", "number", "string", "list"]
 Scope = Literal["replication", "process", "cluster", "site"]
@@ -213,6 +213,16 @@ SETTINGS: Final[dict[str, Setting]] = _table(
              "How long a failing remote site is not called (doubling while it fails, at most 5 min)."),
 )
 """The table; per-site keys (``service.remote.<site>.*``) follow ``service.remote.timeout.ms``."""
+
+_Default = TypeVar("_Default")
+
+
+def default_of(key: str, kind: type[_Default]) -> _Default:
+    """The table's default of `key`, as the `kind` its reader takes (a TypeError on import if not)."""
+    default = SETTINGS[key].default
+    if not isinstance(default, kind):
+        raise TypeError(f"the default of {key} is {default!r}, not a {kind.__name__}")
+    return default
 
 NAMED_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("<alias>.bootstrap.servers", "list", None, "all",

@@ -38,8 +38,10 @@ LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
 LOGGED_BINDINGS = 10  # a change is logged with this many bindings named
-ALL_TOPIC_ACLS = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
-                                  AclOperation.ANY, AclPermissionType.ANY)
+# None matches any name, principal and host (the filter's documented use; its stubs say str).
+ALL_TOPIC_ACLS = AclBindingFilter(
+    ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+    AclOperation.ANY, AclPermissionType.ANY)
 
 
 def should_replicate_acl(binding: AclBinding) -> bool:
@@ -67,7 +69,8 @@ def target_bindings(source_bindings: Iterable[AclBinding], eligible: Callable[[s
 
 
 def describe(binding: AclBinding) -> str:
-    return (f"{binding.permission_type.name} {binding.operation.name} on {binding.name} for "
+    # The stubs type these as given to __init__ (enum, str or int); the binding holds them as enums.
+    return (f"{binding.permission_type.name} {binding.operation.name} on {binding.name} for "  # type: ignore[union-attr]
             f"{binding.principal}@{binding.host}")
 
 

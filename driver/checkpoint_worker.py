@@ -222,9 +222,9 @@ class CheckpointWorker(threading.Thread):
         producer = getattr(self, "producer", None)
         if producer is not None:
             producer.flush(2.0)  # checkpoints are re-emitted every interval: a stop does not wait long
-            self.producer = None
-        # Dropping the last reference destroys the handles, which stops their reconnecting.
-        self.source_admin = self.target_admin = self.group_sync = None
+        # Dropping the last reference destroys the handles, which stops their reconnecting (_run makes new).
+        for name in ("producer", "source_admin", "target_admin", "group_sync"):
+            vars(self).pop(name, None)
 
     # -- the loop -----------------------------------------------------------------------------------
 

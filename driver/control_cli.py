@@ -246,11 +246,14 @@ def _read_to_end(consumer: Consumer, topic: str, timeout_s: float) -> dict[Check
         if time.monotonic() > deadline:
             raise ClusterUnavailable(f"{topic}: read up to offset {position} of {end} in {timeout_s:g} s")
         for message in consumer.consume(500, timeout=0.2):
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    position = max(position, message.offset())
+            error, offset = message.error(), message.offset()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    assert offset is not None  # an end-of-partition event has one
+                    position = max(position, offset)
                 continue
-            position = message.offset() + 1
+            assert offset is not None  # a record has one
+            position = offset + 1
             try:
                 checkpoint = checked_checkpoint(Checkpoint.decode(message.key(), message.value()))
             except ValueError as exc:  # WireFormatError or an illegal name/offset

@@ -311,8 +311,10 @@ class ControlLists:
                 LOG.warning("reading %s on %s: %s", CONTROL_TOPIC, self.alias, error)
             return
         self.guard.read(message, self._apply, self.alias)  # a refused change is counted as a bad record
-        self._next_offset = message.offset() + 1
-        if message.offset() + 1 >= self._end_offset:
+        offset = message.offset()
+        assert offset is not None  # a record has one
+        self._next_offset = offset + 1
+        if offset + 1 >= self._end_offset:
             self._mark_loaded()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> ControlChange:

@@ -90,7 +90,9 @@ class OffsetSyncEmitter:
         due = self.writer.maybe_queue(topic, partition, upstream_offset, downstream_offset)
         if state is None:
             # After its first record a partition has a sync, so the fast path's conditions hold.
-            self._states[key] = self.writer.partition_state(topic, partition)  # type: ignore[assignment]
+            state = self.writer.partition_state(topic, partition)
+            if state is not None:  # always: maybe_queue made it
+                self._states[key] = state
         if due:
             self._fire()
 

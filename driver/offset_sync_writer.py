@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from contract.settings import SETTINGS
+from contract.settings import default_of
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_OFFSET_LAG_MAX: Final[int] = SETTINGS["offset.lag.max"].default  # type: ignore[assignment]
+DEFAULT_OFFSET_LAG_MAX: Final = default_of("offset.lag.max", int)
 # MM2's MAX_OUTSTANDING_OFFSET_SYNCS: keeps a slow syncs topic from piling up sends.
 MAX_IN_FLIGHT_SYNCS: Final = 10
 # Pending syncs kept per partition while no permit frees: a burst of acknowledgements (one poll, one

@@ -18,6 +18,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -116,14 +117,16 @@ class ProgressReader:
         position = self.consumer.position([TopicPartition(self.topic, partition)])[0].offset
         return max(position, self._eof.get(partition, 0), 0)
 
-    def _apply(self, message, ends: dict[int, int], remaining: set[int]) -> None:  # type: ignore[no-untyped-def]
+    def _apply(self, message: Message, ends: dict[int, int], remaining: set[int]) -> None:
         error = message.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 # read_committed: EOF comes at the last stable offset, past control records.
-                self._eof[message.partition()] = message.offset()
-                if message.offset() >= ends.get(message.partition(), 0):
-                    remaining.discard(message.partition())
+                partition, end = message.partition(), message.offset()
+                assert partition is not None and end is not None  # an end-of-partition event has both
+                self._eof[partition] = end
+                if end >= ends.get(partition, 0):
+                    remaining.discard(partition)
                 return
             raise KafkaException(error)
         decoded = self.guard.read(message, _progress)

@@ -68,10 +68,9 @@ class ReplicationReaders:
         """The target's srm-control lists (``driver.control_lists.ControlLists``): its own guard, alive
         while its thread reads without a failure outside a record. Lists without a guard (a fixed set
         in a test) are left out."""
-        guard = getattr(lists, "guard", None)
-        if isinstance(guard, RecordGuard) and callable(getattr(lists, "is_alive", None)):
-            self.adopt("control", guard,
-                       lambda: lists.is_alive() and getattr(lists, "failure", None) is None)  # type: ignore[attr-defined]
+        guard, is_alive = getattr(lists, "guard", None), getattr(lists, "is_alive", None)
+        if isinstance(guard, RecordGuard) and callable(is_alive):
+            self.adopt("control", guard, lambda: bool(is_alive()) and getattr(lists, "failure", None) is None)
 
     def watch(self, kind: str, alive: Callable[[], bool]) -> None:
         """How to tell whether the ``kind`` reader reads now (replaced when its worker starts again)."""

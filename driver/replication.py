@@ -282,8 +282,10 @@ class ReplicationWorker(threading.Thread):
 
     def _start_acl_pass(self) -> bool:
         """Starts an ACL pass beside the loop (False while the last one runs); the lists are taken now."""
+        if self.acl_sync is None:  # the loop asks only when ACLs are synced
+            return False
         eligible = functools.partial(self.topic_sync.is_eligible, lists=self._control_lists())
-        return self.acl_sync.start_pass(self.source_admin, self.target_admin, eligible)  # type: ignore[union-attr]
+        return self.acl_sync.start_pass(self.source_admin, self.target_admin, eligible)
 
     def _subscribe(self, eligible: dict[str, int]) -> None:
         source, target = self.replication.source, self.replication.target

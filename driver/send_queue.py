@@ -22,7 +22,7 @@ from typing import Final
 from confluent_kafka import Message
 
 from contract.config import SrmConfig
-from contract.settings import SETTINGS
+from contract.settings import default_of
 
 # Room above the replicated records' limits for progress, metrics and offset-sync records.
 HEADROOM_RECORDS: Final = 10_000
@@ -57,7 +57,7 @@ class QueueLimits:
     @classmethod
     def defaults(cls) -> QueueLimits:
         """The settings table's defaults (for writers built without a configuration, in tests)."""
-        return cls(*(int(SETTINGS[f"replication.{key}"].default)  # type: ignore[arg-type]
+        return cls(*(default_of(f"replication.{key}", int)
                      for key in ("queue.max.records", "queue.max.bytes", "fetch.queue.max.bytes")))
 
     def producer_limits(self) -> dict[str, object]:

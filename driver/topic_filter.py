@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 from clients.linear_regex import PatternRefused, compile_user_pattern
 from contract.replication_policy import ReplicationPolicy, is_cycle
-from contract.settings import SETTINGS
+from contract.settings import default_of
 from contract.untrusted import shown
 
 if TYPE_CHECKING:
@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_TOPICS: Final = tuple(SETTINGS["topics"].default)  # type: ignore[arg-type]
-DEFAULT_TOPICS_EXCLUDE: Final = tuple(SETTINGS["topics.exclude"].default)  # type: ignore[arg-type]
-DEFAULT_GROUPS: Final = tuple(SETTINGS["groups"].default)  # type: ignore[arg-type]
-DEFAULT_GROUPS_EXCLUDE: Final = tuple(SETTINGS["groups.exclude"].default)  # type: ignore[arg-type]
+DEFAULT_TOPICS: Final[tuple[str, ...]] = default_of("topics", tuple)
+DEFAULT_TOPICS_EXCLUDE: Final[tuple[str, ...]] = default_of("topics.exclude", tuple)
+DEFAULT_GROUPS: Final[tuple[str, ...]] = default_of("groups", tuple)
+DEFAULT_GROUPS_EXCLUDE: Final[tuple[str, ...]] = default_of("groups.exclude", tuple)
 MAX_PATTERN_CHARS: Final = 256
 """An srm-control entry longer than this is a name, never a pattern: no topic name is longer than 249
 characters, and each pattern is compiled and run for every name a replication looks at."""

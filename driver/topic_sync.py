@@ -27,13 +27,12 @@ from clients import kafka_clients
 from clients.kafka_clients import RequestRefused, TopicConfigEntry, TopicSpec
 from contract.config import SrmConfig
 from contract.replication_policy import ReplicationPolicy
-from contract.settings import SETTINGS
+from contract.settings import default_of
 from driver.topic_filter import FoundAtStart, TopicFilter, should_replicate_topic, topic_filter_for
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_CONFIG_PROPERTIES_EXCLUDE: Final = tuple(
-    SETTINGS["config.properties.exclude"].default)  # type: ignore[arg-type]
+DEFAULT_CONFIG_PROPERTIES_EXCLUDE: Final[tuple[str, ...]] = default_of("config.properties.exclude", tuple)
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,8 @@ def _replicable(entry: TopicConfigEntry, excluded: Set[str]) -> bool:
 
 def creation_configs(entries: Iterable[TopicConfigEntry], excluded: Set[str]) -> dict[str, str]:
     """Configs a new remote topic is created with: the source's explicit, replicable settings."""
-    return {e.name: e.value for e in entries  # type: ignore[misc]
-            if _replicable(e, excluded) and not e.is_default}
+    return {e.name: e.value for e in entries
+            if e.value is not None and _replicable(e, excluded) and not e.is_default}
 
 
 def config_changes(entries: Iterable[TopicConfigEntry], excluded: Set[str],
@@ -63,8 +62,8 @@ def config_changes(entries: Iterable[TopicConfigEntry], excluded: Set[str],
             continue
         if entry.is_default and not use_source_defaults:
             delete.add(entry.name)
-        else:
-            set_values[entry.name] = entry.value  # type: ignore[assignment]
+        elif entry.value is not None:  # always, after _replicable
+            set_values[entry.name] = entry.value
     return ConfigChanges(set_values, frozenset(delete))
 
 

@@ -76,9 +76,9 @@ class TransactionalWriter(_WriterBase):
         else:  # init_transactions releases the GIL while it waits for the coordinator
             with ThreadPoolExecutor(min(len(new), MAX_PARALLEL_INITS), "init-transactions") as pool:
                 futures = [pool.submit(self._init, task, producer) for task, producer in producers.items()]
-            failures = [future.exception() for future in futures if future.exception() is not None]
+            failures = [failure for future in futures if (failure := future.exception()) is not None]
             if failures:
-                raise failures[0]  # type: ignore[misc]
+                raise failures[0]
 
     def _init(self, task: int, producer: Producer) -> None:
         deadline = time.monotonic() + INIT_DEADLINE_S

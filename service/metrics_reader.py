@@ -10,6 +10,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.client import Pipeline
@@ -31,6 +32,9 @@ __all__ = ["MetricsReader", "NotFound", "MetricSeries", "Replication", "Partitio
 Windows = list[layout.WindowAggregate]
 PartitionKey = tuple[str, int]  # (remote topic, partition)
 PARTITION = re.compile(r"[0-9]{1,9}")
+# redis-py types each command of its sync client as `Awaitable[T] | T` (one signature for both clients).
+Members = set[bytes | str]
+Fields = dict[bytes | str, bytes | str]
 # How many of a subject's newest windows newest_windows looks through for a metric: a window holds only
 # the metrics with samples in it (no latency without records); further would read a quiet metric's retention.
 NEWEST_LOOKBACK = 10
@@ -72,14 +76,14 @@ class MetricsReader:
     # --- discovery ------------------------------------------------------------------------------
 
     def targets(self) -> list[str]:
-        return sorted(_string(v) for v in self.client.smembers(layout.targets_key()))
+        return sorted(_string(v) for v in cast(Members, self.client.smembers(layout.targets_key())))
 
     def sources(self, target: str) -> list[str]:
-        return sorted(_string(v) for v in self.client.smembers(layout.sources_key(target)))
+        return sorted(_string(v) for v in cast(Members, self.client.smembers(layout.sources_key(target))))
 
     def topics(self, target: str, source: str) -> dict[str, str]:
         """Remote topic -> upstream topic for one replication."""
-        raw = self.client.hgetall(layout.topics_key(target, source))
+        raw = cast(Fields, self.client.hgetall(layout.topics_key(target, source)))
         return {_string(k): _string(v) for k, v in raw.items()}
 
     def replication_pairs(self) -> list[tuple[str, str]]:
@@ -116,7 +120,8 @@ class MetricsReader:
         }
 
     def groups(self, target: str, source: str) -> list[str]:
-        return sorted(_string(v) for v in self.client.smembers(layout.groups_key(target, source)))
+        members = cast(Members, self.client.smembers(layout.groups_key(target, source)))
+        return sorted(_string(v) for v in members)
 
     def require_target(self, target: str) -> None:
         if not self.client.sismember(layout.targets_key(), target):
@@ -208,7 +213,8 @@ class MetricsReader:
         window = self.resolve_window(from_ms, to_ms, granularity, len(series))
         if len(series) == 1:
             self.charge(1, window, from_ms, to_ms)
-            members = self.client.zrangebyscore(layout.series_key(series[0], window), from_ms, to_ms)
+            key = layout.series_key(series[0], window)
+            members = cast(list[bytes | str], self.client.zrangebyscore(key, from_ms, to_ms))
             return summarize_columns(metric, window, window_columns(members, metric))
         return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
@@ -329,7 +335,8 @@ class MetricsReader:
 
     def lag_verdicts(self, replication: Replication) -> list[dict]:
         """Every partition's lag verdict in a replication, as the aggregator stored them (one hash)."""
-        raw = self.client.hgetall(layout.lag_verdicts_key(replication.target, replication.source))
+        key = layout.lag_verdicts_key(replication.target, replication.source)
+        raw = cast(Fields, self.client.hgetall(key))
         return [v for v in map(_decode_latest, raw.values()) if v is not None]
 
     def record_totals(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -365,7 +372,8 @@ class MetricsReader:
         return latest
 
     def group_latest(self, replication: Replication, group: str) -> dict[PartitionKey, dict]:
-        raw = self.client.hgetall(layout.group_latest_key(replication.target, replication.source, group))
+        key = layout.group_latest_key(replication.target, replication.source, group)
+        raw = cast(Fields, self.client.hgetall(key))
         latest: dict[PartitionKey, dict] = {}
         for field, value in raw.items():
             topic, _, partition = _string(field).rpartition("|")

@@ -200,7 +200,7 @@ class ServedMetrics(Collector):
         targets = self.reader.targets()
         pipe = self.reader.client.pipeline(transaction=False)
         for target in targets:
-            pipe.hmget(layout.aggregator_restarts_key(target), "query", "merge_child")
+            pipe.hmget(layout.aggregator_restarts_key(target), ["query", "merge_child"])
         for target, (query, child) in zip(targets, pipe.execute(), strict=True):
             queries.add_metric([target], int(query or 0))
             children.add_metric([target], int(child or 0))

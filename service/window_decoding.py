@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import TypeGuard
 
 import orjson
 
@@ -70,8 +71,8 @@ def _fast_columns(members: Sequence[bytes | str], metric: str
                   ) -> tuple[list[int], list[list[float]], list[int]]:
     """(starts, [counts, sums, mins, maxs, lasts], last ts) of the members holding `metric`; ValueError
     where the checked decoder might answer otherwise."""
-    raw = [m.encode() for m in members] if members and isinstance(members[0], str) else members
-    rows = _metric_rows(raw, metric)  # type: ignore[arg-type]
+    raw = members if _of_bytes(members) else [m.encode() if isinstance(m, str) else m for m in members]
+    rows = _metric_rows(raw, metric)
     if not rows:
         return [], [[], [], [], [], []], []
     starts, *measures, last_ts = map(list, zip(*rows, strict=True))
@@ -81,6 +82,11 @@ def _fast_columns(members: Sequence[bytes | str], metric: str
     if min(counts) <= 0:  # the contract's decoder refuses a window without samples
         raise ValueError("a window of no samples")
     return starts, [counts, *rest], last_ts
+
+
+def _of_bytes(members: Sequence[bytes | str]) -> TypeGuard[Sequence[bytes]]:
+    """A reply's members are all bytes or all str (the client's decode_responses)."""
+    return not members or isinstance(members[0], bytes)
 
 
 def _metric_rows(members: Sequence[bytes], metric: str) -> list[list[int | float]]:

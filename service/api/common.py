@@ -71,19 +71,20 @@ def plain_time_range(query: Mapping[str, str]) -> dict | None:
     values (webargs reads a repeated parameter's first), for epoch-ms bounds in order and a known or
     absent granularity. None for anything else (an ISO date-time, an error), which the schema loads
     and, when it is wrong, words the 400 of: one set of rules, the schema's, for every other input."""
-    loaded = {"granularity": query.get("granularity", "auto")}
-    if loaded["granularity"] not in GRANULARITIES:
+    granularity = query.get("granularity", "auto")
+    if granularity not in GRANULARITIES:
         return None
+    bounds: dict[str, int] = {}
     for name, key in (("from", "from_ms"), ("to", "to_ms")):
         value = query.get(name)
         if value is not None:
             text = value.strip()
             if not EPOCH_MS.fullmatch(text):
                 return None
-            loaded[key] = int(text)
-    if "from_ms" in loaded and "to_ms" in loaded and loaded["from_ms"] > loaded["to_ms"]:
+            bounds[key] = int(text)
+    if "from_ms" in bounds and "to_ms" in bounds and bounds["from_ms"] > bounds["to_ms"]:
         return None
-    return with_default_range(loaded)
+    return with_default_range({"granularity": granularity, **bounds})
 
 
 class PointSchema(Schema):

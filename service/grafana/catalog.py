@@ -87,7 +87,7 @@ def metric_descriptors() -> list[dict]:
         keys = ["source", "target", "topic"]
         if metric in METRICS and METRICS[metric].subject == "group":
             keys.append("group")
-        editors = [
+        editors: list[dict[str, object]] = [
             {
                 "name": k,
                 "label": k.capitalize(),

@@ -11,8 +11,10 @@ add operators, and one filter must not blank a whole dashboard. Patterns run on 
 from __future__ import annotations
 
 import math
+import operator as op
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from clients.linear_regex import PatternRefused
 from service.grafana.pattern_work import compile_pattern
@@ -58,17 +60,14 @@ class Filter:
         return not hit if self.operator.startswith("!") else hit
 
 
+_COMPARISONS: Final = {"<": op.lt, ">": op.gt, "<=": op.le}  # and >= for the rest of ORDERING
+
+
 def ordered(candidate: str, operator: str, bound: str) -> bool:
     """``candidate <operator> bound``: numerically when both are numbers, else as text."""
     a, b = _number(candidate), _number(bound)
-    left, right = (a, b) if a is not None and b is not None else (candidate, bound)
-    if operator == "<":
-        return left < right  # type: ignore[operator]
-    if operator == ">":
-        return left > right  # type: ignore[operator]
-    if operator == "<=":
-        return left <= right  # type: ignore[operator]
-    return left >= right  # type: ignore[operator]
+    compare = _COMPARISONS.get(operator, op.ge)
+    return bool(compare(a, b) if a is not None and b is not None else compare(candidate, bound))
 
 
 def _number(text: str) -> float | None:
@@ -131,12 +130,13 @@ def filters_of(raw: Iterable[object]) -> tuple[list[Filter], list[str]]:
 
 
 def _values(item: Mapping, multi: bool) -> list[str] | None:
-    raw = item.get("values") if multi and isinstance(item.get("values"), list) else [item.get("value", "")]
+    values = item.get("values")
+    raw = values if multi and isinstance(values, list) else [item.get("value", "")]
     if len(raw) > MAX_VALUES:
         raise QueryError(f"the filter on {item.get('key')} has {len(raw)} values, over the limit of "
                          f"{MAX_VALUES}")
-    texts = [scalar_text(v) for v in raw]
-    return None if any(t is None for t in texts) else texts  # type: ignore[return-value]
+    texts = [t for t in map(scalar_text, raw) if t is not None]
+    return texts if len(texts) == len(raw) else None
 
 
 def payload_filters(

@@ -56,10 +56,12 @@ def reader_statuses(latest: Mapping | None) -> tuple[ReaderStatus, ...]:
     statuses = []
     for kind in READER_KINDS:
         health = readers.get(kind)
-        rejected = health.get("rejected") if isinstance(health, Mapping) else None
+        if not isinstance(health, Mapping):
+            continue
+        rejected = health.get("rejected")
         if isinstance(rejected, int) and not isinstance(rejected, bool) and rejected >= 0:
-            last = health.get("last_rejection")  # type: ignore[union-attr]
-            statuses.append(ReaderStatus(kind, rejected, health.get("alive") is True,  # type: ignore[union-attr]
+            last = health.get("last_rejection")
+            statuses.append(ReaderStatus(kind, rejected, health.get("alive") is True,
                                          last if isinstance(last, str) else None))
     return tuple(statuses)
 

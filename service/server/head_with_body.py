@@ -61,4 +61,4 @@ def head_with_body(write: Write) -> Write:
 def install() -> None:
     """In a worker process (after the fork), before it answers anything."""
     if not hasattr(wsgi.Response.write, "plain"):
-        wsgi.Response.write = head_with_body(wsgi.Response.write)  # type: ignore[method-assign]
+        wsgi.Response.write = head_with_body(wsgi.Response.write)

@@ -154,7 +154,8 @@ class Advertiser:
             self._ensure_heartbeats_topic(alias)
             self._topic_ready.add(alias)
         key, value, headers = encode(ad)
-        self._producers[alias].produce(HEARTBEATS_TOPIC, key=key, value=value, headers=headers,
+        sent: list[tuple[str, str | bytes | None]] = list(headers)  # produce's list is invariant
+        self._producers[alias].produce(HEARTBEATS_TOPIC, key=key, value=value, headers=sent,
                                        partition=RECORD_PARTITION, timestamp=ad.ts,
                                        on_delivery=_delivery_report(alias))
 

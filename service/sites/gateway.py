@@ -41,13 +41,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlencode
 
 import orjson
 
 from contract.config import SrmConfig
-from contract.settings import SETTINGS
+from contract.settings import default_of
 from contract.untrusted import shown
 from service.sites.advertiser import site_name
 from service.sites.circuit_breaker import Admission, CircuitBreakers
@@ -66,7 +66,7 @@ from service.sites.site_trust import AllowList, Endpoint, RefusedAddress, Resolv
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY_BYTES: int = SETTINGS["service.remote.max.body.bytes"].default  # type: ignore[assignment]
+DEFAULT_MAX_BODY_BYTES: Final = default_of("service.remote.max.body.bytes", int)
 OK = "ok"
 LOCAL = "local"
 ALL = "all"

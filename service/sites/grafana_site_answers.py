@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from service.grafana.queries import QueryError
@@ -113,7 +114,8 @@ def _series(site: str, frame: dict) -> dict | None:
     if not all(isinstance(p, list) and len(p) == 2 and all(v is None or _is_number(v) for v in p)
                for p in points):
         return None
-    tags = frame.get("tags") if isinstance(frame.get("tags"), dict) else {}
+    tags = frame.get("tags")
+    tags = tags if isinstance(tags, dict) else {}
     return {"target": f"{site}: {target}", "datapoints": points,
             "tags": {**{k: v for k, v in tags.items() if isinstance(v, str)}, "site": site}}
 
@@ -157,7 +159,7 @@ def answer_across_sites(gateway: Gateway, live: Sequence[RemoteService], expired
         if selector in (LOCAL, gateway.local_site):
             frames += local(body)
             continue
-        answer = fan_out(gateway, live, QUERY_PATH, (), selector, lambda b=body: _local_status(local, b),
+        answer = fan_out(gateway, live, QUERY_PATH, (), selector, partial(_local_status, local, body),
                          expired, body=body)
         for site in answer.sites:
             if site.status == OK:

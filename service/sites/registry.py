@@ -279,7 +279,7 @@ class Registry(threading.Thread):
             if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
                 LOG.warning("reading %s in %s: %s", HEARTBEATS_TOPIC, alias, error)
             return
-        if not is_advertisement(message.headers()):
+        if not is_advertisement(message.headers()):  # type: ignore[arg-type]  # stubs: a list, never a dict
             return  # an MM2 heartbeat
         ad = self.guard.read(message, decode, alias)
         if ad is None:

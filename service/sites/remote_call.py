@@ -189,7 +189,7 @@ class _DeadlineHTTPConnection(HTTPConnection):
         _watch(sock)  # before TLS: the handshake is under the deadline too
         return sock
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def request(self, *args: Any, **kwargs: Any) -> None:
         _watch(self.sock)  # a pooled connection, already open
         super().request(*args, **kwargs)
 
@@ -200,7 +200,7 @@ class _DeadlineHTTPSConnection(HTTPSConnection):
         _watch(sock)
         return sock
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def request(self, *args: Any, **kwargs: Any) -> None:
         _watch(self.sock)
         super().request(*args, **kwargs)
 

@@ -65,7 +65,9 @@ class SiteStatusSchema(Schema):
 
 
 class SiteAnswersSchema(Schema):
-    partial = fields.Boolean(required=True, metadata={"description": "some asked site did not answer ok"})
+    # Named apart from Schema.partial (the load option); the document says `partial`.
+    partial_ = fields.Boolean(required=True, data_key="partial",
+                              metadata={"description": "some asked site did not answer ok"})
     sites = fields.List(fields.Nested(SiteStatusSchema), required=True)
     results = fields.Dict(keys=fields.String(), values=fields.Raw(), required=True,
                           metadata={"description": "site -> that site's answer, for the `ok` sites"})

@@ -9,14 +9,15 @@ Credentials without the site's URL are such a mistake: they go only to a configu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 import urllib3
 
 from contract.config import SrmConfig
-from contract.settings import SETTINGS
+from contract.settings import SETTINGS, default_of
 from service.sites.site_trust import Endpoint, parse_site_url
 
-DEFAULT_TIMEOUT_MS: int = SETTINGS["service.remote.timeout.ms"].default  # type: ignore[assignment]
+DEFAULT_TIMEOUT_MS: Final = default_of("service.remote.timeout.ms", int)
 WAITING_PER_THREAD = 16  # calls to one site that may wait, per thread of that site
 SITE_KEY_SUFFIXES = (".url", ".token", ".username", ".password", ".timeout.ms")
 
@@ -42,7 +43,7 @@ class SiteAccess:
 
 def configured_site_names(config: SrmConfig) -> list[str]:
     """Sites with a ``service.remote.<site>.<url|token|username|password|timeout.ms>`` key."""
-    prefix, names = "service.remote.", set()
+    prefix, names = "service.remote.", set[str]()
     for key in config.keys():
         if key.startswith(prefix) and key not in SETTINGS:
             rest = key[len(prefix):]

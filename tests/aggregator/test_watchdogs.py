@@ -209,17 +209,17 @@ def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> QuerySuperv
     spec = RollupQuerySpec(target="east", bootstrap_servers="b", redis_url="redis://127.0.0.1:1/0",
                            checkpoint_dir="c", trigger_interval="2000 milliseconds")
     started = iter(queries)
-    supervisor = QuerySupervisor(None, [spec], backoff_s=0.0, stall_intervals=5,  # type: ignore[arg-type]
+    supervisor = QuerySupervisor(None, [spec], backoff_s=0.0, stall_intervals=5,
                                  start=lambda _spark, _spec: next(started), find_sink=lambda *_: None,
                                  counter=RestartCounter({"east": spec.redis_url}),
                                  upgrade_layout=lambda *_: None)  # no Redis here to move windows in
     supervisor.start_all()
-    supervisor.clock = clock  # type: ignore[attr-defined]
+    supervisor.clock = clock
     return supervisor
 
 
 def advance(supervisor: QuerySupervisor, seconds: float) -> list[str]:
-    supervisor.clock[0] += seconds  # type: ignore[attr-defined]
+    supervisor.clock[0] += seconds
     return supervisor.check()
 
 

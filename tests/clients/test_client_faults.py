@@ -72,11 +72,11 @@ def test_java_exceptions_are_named_too():
             "org.apache.kafka.common.errors.SaslAuthenticationException:"
             " Authentication failed during authentication due to invalid credentials with SASL mechanism "
             "SCRAM-SHA-512")
-    assert classify_java(text, "west", "SCRAM-SHA-512").message == (  # type: ignore[union-attr]
+    assert classify_java(text, "west", "SCRAM-SHA-512").message == (
         "west: SASL authentication failed (SCRAM-SHA-512): invalid credentials")
     pkix = ("org.apache.kafka.common.errors.SslAuthenticationException: SSL handshake failed\nCaused by: "
             "sun.security.validator.ValidatorException: PKIX path building failed")
-    assert classify_java(pkix, "west").message == (  # type: ignore[union-attr]
+    assert classify_java(pkix, "west").message == (
         "west: TLS handshake failed: the broker certificate is not trusted (check ssl.truststore.*)")
     assert classify_java("java.net.ConnectException: Connection refused", "west") is None
 
@@ -154,11 +154,11 @@ def test_tokens_and_url_secrets_are_secrets_of_the_file():
     assert "https://idp.example.com/token" not in secrets  # where a token comes from is no secret
     assert is_secret("service.auth.token") and is_secret("service.remote.paris.token")
     assert not is_secret("sasl.oauthbearer.token.endpoint.url")
-    line = "calling paris with tok-paris-2; redis at " + config.get("redis.url")  # type: ignore[operator]
+    line = "calling paris with tok-paris-2; redis at " + config.get("redis.url")
     scrubbed = SecretScrubber(secrets).scrub(line)
     assert not any(secret in scrubbed for secret in ("tok-paris-2", "pw-userinfo-3", "pw-query-4")), scrubbed
     assert "redis.example.com:6379/0" in scrubbed and "db=1" in scrubbed
-    assert "pw-query-4" not in redacted_url(config.get("redis.url"))  # type: ignore[arg-type]
+    assert "pw-query-4" not in redacted_url(config.get("redis.url"))
 
 
 @pytest.mark.parametrize("url, secret", [

@@ -57,7 +57,7 @@ def test_each_entry_is_compiled_once_per_list_version(monkeypatch: pytest.Monkey
 
     def counting(pattern: str, *args: object, **kwargs: object):
         compiled.append(pattern)
-        return real(pattern, *args, **kwargs)  # type: ignore[arg-type]
+        return real(pattern, *args, **kwargs)
 
     monkeypatch.setattr(driver.topic_filter, "compile_user_pattern", counting)
     state = ControlState()

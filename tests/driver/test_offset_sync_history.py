@@ -151,7 +151,7 @@ def emit(rng: random.Random, records: list[tuple[int, int]], lag_max: int) -> li
     Between two bursts the broker answers a few times (each `poll` with a timeout is one round trip
     returning the 10 permits): syncs leave at most 10 per round trip, as in MM2."""
     producer = LaggingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", lag_max)  # type: ignore[arg-type]
+    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", lag_max)
     position = 0
     while position < len(records):
         size = rng.choice([1, 5, 50, 200, 500])

@@ -61,12 +61,12 @@ def test_the_control_lists_bring_their_own_guard_and_read_only_without_a_failure
 def test_progress_reads_while_its_worker_runs_with_a_reader_open():
     readers, stop = ReplicationReaders("east->west"), threading.Event()
     worker = threading.Thread(target=stop.wait, daemon=True)
-    worker.progress = None  # type: ignore[attr-defined]
+    worker.progress = None
     readers.progress_guard(worker)
     worker.start()
     try:
         assert readers.report()["progress"].alive is False  # between attempts
-        worker.progress = object()  # type: ignore[attr-defined]
+        worker.progress = object()
         assert readers.report()["progress"].alive is True
     finally:
         stop.set()

@@ -55,7 +55,7 @@ def write_config(tmp_path: Path, bootstraps: dict[str, str], pairs: list[tuple[s
 @contextmanager
 def running(config: SrmConfig, control: object | None = None) -> Iterator[dict[str, ReplicationWorker]]:
     stopping = threading.Event()
-    workers = {r.name: ReplicationWorker(config, r, stopping, control=control)  # type: ignore[arg-type]
+    workers = {r.name: ReplicationWorker(config, r, stopping, control=control)
                for r in config.replications() if r.enabled}
     for worker in workers.values():
         worker.start()

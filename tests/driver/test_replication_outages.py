@@ -182,7 +182,7 @@ def test_target_down_60s_under_load(clusters: KafkaClusters, redis_url: str, tmp
         sent = load.finish()
         copied = distinct_values(west, remote, sent)
         log = driver.log_file.read_text(errors="replace")
-        rss_mb = peak_rss_mb(driver.process.pid)  # type: ignore[union-attr]
+        rss_mb = peak_rss_mb(driver.process.pid)
         reports = replication_reports(west)
     finally:
         probing.set()
@@ -227,7 +227,7 @@ def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Pat
         sent = load.finish()
         copied = distinct_values(west, remote, sent)
         back = eventually(lambda: replication_reports(west)[-1].status == "RUNNING", "RUNNING again")
-        rss_mb = peak_rss_mb(driver.process.pid)  # type: ignore[union-attr]
+        rss_mb = peak_rss_mb(driver.process.pid)
     finally:
         load.stopping.set()
         driver.stop()

@@ -53,7 +53,7 @@ class LoadProducer(threading.Thread):
 
     def _delivered(self, error: object, message: object) -> None:
         if error is None:
-            self.acked.append(message.value())  # type: ignore[attr-defined]
+            self.acked.append(message.value())
 
     def finish(self) -> list[bytes]:
         self.stopping.set()

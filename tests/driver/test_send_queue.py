@@ -86,7 +86,7 @@ class Producer:
 
 
 def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) -> AtLeastOnceWriter:
-    writer = AtLeastOnceWriter(producer, "east", "mm2-offsets.east.internal", None, limits)  # type: ignore[arg-type]
+    writer = AtLeastOnceWriter(producer, "east", "mm2-offsets.east.internal", None, limits)
     writer.add(PartitionFlow("t", p, "east.t", PartitionStats("east.t", "t", p)) for p in range(partitions))
     return writer
 
@@ -94,7 +94,7 @@ def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) ->
 def test_records_past_the_limit_wait_in_order_and_their_partition_is_paused() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(max_records=3, max_bytes=1 << 20, fetch_max_bytes=1 << 20), producer)
-    writer.write([Record("t", 0, o) for o in range(5)] + [Record("t", 1, 0)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(5)] + [Record("t", 1, 0)])
     assert [v for _, _, v in producer.produced] == [b"v" * 10] * 3
     assert writer.paused() == {("t", 0), ("t", 1)}
     assert writer.queue.held_records() == 3
@@ -116,7 +116,7 @@ def test_only_a_runs_first_and_last_record_carry_a_callback_and_the_last_acknowl
     producer = Producer()
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
     # Partition 0 at offsets 0-4, then 7-8 (a gap: a new run), partition 1 a single record.
-    writer.write([Record("t", 0, o) for o in (0, 1, 2, 3, 4, 7, 8)] + [Record("t", 1, 5)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in (0, 1, 2, 3, 4, 7, 8)] + [Record("t", 1, 5)])
     assert [callback is not None for callback in producer.callbacks] == [
         True, False, False, False, True, True, True, True]
     producer.acknowledge(4)
@@ -146,8 +146,8 @@ def test_a_byte_limit_holds_records_but_an_empty_queue_takes_one_larger_than_it(
 def test_a_full_librdkafka_queue_holds_the_record_instead_of_blocking() -> None:
     producer = Producer(room=2)
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer, partitions=1)
-    writer.write([Record("t", 0, o) for o in range(2)])  # type: ignore[misc]
-    writer.write([Record("t", 0, o) for o in range(2, 4)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(2)])
+    writer.write([Record("t", 0, o) for o in range(2, 4)])
     assert len(producer.produced) == 2 and writer.paused() == {("t", 0)}
     assert writer.queue.held_records() == 2
     writer.queue.drop([("t", 0)])  # the partition revoked: its backlog is the next owner's to replay
@@ -159,7 +159,7 @@ def test_a_silent_target_is_an_outage_after_a_while_and_an_acknowledgement_ends_
     queue.sent(10)
     began = queue._waiting_since or 0.0
     assert queue.outage("west", now=began + OUTAGE_AFTER_S - 1) is None
-    queue.hold(("t", 0), [Record("t", 0, 1)])  # type: ignore[list-item]
+    queue.hold(("t", 0), [Record("t", 0, 1)])
     reason = queue.outage("west", now=began + OUTAGE_AFTER_S + 5)
     assert reason is not None and "'west'" in reason and "1 source partition(s) paused" in reason
     queue.settled(10)
@@ -230,7 +230,7 @@ def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period
 def test_a_record_unacknowledged_for_the_delivery_timeout_fails_the_worker() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
-    writer.write([Record("t", 0, o) for o in range(3)] + [Record("t", 1, 0)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(3)] + [Record("t", 1, 0)])
     writer.tick(1000.0)  # nothing is old yet
     producer.acknowledge(3)
     writer.flows[("t", 1)].in_flight[0].sent_ms -= DELIVERY_TIMEOUT_S * 1000  # produced 300 s ago

@@ -241,7 +241,7 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         assert set(SITES) <= seen and "hq" not in seen, seen  # its own advertisement is no remote site
         for process in [*sites.values(), gateway]:  # 2 gunicorn workers, 1 advertiser per deployment
             kinds = ["advertiser" if "service.sites.advertiser" in c else "worker"
-                     for c in children(process.process.pid)]  # type: ignore[union-attr]
+                     for c in children(process.process.pid)]
             assert sorted(kinds) == ["advertiser", "worker", "worker"], (process.name, kinds)
 
         body = get_json(f"{base}/v2/replications", site="all")

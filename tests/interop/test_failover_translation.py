@@ -78,7 +78,7 @@ def translated_within_bound(probe: MirrorProbe, west: str, group: str, remote: s
         assert all(offsets[p] <= e for p, e in exact.items()), f"{offsets} skips records: exact {exact}"
         return offsets if all(e - (OFFSET_LAG_MAX + 1) <= offsets[p] for p, e in exact.items()) else None
 
-    return wait_until(answer, 90, f"translateOffsets within offset.lag.max + 1 of {exact}")  # type: ignore[return-value]
+    return wait_until(answer, 90, f"translateOffsets within offset.lag.max + 1 of {exact}")
 
 
 def synced_as_translated(probe: MirrorProbe, west: str, group: str, remote: str, partitions: int) -> None:

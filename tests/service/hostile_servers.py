@@ -28,10 +28,10 @@ GARBAGE = {
 class GarbageHandler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         server = self.server
-        server.requests.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        server.requests.append((self.path, self.headers.get("Authorization")))
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
-        body = server.body  # type: ignore[attr-defined]
+        body = server.body
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -53,30 +53,30 @@ class SlowHandler(BaseHTTPRequestHandler):
         server = self.server
         try:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if server.kind == "body-drip":  # type: ignore[attr-defined]
+            if server.kind == "body-drip":
                 self._head(100_000)
                 for _ in range(100_000):
                     self.wfile.write(b"[")
                     self.wfile.flush()
                     time.sleep(0.2)
-            elif server.kind == "header-drip":  # type: ignore[attr-defined]
+            elif server.kind == "header-drip":
                 self.wfile.write(b"HTTP/1.1 200 OK\r\n")
                 for byte in b"X-Slow: " + b"a" * 10_000:
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
                     time.sleep(0.2)
-            elif server.kind == "huge-declared":  # type: ignore[attr-defined]
+            elif server.kind == "huge-declared":
                 self._head(100 * 2**20)
                 self.wfile.write(b"[" + b"0," * 100_000)
-            elif server.kind == "endless":  # type: ignore[attr-defined]
+            elif server.kind == "endless":
                 self._head(None)
                 while True:
                     self.wfile.write(b"[0," * 20_000)
-            elif server.kind == "gzip":  # type: ignore[attr-defined]
+            elif server.kind == "gzip":
                 self._head(20, {"Content-Encoding": "gzip"})
                 self.wfile.write(b"\x1f\x8b" + b"\x00" * 18)
         except OSError:
-            server.closed_at.append(time.monotonic())  # type: ignore[attr-defined]
+            server.closed_at.append(time.monotonic())
 
     do_POST = do_GET  # http.server's name
 
@@ -106,8 +106,8 @@ def serving(handler: type[BaseHTTPRequestHandler],
     servers = {}
     for kind, body in kinds.items():
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.kind, server.body = kind, body  # type: ignore[attr-defined]
-        server.requests, server.closed_at = [], []  # type: ignore[attr-defined]
+        server.kind, server.body = kind, body
+        server.requests, server.closed_at = [], []
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers[kind] = server

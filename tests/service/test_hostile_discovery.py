@@ -84,7 +84,7 @@ def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_cluster
 
 class _Recorder(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # http.server's name
-        self.server.requests.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        self.server.requests.append(self.headers.get("Authorization"))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", "2")
@@ -100,7 +100,7 @@ def listeners() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
     servers = []
     for _ in range(2):
         server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-        server.requests = []  # type: ignore[attr-defined]
+        server.requests = []
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
     yield servers[0], servers[1]
@@ -144,8 +144,8 @@ def test_a_forged_advertisement_of_a_configured_site_never_gets_its_credentials(
             (answer,) = fan_out(discovery.gateway, discovery.registry.services(), "/v2/replications",
                                 selector=site).sites
             assert (answer.status, answer.url) == ("ok", f"http://127.0.0.1:{genuine_port}/v2/replications")
-        assert evil.requests == []  # type: ignore[attr-defined]
-        assert genuine.requests == ["Bearer s3cret"] * 3  # type: ignore[attr-defined]
+        assert evil.requests == []
+        assert genuine.requests == ["Bearer s3cret"] * 3
     finally:
         discovery.stop()
         handle.stop()

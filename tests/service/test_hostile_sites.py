@@ -111,7 +111,7 @@ def test_an_open_gateway_sends_no_stored_credentials(garbage_sites, extra, sent)
     finally:
         gateway.close()
     assert answer.status == "ok"
-    assert site.requests == [("/v2/services", sent)]  # type: ignore[attr-defined]
+    assert site.requests == [("/v2/services", sent)]
 
 
 @pytest.fixture
@@ -136,9 +136,9 @@ def test_tarpits_end_at_their_deadline_and_cannot_starve_the_healthy_sites(far_s
                             "endless": "error: answer larger than 1048576 bytes",
                             "gzip": "error: compressed answer (gzip) refused"}
         tarpit = hostile_sites["body-drip"]
-        while not tarpit.closed_at and time.monotonic() - began < 1.5:  # type: ignore[attr-defined]
+        while not tarpit.closed_at and time.monotonic() - began < 1.5:
             time.sleep(0.05)
-        assert tarpit.closed_at, "the tarpit's connection was still open 1.5 s after the call began"  # type: ignore[attr-defined]
+        assert tarpit.closed_at, "the tarpit's connection was still open 1.5 s after the call began"
 
         # 40 callers at once: a tarpit ties up only its own 4 threads (the calls waiting for them end at
         # their deadline) and after 3 timeouts in a row it is not called at all.

@@ -162,9 +162,9 @@ def test_merge_concatenates_list_answers_tagged_with_their_site():
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # http.server's name
         server = self.server
-        server.requests.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
-        time.sleep(server.delay_s)  # type: ignore[attr-defined]
-        body = json.dumps({"site": server.site, "path": self.path}).encode()  # type: ignore[attr-defined]
+        server.requests.append((self.path, self.headers.get("Authorization")))
+        time.sleep(server.delay_s)
+        body = json.dumps({"site": server.site, "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -181,7 +181,7 @@ def http_site() -> Iterator:
 
     def start(site: str, delay_s: float = 0.0) -> ThreadingHTTPServer:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        server.site, server.delay_s, server.requests = site, delay_s, []  # type: ignore[attr-defined]
+        server.site, server.delay_s, server.requests = site, delay_s, []
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)

@@ -99,7 +99,7 @@ def test_names_are_resolved_and_special_addresses_refused_unless_named():
 
 class _Recorder(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # http.server's name
-        self.server.requests.append((self.path, self.headers.get("Host")))  # type: ignore[attr-defined]
+        self.server.requests.append((self.path, self.headers.get("Host")))
         body = b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -113,7 +113,7 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def recorder() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.requests = []  # type: ignore[attr-defined]
+    server.requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -137,4 +137,4 @@ def test_a_glob_naming_a_loopback_host_calls_it_only_when_loopback_is_named(reco
         gateway.close()
     assert answer.status.startswith(status), answer.status
     expected = [("/v2/services", f"localhost:{port}")] if status == "ok" else []
-    assert recorder.requests == expected  # type: ignore[attr-defined]
+    assert recorder.requests == expected
