@@ -103,7 +103,8 @@ class LatestWriter:
                 pipe.hmget(key, names[at:at + FIELDS_PER_HSET])
         stored = iter(pipe.execute())
         first = len(self.slot)
-        ts, digest = [], []
+        ts: list[int] = []
+        digest: list[int] = []
         for key, names in by_key.items():
             values = [v for at in range(0, len(names), FIELDS_PER_HSET) for v in next(stored)]
             for name, raw in zip(names, values, strict=True):

@@ -191,7 +191,7 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
     mine = [records[i] for i in rows]
     ts_list = ts[at].tolist()
     secs = seconds[at]
-    secs_list = np.where(np.isnan(secs), None, secs).tolist()
+    secs_list: list[float | None] = [None if x != x else x for x in secs.tolist()]  # NaN: none
     ts_json, secs_json = json_column(ts_list), json_column(secs_list)
     if verdicts is None:
         values = (json_column([r.get(f) for r in mine]) for f in ("group_downstream_offset", "group_lag"))
@@ -208,9 +208,9 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
     sampled = np.flatnonzero(~np.isnan(secs)).tolist()
     if sampled:
         judged.sample_tables.append(lag_seconds_columns(
-            kind[0], *([c[k] for k in sampled] for c in (target, source, topic)),
+            kind[0], [target[k] for k in sampled], [source[k] for k in sampled], [topic[k] for k in sampled],
             [int(partition[k]) for k in sampled], [group[k] for k in sampled], [ts_list[k] for k in sampled],
-            secs[sampled]))
+            secs[sampled].tolist()))
     if verdicts is not None:
         _add_verdicts(judged, at, target, source, topic, partition, mine, periods, ts_list, secs_list,
                       verdicts)
@@ -226,8 +226,8 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: lis
         return
     at = at[observed]
     keep = np.flatnonzero(observed).tolist()
-    target, source, topic, partition, records, ts, seconds = (
-        [c[k] for k in keep] for c in (target, source, topic, partition, records, ts, seconds))
+    target, source, topic, partition = ([c[k] for k in keep] for c in (target, source, topic, partition))
+    records, ts, seconds = [records[k] for k in keep], [ts[k] for k in keep], [seconds[k] for k in keep]
     policies = [partition_verdicts._policy(periods[i]) for i in at.tolist()]
     lookback = [partition_verdicts._lookback(periods[i]) for i in at.tolist()]
     code = v.reason[at].tolist()
