@@ -58,6 +58,20 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+_PLAIN = {int, float, type(None)}
+
+
+def _numbers(values: list[Any]) -> np.ndarray:
+    """_number of each value: one conversion for a column of ints, floats and nones (a bool, a string or
+    an int past float64's range takes the value at a time)."""
+    if set(map(type, values)) <= _PLAIN:
+        try:
+            return np.array(values, np.float64)
+        except OverflowError:
+            pass
+    return np.array([_number(v) for v in values], np.float64)
+
+
 def _ceil_window(ms: np.ndarray) -> np.ndarray:
     return -np.floor_divide(-ms, WINDOW_MS)
 
@@ -115,12 +129,10 @@ def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_parti
                  rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it."""
-    end = np.array([_number(r.get("source_end_offset")) if p else math.nan
-                    for r, p in zip(records, is_partition.tolist(), strict=True)])
-    lag = np.array([_number(r.get("records_lag" if p else "group_lag"))
-                    for r, p in zip(records, is_partition.tolist(), strict=True)])
-    upstream = np.array([math.nan if p else _number(r.get("group_upstream_offset"))
-                         for r, p in zip(records, is_partition.tolist(), strict=True)])
+    end = np.where(is_partition, _numbers([r.get("source_end_offset") for r in records]), math.nan)
+    lag = np.where(is_partition, _numbers([r.get("records_lag") for r in records]),
+                   _numbers([r.get("group_lag") for r in records]))
+    upstream = np.where(is_partition, math.nan, _numbers([r.get("group_upstream_offset") for r in records]))
     position = np.trunc(np.where(is_partition, end - lag, upstream))
     newest = ~np.isnan(end)
     number, last, present = history.gather("source_end_offset", rows, high, TABLE_WINDOWS)
@@ -148,7 +160,7 @@ def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: li
     number, offsets, present = history.gather("upstream_offset", rows, high, width)
     _, lags, has_lag = history.gather("records_lag", rows, high, width)
     present &= (number >= low[:, None]) & is_partition[:, None]
-    current = np.array([_number(r.get("records_lag")) for r in records])
+    current = _numbers([r.get("records_lag") for r in records])
     return lag_arrays.burrow(
         number * WINDOW_MS, np.trunc(offsets), np.where(has_lag, np.trunc(lags), 0.0), present,
         intervals.pop(), np.trunc(current), ts, np.array([p.stop_after_ms for p in policies]),
