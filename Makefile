@@ -26,7 +26,8 @@ demo: jars  ## three local sites (Kafka, driver, aggregator, service each), one 
 test: jars  ## the suite; pass pytest arguments with ARGS="..."
 	$(PY) -m pytest $(ARGS)
 
-check: venv  ## every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
+check: venv  ## mypy, then every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not integration and not e2e and not interop and not containers" $(ARGS)
 
 lint: venv  ## ruff, and mypy over the packages [tool.mypy] lists (as .ci/run does)
@@ -34,7 +35,7 @@ lint: venv  ## ruff, and mypy over the packages [tool.mypy] lists (as .ci/run do
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo .srm-checkpoints .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .srm-checkpoints .pytest_cache .ruff_cache .mypy_cache *.egg-info
 
 openapi: venv  ## regenerate swagger/openapi.json from the code
 	$(PY) -m service.openapi_export

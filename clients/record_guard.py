@@ -115,8 +115,9 @@ class RecordGuard:
         with self._lock:
             self._rejected += 1
             self._last_rejection = line
-            first = self._logged_at is None
-            due = first or now - self._logged_at >= self._log_every_s  # type: ignore[operator]
+            logged_at = self._logged_at
+            first = logged_at is None
+            due = logged_at is None or now - logged_at >= self._log_every_s
             if due:
                 unlogged, self._unlogged, self._logged_at = self._unlogged, 0, now
             else:

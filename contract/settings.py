@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
+Default = bool | int | float | str | tuple[str, ...] | None
 SettingType = Literal["boolean", "integer", "number", "string", "list"]
 Scope = Literal["replication", "process", "cluster", "site"]
 Part = Literal["driver", "aggregator", "service", "all"]
@@ -35,7 +36,7 @@ DEFAULT_MAX_SUBJECTS: Final = 200_000
 class Setting:
     key: str
     type: SettingType
-    default: bool | int | float | str | tuple[str, ...] | None
+    default: Default
     part: Part
     doc: str
     scope: Scope = "replication"
@@ -54,12 +55,12 @@ def _table(*settings: Setting) -> dict[str, Setting]:
     return {setting.key: setting for setting in settings}
 
 
-def _driver(key: str, kind: SettingType, default: object, doc: str) -> Setting:
-    return Setting(key, kind, default, "driver", doc)  # type: ignore[arg-type]
+def _driver(key: str, kind: SettingType, default: Default, doc: str) -> Setting:
+    return Setting(key, kind, default, "driver", doc)
 
 
-def _process(key: str, kind: SettingType, default: object, part: Part, doc: str) -> Setting:
-    return Setting(key, kind, default, part, doc, "process")  # type: ignore[arg-type]
+def _process(key: str, kind: SettingType, default: Default, part: Part, doc: str) -> Setting:
+    return Setting(key, kind, default, part, doc, "process")
 
 
 SETTINGS: Final[dict[str, Setting]] = _table(
@@ -128,6 +129,9 @@ SETTINGS: Final[dict[str, Setting]] = _table(
             "Replication factor of offset syncs."),
     _driver("offset-syncs.topic.location", "string", "source",
             "Cluster holding the offset-syncs topic: source or target."),
+    _process("control.lists.load.timeout.seconds", "number", 30.0, "driver",
+             "Seconds the driver waits at start for its targets' srm-control lists before it replicates "
+             "without them (they apply once read)."),
     _driver("control.topic.replication.factor", "integer", 3,
             "Replication factor of srm-control.internal (-1: broker's)."),
     _driver("metrics.period", "number", DEFAULT_METRICS_PERIOD_S, "Seconds between raw-metrics reports."),

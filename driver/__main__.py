@@ -27,7 +27,6 @@ from driver.replication import ReplicationWorker
 
 LOG = logging.getLogger("driver")
 
-CONTROL_LOAD_TIMEOUT_S = 30.0
 # SIGTERM to exit: every task gets this long to flush, commit or abort and close its clients (their own
 # shutdown waits are bounded by SHUTDOWN_FLUSH_S). A task still busy then (a call into a cluster that
 # went silent) is left behind and the process exits: what it had not recorded as progress is replayed
@@ -39,6 +38,7 @@ STOP_DEADLINE_S = 8.0
 class DriverTasks:
     """Everything one driver process runs, in start order (stopped in the reverse order)."""
 
+    control_load_timeout_s: float  # control.lists.load.timeout.seconds
     control: dict[str, ControlLists] = field(default_factory=dict)
     heartbeats: list[HeartbeatTask] = field(default_factory=list)
     workers: list[threading.Thread] = field(default_factory=list)
@@ -49,12 +49,12 @@ class DriverTasks:
         for task in self.heartbeats:
             task.start()
         # Replicating before the lists are read could copy a topic an operator has denied.
-        deadline = time.monotonic() + CONTROL_LOAD_TIMEOUT_S
+        deadline = time.monotonic() + self.control_load_timeout_s
         for alias, lists in self.control.items():
             while not lists.wait_until_loaded(0.5) and not stopping.is_set():
                 if time.monotonic() > deadline:
                     LOG.warning("srm-control lists of %s not read within %.0f s; starting without them, "
-                                "they apply once read", alias, CONTROL_LOAD_TIMEOUT_S)
+                                "they apply once read", alias, self.control_load_timeout_s)
                     break
         if stopping.is_set():
             return
@@ -78,7 +78,10 @@ class DriverTasks:
 
 def build_tasks(config: SrmConfig, stopping: threading.Event) -> DriverTasks:
     """The tasks of every replication into this driver's targets; ConfigError for bad settings."""
-    tasks = DriverTasks()
+    wait_s = config.setting("control.lists.load.timeout.seconds")
+    if wait_s is None or wait_s < 0:
+        raise config.config_error("control.lists.load.timeout.seconds", f"must be 0 or more, got {wait_s}")
+    tasks = DriverTasks(wait_s)
     replications = config.replications()
     for target in dict.fromkeys(r.target for r in replications if r.enabled):
         tasks.control[target] = ControlLists(config, target)

@@ -217,10 +217,10 @@ class KafkaClusters:
         kafka_jars()  # resolve once before the parallel starts race for it
         with ThreadPoolExecutor(max_workers=len(self.clusters)) as pool:
             futures = [pool.submit(c.start) for c in self.clusters.values()]
-            errors = [f.exception() for f in futures if f.exception() is not None]
+            errors = [error for f in futures if (error := f.exception()) is not None]
         if errors:
             self.stop()
-            raise errors[0]  # type: ignore[misc]
+            raise errors[0]
         return self
 
     def stop(self) -> None:

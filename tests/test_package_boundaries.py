@@ -23,7 +23,7 @@ PACKAGES = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
 
 
 def imported_packages(path: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any, cast
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_length_cap() -> None:
 
 def test_not_a_string_and_lone_surrogates() -> None:
     with pytest.raises(PatternRefused, match=r"^topics: a pattern must be a string, not int$"):
-        compile_user_pattern(7, "topics")
+        compile_user_pattern(cast(Any, 7), "topics")
     with pytest.raises(PatternRefused, match="lone surrogate"):
         compile_user_pattern("a\ud800")
     assert not compile_user_pattern(".*").fullmatch("\ud800")  # matched as no match, not a crash

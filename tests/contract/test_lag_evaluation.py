@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -137,7 +140,8 @@ def test_partition_rules(
     ],
 )
 def test_partition_status_is_burrow_group_level_of_reason(reason: Reason, status: Status) -> None:
-    observations, now_s, current_lag, _ = next(p.values for p in PARTITION_CASES if p.values[3] is reason)
+    case: Sequence[Any] = next(p.values for p in PARTITION_CASES if p.values[3] is reason)
+    observations, now_s, current_lag, _ = case
 
     result = evaluate_partition(observations, now_s * S, current_lag=current_lag)
 

@@ -1,4 +1,4 @@
-"""A real `srm-driver` under load while its target cluster is down for 60 s, and while its source broker
+"""A real `srm-driver` under load while its target cluster is down for 30 s, and while its source broker
 restarts: nothing lost, memory bounded, the worker stays in its group with its partitions paused, the
 outage is reported while it lasts, and copying resumes within 10 s of the cluster's return.
 
@@ -38,12 +38,12 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 RATE_PER_S = 10_000
-VALUE_BYTES = 200
-OUTAGE_S = 60
+VALUE_BYTES = 400
+OUTAGE_S = 30
 RESUME_WITHIN_S = 10.0
 # The driver's peak RSS: Python + librdkafka (~80 MB) + the 16 MiB send queue + the 8 MiB prefetch, with
-# room for a loaded machine. librdkafka's defaults (1 GiB of queue, 64 MiB of prefetch) would let a 60 s
-# outage at 2 MB/s fill well past it.
+# room for a loaded machine. librdkafka's defaults (1 GiB of queue, 64 MiB of prefetch) would let a 30 s
+# outage at 4 MB/s (120 MB) fill well past it.
 MAX_RSS_MB = 200
 SETTINGS = {"metrics.period": 2, "refresh.topics.interval.seconds": 5, "emit.heartbeats.enabled": "false",
             "emit.checkpoints.enabled": "false", "replication.queue.max.bytes": 16 * 1024 * 1024,
@@ -150,7 +150,7 @@ def api_state(client: redis.Redis) -> tuple[ReplicationState, str]:
     return replication_state(latest_report(latest), int(time.time() * 1000), 2000)
 
 
-def test_target_down_60s_under_load(clusters: KafkaClusters, redis_url: str, tmp_path: Path) -> None:
+def test_target_down_30s_under_load(clusters: KafkaClusters, redis_url: str, tmp_path: Path) -> None:
     east, west = clusters.bootstrap("east"), clusters.bootstrap("west")
     topic = f"outage-{uuid.uuid4().hex[:8]}"
     remote = f"east.{topic}"

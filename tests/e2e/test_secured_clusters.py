@@ -1,17 +1,22 @@
 """Secured clusters end to end: SASL/SCRAM, TLS (PEM and JKS trust stores), SASL_SSL and mTLS.
 
 The properties file carries SRM's Java keys (``east.sasl.jaas.config``, ``east.ssl.truststore.*``…) as
-an enterprise user writes them. The driver (librdkafka rendering), the Spark rollup query built by the
-aggregator's own ``query_specs`` (Java rendering) and the service all talk to the secured listeners of
-real brokers (``secured_clusters``); records produced on east come back as record_count over HTTP. A
+an enterprise user writes them, one alias pair per mode over the same two brokers. One driver
+(librdkafka rendering), a Spark rollup query per pair built by the aggregator's own ``query_specs``
+(Java rendering) and one service all talk to the secured listeners of real brokers
+(``secured_clusters``); records produced on east come back as record_count over HTTP in every mode. A
 wrong password is named at once, reported as FAILED through the API, and costs a bounded number of log
 lines. No secret appears in any log line of these tests.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,7 @@ from aggregator.__main__ import query_specs
 from aggregator.query import start_rollup_query
 from clients.client_renderings import check_client_configs
 from contract.config import load_config
+from contract.replication_policy import metrics_topic
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
 from stack.processes import ManagedProcess
@@ -34,6 +40,8 @@ pytestmark = pytest.mark.e2e
 N = 200
 PARTITIONS = 2
 REFUSED = "east: SASL authentication failed (SCRAM-SHA-512): invalid credentials"
+# The refused driver's two tasks (copy and checkpoints), as clients.retry_backoff names their steps.
+RETRY = re.compile(r"(?P<task>replication|checkpoints of) east->west .*retr(?:ies|ying) in (?P<wait>\d+) s")
 
 # mode id -> (listener mode, trust store shape, key store shape)
 MODES = {
@@ -90,35 +98,79 @@ def start_processes(config: Path, log_dir: Path, names: tuple[str, ...]) -> list
 
 
 
-@pytest.mark.parametrize("mode_id", list(MODES))
-def test_record_count_flows_through_secured_clusters(mode_id: str, secured_clusters: KafkaClusters,
-                                                     redis_url: str, spark, tmp_path: Path, capfd):
-    mode, trust, key_store = MODES[mode_id]
-    config_path = write_config(tmp_path / "srm.properties", secured_clusters, mode, trust, key_store,
-                               redis_url)
+def mode_aliases(mode_id: str) -> tuple[str, str]:
+    """The alias pair of a security mode: both name the session's east and west, through its listener."""
+    bare = mode_id.replace("_", "")
+    return f"east{bare}", f"west{bare}"
+
+
+def write_modes_config(path: Path, clusters: KafkaClusters, topics: dict[str, str], redis_url: str) -> Path:
+    """One file with an alias pair per security mode, each replicating its own topic (as a user with six
+    differently secured clusters writes it). Heartbeats only for the six enabled pairs: 66 other ordered
+    pairs of these aliases would otherwise each get a heartbeat task."""
+    security = clusters["east"].security
+    assert security is not None
+    bootstraps: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    extra: dict[str, object] = {
+        "metrics.period": 1, "refresh.topics.interval.seconds": 1, "service.port": free_port(),
+        "service.workers": 1, "aggregator.checkpoint.dir": str(path.parent / "checkpoints"),
+        "aggregator.trigger.interval.ms": 1000, "aggregator.watermark.delay.seconds": 60,
+        "emit.heartbeats.enabled": "false"}
+    for mode_id, (mode, trust, key_store) in MODES.items():
+        source, target = mode_aliases(mode_id)
+        pairs.append((source, target))
+        for alias, physical in ((source, "east"), (target, "west")):
+            bootstraps[alias] = clusters[physical].secured_bootstrap(mode)
+            for key, value in client_properties(mode, security, trust, key_store).items():
+                extra[f"{alias}.{key}"] = value
+        extra[f"{source}->{target}.topics"] = topics[mode_id]
+        extra[f"{source}->{target}.emit.heartbeats.enabled"] = "true"
+    return srm_properties.write(path, bootstraps, pairs, redis_url, extra)
+
+
+def test_record_count_flows_through_every_secured_mode(secured_clusters: KafkaClusters, redis_url: str,
+                                                       spark, tmp_path: Path, capfd):
+    """The six modes side by side: one driver and one service serve all six pairs, and each pair's
+    target has its own rollup query, reading its own metrics topic through that pair's listener."""
+    suffix = uuid.uuid4().hex[:6]
+    topics = {mode_id: f"orders-{mode_id.replace('_', '-')}-{suffix}" for mode_id in MODES}
+    config_path = write_modes_config(tmp_path / "srm.properties", secured_clusters, topics, redis_url)
     config = load_config(config_path)
     check_client_configs(config, ("java",))  # what srm-aggregator checks at start-up
-    spec = query_specs(config)[0]
+    specs = {spec.target: spec for spec in query_specs(config)}
     port = config.setting("service.port")
-    topic = f"orders-{mode_id.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     started_ms = int(time.time() * 1000) - 60_000
-    processes, query = [], None
+    processes, queries = [], []
+    answers: dict[str, dict | None] = {}
     try:
         processes = start_processes(config_path, tmp_path, ("driver", "service"))
-        query = start_rollup_query(spark, spec)
+        for mode_id in MODES:
+            source, target = mode_aliases(mode_id)
+            # Six aliases name one broker: each query reads only its own pair's metrics topic.
+            spec = replace(specs[target], topics_pattern=re.escape(metrics_topic(source)))
+            queries.append(start_rollup_query(spark, spec))
         wait_for_port(port, 30, processes[-1].process)
-        produce_plain(secured_clusters.bootstrap("east"), topic, N)
-        url = f"http://127.0.0.1:{port}/v2/topic-metrics/east/west/{topic}/record_count?from={started_ms}"
-        answer = poll_json(url, lambda a: a["value"] == N, 120)
-        assert answer is not None and answer["value"] == N, (
-            f"record_count over {mode_id}: {answer}; query: {query.exception() if query else None}")
-        replication = requests.get(f"http://127.0.0.1:{port}/v2/replications/east/west", timeout=10).json()
-        assert replication["state"] != "FAILED", replication
+        for topic in topics.values():
+            produce_plain(secured_clusters.bootstrap("east"), topic, N)
+        for mode_id, topic in topics.items():
+            source, target = mode_aliases(mode_id)
+            url = (f"http://127.0.0.1:{port}/v2/topic-metrics/{source}/{target}/{topic}/record_count"
+                   f"?from={started_ms}")
+            answers[mode_id] = poll_json(url, lambda a: a["value"] == N, 120)
+        states = {mode_id: requests.get(f"http://127.0.0.1:{port}/v2/replications/{source}/{target}",
+                                        timeout=10).json()
+                  for mode_id, (source, target) in ((m, mode_aliases(m)) for m in MODES)}
+        exceptions = [str(q.exception()) for q in queries if q.exception() is not None]
     finally:
-        if query is not None:
+        for query in queries:
             query.stop()
         for process in processes:
             process.stop()
+    wrong = {mode_id: answer for mode_id, answer in answers.items() if answer is None or answer["value"] != N}
+    assert not wrong, f"record_count over {sorted(wrong)}: {wrong}; queries: {exceptions}"
+    failed = {mode_id: state for mode_id, state in states.items() if state["state"] == "FAILED"}
+    assert not failed, failed
     logs = {p.name: p.log_file.read_text(errors="replace") for p in processes}
     logs["spark and test process"] = "".join(capfd.readouterr())
     assert_no_secret(logs, secrets_of(secured_clusters))
@@ -140,7 +192,6 @@ def test_wrong_password_is_named_at_once_reported_failed_and_quiet(secured_clust
         processes.append(service)
         query = start_rollup_query(spark, query_specs(config)[0])
         wait_for_port(port, 30, service.process)
-        began = time.monotonic()
         driver = start_processes(bad, tmp_path, ("driver",))[0]
         processes.append(driver)
         named_after = wait_for_line(driver.log_file, REFUSED, 10)
@@ -153,17 +204,26 @@ def test_wrong_password_is_named_at_once_reported_failed_and_quiet(secured_clust
         assert answer is not None and answer["state"] == "FAILED", answer
         assert REFUSED in answer["explanation"]
 
-        time.sleep(max(0.0, 60 - (time.monotonic() - began)))
+        # Until each task has logged a second back-off step: its wait is seen to grow.
+        stepped = wait_for_lines(driver.log_file, lambda lines: sorted(
+            len(waits) >= 2 for waits in retry_waits(lines).values()) == [True, True], 60)
+        assert stepped is not None, f"no second back-off step of each task within 60 s:\n{driver.log_tail()}"
         lines = read_lines(driver.log_file)
     finally:
         if query is not None:
             query.stop()
         for process in processes:
             process.stop()
-    # One minute of a refused login: a start-up, one line per back-off step per task, librdkafka's
-    # lines at most once a minute per kind. Before: about 450 lines a minute.
+    # A refused login from the start to each task's second back-off step (about 12 s; the bounds are a
+    # minute's allowance): a start-up, one line per back-off step per task with a growing wait,
+    # librdkafka's lines at most once a minute per kind. Before: about 450 lines a minute.
     assert len(lines) <= 30, "\n".join(lines)
     assert sum(REFUSED in line for line in lines) <= 8, "\n".join(lines)
+    for task, waits in retry_waits(lines).items():
+        assert waits == sorted(set(waits)), f"{task}: the back-off does not grow: {waits}"
+    shapes = Counter(re.sub(r"\d+", "#", line.split(" librdkafka.", 1)[1]) for line in lines
+                     if " librdkafka." in line)
+    assert shapes and max(shapes.values()) == 1, shapes
     logs = {p.name: p.log_file.read_text(errors="replace") for p in processes}
     logs["spark and test process"] = "".join(capfd.readouterr())
     assert_no_secret(logs, secrets_of(secured_clusters, wrong))
@@ -173,10 +233,25 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(errors="replace").splitlines() if path.exists() else []
 
 
-def wait_for_line(path: Path, text: str, timeout_s: float) -> float | None:
+def retry_waits(lines: list[str]) -> dict[str, list[float]]:
+    """Each retrying task's announced waits in log order (``clients.retry_backoff``'s lines)."""
+    waits: dict[str, list[float]] = {}
+    for line in lines:
+        found = RETRY.search(line)
+        if found:
+            waits.setdefault(found["task"], []).append(float(found["wait"]))
+    return waits
+
+
+def wait_for_lines(path: Path, done: Callable[[list[str]], bool], timeout_s: float) -> float | None:
+    """Seconds until ``done(the log's lines)``, None after ``timeout_s``."""
     began = time.monotonic()
     while time.monotonic() - began < timeout_s:
-        if any(text in line for line in read_lines(path)):
+        if done(read_lines(path)):
             return time.monotonic() - began
         time.sleep(0.2)
     return None
+
+
+def wait_for_line(path: Path, text: str, timeout_s: float) -> float | None:
+    return wait_for_lines(path, lambda lines: any(text in line for line in lines), timeout_s)

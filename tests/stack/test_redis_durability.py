@@ -24,7 +24,8 @@ def test_writes_survive_a_restart_and_a_crash(tmp_path: Path):
         client = redis.Redis.from_url(server.url)
         assert client.get("before-restart") == b"1"
         pipe = client.pipeline(transaction=True)
-        pipe.set("in-one-multi", 1).set("also-in-it", 2)
+        pipe.set("in-one-multi", 1)
+        pipe.set("also-in-it", 2)
         pipe.execute()
         client.close()
         time.sleep(1.5)  # everysec: the AOF is fsynced within a second
