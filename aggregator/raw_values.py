@@ -38,8 +38,15 @@ _PARSE = pj.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavio
 
 
 def _object(fields: dict[str, str]) -> str:
-    """A regex of a compact JSON object of some of `fields` (name -> regex of its value), in any order."""
-    member = "|".join(f'"{name}":(?:{value})' for name, value in fields.items())
+    """A regex of a compact JSON object of some of `fields` (name -> regex of its value), in any order.
+
+    The names of one value regex share one copy of it (`"(?:ts|period_ms)":<long>`, not a copy per
+    name): the same text matches, but RE2's automaton has one set of states for the digits of every
+    long, not one per field, and the screen of a batch ran ~40 % faster (its states fit the cache)."""
+    names: dict[str, list[str]] = {}
+    for name, value in fields.items():
+        names.setdefault(value, []).append(name)
+    member = "|".join(f'"(?:{"|".join(same)})":(?:{value})' for value, same in names.items())
     return rf"\{{(?:(?:{member})(?:,(?:{member}))*)?\}}"
 
 
