@@ -125,7 +125,7 @@ class OffsetHistory:
             block.reset(local)
         self.newest[rows] = -1
         self.complete_from[rows] = low
-        keys = [finest_key(series_id(*self.keys[r], METRICS[0])) for r in rows]
+        keys = [finest_key(series_id(*self.keys[int(r)], METRICS[0])) for r in rows]
         replies, _ = read_windows(client, FINEST_WINDOW.name,
                                   list(zip(keys, (low * WINDOW_MS).tolist(), strict=True)))
         found: dict[int, list] = {m: [] for m in range(len(METRICS))}
@@ -136,10 +136,10 @@ class OffsetHistory:
                     if w is not None:
                         found[index].append((row, w.start_ms, w.last, w.start_ms if w.last_ts is None
                                              else w.last_ts))
-        for index, windows in found.items():
-            if windows:
-                row, start, last, last_ts = (np.array(c) for c in zip(*windows, strict=True))
-                self.merge(METRICS[index], row.astype(np.int64), start.astype(np.int64),
+        for index, samples in found.items():
+            if samples:
+                at, starts, last, last_ts = (np.array(c) for c in zip(*samples, strict=True))
+                self.merge(METRICS[index], at.astype(np.int64), starts.astype(np.int64),
                            last.astype(np.float64), last_ts.astype(np.int64))
 
     def merge(self, metric: str, rows: np.ndarray, start_ms: np.ndarray, last: np.ndarray,

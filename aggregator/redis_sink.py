@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import redis
@@ -104,8 +104,8 @@ def query_scope(query_name: str, query_id: str | None) -> str:
 def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -> bool:
     """Whether every batch the query committed has its windows merged (window_writer) in Redis."""
     scope = query_scope(query_name, query_id)
-    committed = client.hget(layout.batch_key(scope), "batch_id")
-    applied = client.get(layout.applied_batch_key(scope))
+    committed = cast(bytes | None, client.hget(layout.batch_key(scope), "batch_id"))
+    applied = cast(bytes | None, client.get(layout.applied_batch_key(scope)))
     return committed is None or (applied is not None and int(applied) >= int(committed))
 
 
@@ -199,7 +199,7 @@ class RedisRollupSink:
         long_lived.settle_after_batch(self._batches_done)
 
     def state(self) -> SinkState:
-        raw = self.client.hgetall(layout.batch_key(self.batch_scope))
+        raw = cast(dict[bytes, bytes], self.client.hgetall(layout.batch_key(self.batch_scope)))
         batch_id, max_ts = raw.get(b"batch_id"), raw.get(b"max_event_ts")
         return SinkState(None if batch_id is None else int(batch_id), None if max_ts is None else int(max_ts))
 

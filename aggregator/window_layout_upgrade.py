@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import cast
 
 import redis
 
@@ -252,7 +253,7 @@ def _move_sorted(client: redis.Redis, old_key: str, new_key: str, counts: Upgrad
                         continue
                     for metric, agg in metrics.items():
                         _add(windows.setdefault(int(score), {}), metric, replace(agg, start_ms=int(score)))
-                held = client.hmget(new_key, [str(start) for start in windows]) if windows else []
+                held = cast(list, client.hmget(new_key, [str(start) for start in windows])) if windows else []
                 for start, raw in zip(list(windows), held, strict=True):
                     if raw is None:
                         continue
