@@ -233,6 +233,15 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
     port = free_port()
     properties = gateway_properties(tmp_path / "gateway.properties", three_clusters, redis_url, port,
                                     site_ports["north"])
+    # Every site has advertised before the gateway starts: then each of its workers knows every site
+    # from its first answer on (the registry's catch-up), whichever worker answers a request.
+    watcher = Registry(load_config(properties))
+    watcher.start()
+    try:
+        advertised = wait_for_sites(watcher, set(SITES))
+    finally:
+        watcher.stop()
+    assert set(SITES) <= advertised, advertised
     gateway = srm_service(tmp_path, "gateway", properties)
     base = f"http://127.0.0.1:{port}"
     try:
