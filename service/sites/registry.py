@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from clients import kafka_clients
 from clients.record_guard import RecordGuard, RecordPlace
@@ -54,6 +54,7 @@ FORGET_AFTER_MS = 3_600_000  # an expired instance is still reported (as failing
 EXPIRED_STATUS = "error: no live advertisement (expired)"
 MAX_INSTANCES_PER_SITE = 8
 REOPEN_WAIT_S = (1.0, 5.0)  # first and longest pause before the consumers are opened again
+NO_PARTITION = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
 CATCH_UP_WAIT_S = 15.0  # longest a fresh registry holds answers back while it reads what is there
 
 
@@ -295,7 +296,23 @@ class Registry(threading.Thread):
             # a topic created later is found soon; the end of the partition is reported (catch-up)
             overrides={"topic.metadata.refresh.interval.ms": 5000, "enable.partition.eof": True})
         consumer.assign([TopicPartition(HEARTBEATS_TOPIC, RECORD_PARTITION, OFFSET_BEGINNING)])
+        self._note_empty(alias, consumer)
         return consumer
+
+    def _note_empty(self, alias: str, consumer: Consumer) -> None:
+        """An empty or absent heartbeats partition has no end to report: nothing there to wait for."""
+        if not self._behind:
+            return
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(HEARTBEATS_TOPIC, RECORD_PARTITION),
+                                                       timeout=5, cached=False)
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if code in NO_PARTITION:
+                self._reached_end(alias)
+            return  # otherwise the partition's end, once read, says so
+        if high <= low:
+            self._reached_end(alias)
 
     def _poll(self, alias: str, consumer: Consumer) -> None:
         try:

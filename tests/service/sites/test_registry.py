@@ -136,8 +136,9 @@ def mm2_reader_sees(bootstrap: str, alias_part: str, timeout_s: float = 30) -> l
 def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters: dict[str, str]):
     site = f"site-{uuid.uuid4().hex[:8]}"
     advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        # live for 3 intervals: at 1 s a busy machine let the site expire between two reads
         "service.target.clusters": "west", "service.site": site, "service.port": 7001,
-        "service.advertisement.interval.seconds": 1, "service.advertised.host": "srm.example.com"}))
+        "service.advertisement.interval.seconds": 10, "service.advertised.host": "srm.example.com"}))
     watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
         "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))
     handle = start_advertiser(advertised)
