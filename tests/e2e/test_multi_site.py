@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import requests
 from confluent_kafka import Producer
 
@@ -229,6 +230,7 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         site_ports: dict[str, int]):
     records = {"east": 10, "west": 20, "north": 30}
     for site, count in records.items():
+        redis.Redis.from_url(site_redis(redis_url, site)).flushdb()  # the site's database is this test's
         write_site_metrics(redis_url, site, count)
     port = free_port()
     properties = gateway_properties(tmp_path / "gateway.properties", three_clusters, redis_url, port,
