@@ -71,7 +71,8 @@ def test_api_reports_the_refused_remote_topic_then_the_recovery(
             query = start_rollup_query(spark, query_specs(load_config(monitoring))[0])
             wait_for_port(port, 30, service.process)
             with running_driver(tmp_path, driver_bootstraps, [("east", "west")], driver_settings) as driver:
-                answer = poll_json(url, lambda a: a["state"] == "FAILED" and refused in a["explanation"], 90)
+                # the aggregator's first micro-batch in a fresh session took over 90 s at load 20
+                answer = poll_json(url, lambda a: a["state"] == "FAILED" and refused in a["explanation"], 240)
                 assert answer is not None and answer["state"] == "FAILED", (answer, query.exception())
                 explanation = answer["explanation"]
                 assert refused in explanation and "TOPIC_AUTHORIZATION_FAILED" in explanation, explanation
