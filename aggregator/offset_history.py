@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import redis
 
 from aggregator.window_history import decoded_members, finest_key, series_id
+from aggregator.window_reads import read_windows
 from contract.redis_layout import FINEST_WINDOW
 
 WINDOW_MS = FINEST_WINDOW.size_ms
@@ -112,11 +113,10 @@ class OffsetHistory:
         self.newest[rows] = -1
         self.complete_from[rows] = low
         keys = [finest_key(series_id(*self.keys[r], METRICS[0])) for r in rows]
-        pipe = client.pipeline(transaction=False)
-        for key, start in zip(keys, (low * WINDOW_MS).tolist(), strict=True):
-            pipe.zrangebyscore(key, start, "+inf")
+        replies, _ = read_windows(client, FINEST_WINDOW.name,
+                                  list(zip(keys, (low * WINDOW_MS).tolist(), strict=True)))
         found: dict[int, list] = {m: [] for m in range(len(METRICS))}
-        for row, key, members in zip(rows.tolist(), keys, pipe.execute(), strict=True):
+        for row, key, members in zip(rows.tolist(), keys, replies, strict=True):
             for windows in decoded_members(key, members):
                 for metric, index in METRIC.items():
                     w = windows.get(metric)

@@ -134,38 +134,62 @@ return written
 """
 
 # Replaces windows by their new absolute values (stored_windows computes them). Runs in the batch's MULTI
-# after the batch-id check. A replaced window is removed by its score (its start: one member a start), so a
-# merge sends only the new members, not the stored ones too (~40 % of its bytes, each copied ~5 times in
-# Redis: parsed, made Lua strings, objects again, the sorted set's and the AOF's). Removed first, then the
-# new members added. A key emptied by its removals is gone with its TTL until ZADD makes it again: the
-# merge gives such a key its lifetime (stored_windows._trims). Retention is trimmed relative to the newest
-# window written (when one is created in a new trim period), not the clock, so a replay of the same input
-# leaves the same members. ARGV: per key, in KEYS order, its head (windows, replaced windows, cut-off or
-# "", lifetime or ""; stored_windows.redis_calls lays it out), its windows (start, member) and the starts
-# of the windows they replace: the (start, member) run is handed to ZADD as it is (building Lua tables of
-# it cost more than the commands).
+# after the batch-id check. A window is a field of its key's hash (redis_layout.series_key), so replacing
+# one is one HSET: with sorted sets scored by start it was a removal and an add (and a key emptied on the
+# way lost its TTL), ~5 commands a subject and batch where this is 3, and Redis's time goes per command.
+# Retention is trimmed relative to the newest window written (when one is created in a new trim period),
+# not the clock, so a replay of the same input leaves the same fields: the fields of the window's grid from
+# `from` up to the cut-off are deleted (stored_windows._key_changes bounds them by what the key can hold),
+# or, `from` "*" (the key's windows unknown) or that grid longer than the hash, every field before the
+# cut-off among the hash's own. ARGV (stored_windows.redis_calls lays it out): the number of keys trimmed;
+# per key, in KEYS order, its number of fields, then start and member of each window (and field 'n',
+# redis_layout.NEWEST_FIELD, with the key's newest start when the batch moves it): that run is handed to
+# HSET as it is (building Lua tables of it cost more than the commands); then per key trimmed its position
+# in KEYS, the trim's first start, the cut-off, the window's size and the key's lifetime.
 REPLACE_WINDOWS_LUA = """
 local CHUNK = 1000
-local pos = 1
+local pos = 2
 for i = 1, #KEYS do
-  local key = KEYS[i]
-  local windows, replaced = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  local cut, ttl = ARGV[pos + 2], ARGV[pos + 3]
-  local first = pos + 4
-  local last = first + 2 * windows - 1
-  for j = last + 1, last + replaced do
-    redis.call('ZREMRANGEBYSCORE', key, ARGV[j], ARGV[j])
-  end
+  local fields = tonumber(ARGV[pos])
+  local first = pos + 1
+  local last = first + 2 * fields - 1
   for j = first, last, 2 * CHUNK do
-    redis.call('ZADD', key, unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
+    redis.call('HSET', KEYS[i], unpack(ARGV, j, math.min(j + 2 * CHUNK - 1, last)))
   end
-  pos = last + replaced + 1
-  if cut ~= '' then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cut)
+  pos = last + 1
+end
+for t = 1, tonumber(ARGV[1]) do
+  local key = KEYS[tonumber(ARGV[pos])]
+  local from, cut, step, ttl = ARGV[pos + 1], ARGV[pos + 2], tonumber(ARGV[pos + 3]), ARGV[pos + 4]
+  pos = pos + 5
+  if from ~= cut then
+    local limit = tonumber(cut)
+    local gone = {}
+    -- A grid longer than the hash (a key written again after a long gap) costs what the hash holds.
+    if from == '*' then
+      from = '-inf'
+    elseif tonumber(from) >= limit then
+      from = nil
+    elseif (limit - tonumber(from)) / step > redis.call('HLEN', key) then
+      from = '-inf'
+    end
+    if from == '-inf' then
+      for _, name in ipairs(redis.call('HKEYS', key)) do
+        local start = tonumber(name)
+        if name ~= 'n' and (start == nil or start < limit) then
+          gone[#gone + 1] = name
+        end
+      end
+    elseif from then
+      for start = tonumber(from), limit - 1, step do
+        gone[#gone + 1] = string.format('%d', start)
+      end
+    end
+    for j = 1, #gone, CHUNK do
+      redis.call('HDEL', key, unpack(gone, j, math.min(j + CHUNK - 1, #gone)))
+    end
   end
-  if ttl ~= '' then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  redis.call('PEXPIRE', key, ttl)
 end
 return 1
 """

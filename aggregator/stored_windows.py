@@ -3,16 +3,16 @@
 Merging a batch's partial windows inside Redis (a Lua read-modify-write of each window at each size)
 cost 15–20 us a window, the sink's slowest stage by far. One query is the only writer of its target's
 series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
-on Arrow; Redis then only replaces members (redis_scripts.REPLACE_WINDOWS_LUA).
+on Arrow; Redis then only replaces fields (redis_scripts.REPLACE_WINDOWS_LUA).
 
-Subjects (the sorted set of a partition, topic, replication or group at one window size, holding all
-their metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on
+Subjects (the hash of a partition, topic, replication or group at one window size, holding all their
+metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on
 integers (window_ids packs a window into one: numpy sorts and searches, not Acero joins), and key names
 are made once per subject, not per window; in the tables `series` is a subject's
 number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
-metric's windows (series, metric, start, value columns) and another the windows Redis holds a member at
-(series, start): a replaced window's member is removed by its score (its start), so neither the member's
-text nor its bytes travel again (they were ~40 % of a merge's bytes into Redis). A subject is *covered
+metric's windows (series, metric, start, value columns) and another the windows Redis holds (series,
+start): a window is a field of its key's hash, replaced by one HSET, and the held starts say which windows
+a batch creates (what decides a trim, `_trims`). A subject is *covered
 from* a start when every stored window from that start on is in the
 tables: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
 restarted process or a late record for an old window reads Redis once. Only committed batches change
@@ -138,12 +138,13 @@ def _grouped(table: pa.Table) -> pa.Table:
 @dataclass
 class WindowUpdates:
     """One window size's changed windows: new member, whether it replaces a stored one (false when the
-    window is new), and per key the retention cut-off when the batch created a window there."""
+    window is new), and per key the trim when the batch created a window there in a new trim period."""
 
     window: str
     changed: pa.Table  # series, start, member, replaces
-    # series -> drop windows starting before this, or None: only give the key its lifetime again
-    trims: dict[int, int | None]
+    # series -> (first start of the grid to delete, None: the key's own fields; drop windows before this)
+    trims: dict[int, tuple[int | None, int]]
+    newest: dict[int, int]  # series -> the key's newest window start, where the batch moves it on
 
 
 @dataclass
@@ -151,6 +152,9 @@ class StoredWindows:
     tables: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows, a metric a row
     starts: dict[str, pa.Table] = field(default_factory=dict)  # window size -> windows Redis holds
     covered_from: dict[str, dict[int, int]] = field(default_factory=dict)  # window size -> series -> start
+    # window size -> series -> the newest window start Redis held when the series was loaded (None: none),
+    # until the batch that loaded it is applied: what bounds a trim when no window is kept here.
+    loaded_newest: dict[str, dict[int, int | None]] = field(default_factory=dict)
 
     def uncovered(self, partials: pa.Table, window: str) -> dict[int, int]:
         """Subjects whose stored windows the batch may touch but are not all here -> from which start Redis
@@ -164,8 +168,12 @@ class StoredWindows:
                 out[series] = first
         return out
 
-    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]]) -> None:
-        """What Redis holds of some subjects at one window size: series -> (from start, its members there)."""
+    def load(self, window: str, stored: Mapping[int, tuple[int, Iterable[bytes | str]]],
+             newest: Mapping[int, int | None] | None = None) -> None:
+        """What Redis holds of some subjects at one window size: series -> (from start, its members there);
+        `newest`: series -> its key's newest window start (redis_layout.NEWEST_FIELD; None: it holds none)."""
+        if newest is not None:
+            self.loaded_newest.setdefault(window, {}).update(newest)
         rows: list[dict] = []
         starts: list[dict] = []
         for series, (_, raw_members) in stored.items():
@@ -220,7 +228,8 @@ class StoredWindows:
         starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
         newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
         self._keep(table, starts, newest, window)
-        return WindowUpdates(window, updates, _trims(updates, stored, newest, window))
+        loaded = self.loaded_newest.pop(window, {})
+        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded))
 
     def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
         """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
@@ -234,6 +243,7 @@ class StoredWindows:
             covered[series] = max(floor, covered.get(series, floor))
 
     def clear(self) -> None:
+        self.loaded_newest.clear()
         self.tables.clear()
         self.starts.clear()
         self.covered_from.clear()
@@ -247,19 +257,35 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
     return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
 
 
+HEAD = 1  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA: its number of fields
+NEWEST_ROW = np.iinfo(np.int64).max  # the start of a key's newest-window field in redis_calls' rows
+CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
+                     pa.field("member", pa.string())])
+CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
+
+
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
     """(KEYS, ARGV) of REPLACE_WINDOWS_LUA calls: one per hash tag (a topic's series), so this also works on
-    Redis Cluster. Per key (a series at one size) ARGV holds its head (number of windows, of stored windows
-    they replace, the retention cut-off or "" when no window was created there, the key's lifetime), then
-    start and member of each window, then the starts of the windows they replace. Laid out by Arrow and
-    numpy in one list: a merge writes ~50k keys, and a Python loop over them was a third of the merge's own
-    time."""
+    Redis Cluster. ARGV: the number of keys trimmed; per key (a series at one size) its number of fields,
+    then start and member of each window, and the key's newest start (redis_layout.NEWEST_FIELD) when the
+    batch moves it; then per key trimmed its position in KEYS, the trim's first start ("*": the hash's own
+    fields), the cut-off, the window's size and the key's lifetime. Most keys are not trimmed in a batch:
+    a key's head is one entry, not five (the script's own parsing of ARGV is much of Redis's time).
+    Laid out by Arrow and numpy in one list: a merge writes ~50k keys, and a Python loop over them was a
+    third of the merge's own time."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
-    tables = [u.changed.append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
+    tables = [u.changed.select(["series", "start", "member"]).cast(CHANGED)
+              .append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
               for u in updates if u.changed.num_rows]
+    # The keys' newest starts, as one more field of the key's HSET: sorted after its windows.
+    tables += [pa.table({"series": pa.array(list(u.newest), pa.int64()),
+                         "start": pa.repeat(pa.scalar(NEWEST_ROW, pa.int64()), len(u.newest)),
+                         "member": pc.cast(pa.array(list(u.newest.values()), pa.int64()), pa.string()),
+                         "size": pa.repeat(sizes[u.window], len(u.newest))}).cast(CHANGED_SIZED)
+               for u in updates if u.newest]
     if not tables:
         return []
-    changed = pa.concat_tables(tables)
+    changed = pa.concat_tables([t.cast(CHANGED_SIZED) for t in tables])
     tags = pa.array(keys.tags, pa.int64())
     changed = changed.append_column("tag", pc.take(tags, changed["series"])).sort_by(
         [(c, "ascending") for c in ("tag", "series", "size", "start")]).combine_chunks()
@@ -269,55 +295,56 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
     ends = runs.run_ends.to_numpy().astype(np.int64)
     begins = np.concatenate([[0], ends[:-1]])
     run_series, run_size = np.divmod(run_keys, len(sizes))
-    has_old = pc.cast(changed["replaces"], pa.int64()).to_numpy()
-    olds_before = np.concatenate([[0], np.cumsum(has_old)])  # replaced members in the rows before a row
-    counts, replaced = ends - begins, olds_before[ends] - olds_before[begins]
+    counts = ends - begins
     # Where each key's part of ARGV starts (and, last, where the last one ends).
-    offsets = np.concatenate([[0], np.cumsum(4 + 2 * counts + replaced)])
-    heads = _heads(counts, replaced, run_series, run_size, updates, sizes)
-    argv = pc.take(pa.concat_arrays([heads, pc.cast(changed["start"], pa.string()).combine_chunks(),
+    offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
+    fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
+                        pc.cast(changed["start"], pa.string())).combine_chunks()
+    argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
                                      changed["member"].combine_chunks()]),
-                   _argv_order(begins, counts, offsets, has_old, olds_before)).to_pylist()
+                   _argv_order(begins, counts, offsets)).to_pylist()
     key_names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
                                                                   strict=True)]
+    trims = _trim_args(run_series, run_size, updates, sizes)
     run_tags = pc.take(tags, pa.array(run_series)).to_numpy()
     tag_starts = np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]])).tolist()
     bounds = [*tag_starts, len(run_keys)]
     offsets = offsets.tolist()
-    return [(key_names[a:b], argv[offsets[a]:offsets[b]]) for a, b in itertools.pairwise(bounds)]
+    calls = []
+    for a, b in itertools.pairwise(bounds):
+        tail = [arg for k in range(a, b) if (trim := trims.get(k)) is not None
+                for arg in (str(k - a + 1), *trim)]
+        calls.append((key_names[a:b], [str(len(tail) // 5), *argv[offsets[a]:offsets[b]], *tail]))
+    return calls
 
 
-def _heads(windows: np.ndarray, replaced: np.ndarray, run_series: np.ndarray, run_size: np.ndarray,
-           updates: list[WindowUpdates], sizes: dict[str, int]) -> pa.Array:
-    """The keys' heads, a column after the other: windows, replaced, cut-off or "", lifetime or "" (a key
-    neither trimmed nor given its lifetime keeps it)."""
-    trims = {(sizes[u.window], s): "" if cut is None else str(cut)
-             for u in updates for s, cut in u.trims.items()}
-    cuts = [trims.get(key) for key in zip(run_size.tolist(), run_series.tolist(), strict=True)]
-    ttls = [str(layout.key_ttl_ms(w)) for w in layout.WINDOWS]
-    lifetimes = ["" if cut is None else ttls[size] for cut, size in zip(cuts, run_size.tolist(), strict=True)]
-    numbers = [pc.cast(pa.array(column), pa.string()) for column in (windows, replaced)]
-    return pa.concat_arrays([*numbers, pa.array(["" if cut is None else cut for cut in cuts], pa.string()),
-                             pa.array(lifetimes, pa.string())])
+def _trim_args(run_series: np.ndarray, run_size: np.ndarray, updates: list[WindowUpdates],
+               sizes: dict[str, int]) -> dict[int, tuple[str, str, str, str]]:
+    """Key (its position among the runs) -> the trim's ARGV: first start ("*": the hash's own fields),
+    cut-off, window size, lifetime."""
+    names = list(layout.WINDOWS)
+    trims = {(sizes[u.window], s): t for u in updates for s, t in u.trims.items()}
+    out = {}
+    for k, key in enumerate(zip(run_size.tolist(), run_series.tolist(), strict=True)):
+        trim = trims.get(key)
+        if trim is not None:
+            window = names[key[0]]
+            out[k] = ("*" if trim[0] is None else str(trim[0]), str(trim[1]),
+                      str(layout.WINDOWS[window].size_ms), str(layout.key_ttl_ms(window)))
+    return out
 
 
-def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray, has_old: np.ndarray,
-                olds_before: np.ndarray) -> pa.Array:
-    """Indices into [heads (_heads: 4 columns of a row a key), starts, members (a row each)] in ARGV order,
-    a replaced window's start again after the key's windows; `offsets`: where each key's part starts."""
-    keys, rows = len(begins), len(has_old)
+def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """Indices into [counts (a row a key), fields, values (a row each)] in ARGV order; `offsets`: where each
+    key's part starts."""
+    keys, rows = len(begins), int(counts.sum())
     order = np.empty(int(offsets[-1]), np.int64)
-    order[(offsets[:-1, None] + np.arange(4)).ravel()] = (np.arange(4)[None, :] * keys
-                                                          + np.arange(keys)[:, None]).ravel()
+    order[offsets[:-1]] = np.arange(keys)
     row = np.arange(rows)
     run = np.repeat(np.arange(keys), counts)
-    pair_at = offsets[run] + 4 + 2 * (row - begins[run])
-    order[pair_at] = 4 * keys + row
-    order[pair_at + 1] = 4 * keys + rows + row
-    old_rows = np.flatnonzero(has_old)
-    old_run = run[old_rows]
-    rank = olds_before[old_rows] - olds_before[begins[old_run]]
-    order[offsets[old_run] + 4 + 2 * counts[old_run] + rank] = 4 * keys + old_rows
+    pair_at = offsets[run] + HEAD + 2 * (row - begins[run])
+    order[pair_at] = keys + row
+    order[pair_at + 1] = keys + rows + row
     return pa.array(order)
 
 
@@ -339,19 +366,24 @@ def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
     })
 
 
-def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> dict[int, int | None]:
-    """Series whose key is trimmed and given its lifetime again -> retention cut-off from the newest window
-    the batch wrote there (a replay of the same input trims the same windows, whatever the clock says), or
-    None for a key only given its lifetime again.
+def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str,
+                 loaded: Mapping[int, int | None] | None = None
+                 ) -> tuple[dict[int, tuple[int | None, int]], dict[int, int]]:
+    """(trims, newest). Trims: series whose key is trimmed and given its lifetime again -> (the first start
+    of the grid to delete, or None when what the key holds before the cut-off is not known here; the
+    retention cut-off from the newest window the batch wrote there: a replay of the same input trims the
+    same windows, whatever the clock says). Newest: series whose key's newest window the batch moves on
+    (redis_layout.NEWEST_FIELD) -> its new newest start. `loaded`: series -> the newest window start its
+    key held when read from Redis (None: no window), for a key with no window kept here.
 
     A key is trimmed when the batch creates a window in a trim period (redis_layout.trim_period_ms) newer
     than that of the newest window Redis held there (`held`: series, start of the windows it holds), or
     held none: a new window every 10 s was a trim and a PEXPIRE each, ~a quarter of a merge's Redis calls.
-    A key whose every window known here the batch replaces is given its lifetime again (not trimmed): the
-    removals may empty it, and a key emptied loses its lifetime. Known: those from the subject's covered
-    start on, all in Redis; a key in its first hour has one 1 h window, replaced at every batch."""
+    Every trim cut at the newest window then less retention, and the key's newest window's period was
+    trimmed when it began: so the key holds nothing before that period's start less retention, and the
+    fields from there to the new cut-off are all it can hold to delete (~a trim period's windows)."""
     if updates.num_rows == 0:
-        return {}
+        return {}, {}
     series = int64(updates["series"])
     replaces = updates["replaces"].to_numpy(zero_copy_only=False)
     held_series, held_starts = int64(held["series"]), int64(held["start"])
@@ -359,28 +391,35 @@ def _trims(updates: pa.Table, held: pa.Table, newest: pa.Table, window: str) -> 
     held_series, held_starts = held_series[order], held_starts[order]
     lasts = np.flatnonzero(np.append(held_series[1:] != held_series[:-1], True)) if len(held_series) \
         else np.zeros(0, np.int64)
-    held_keys, held_counts = held_series[lasts], np.diff(np.append(-1, lasts))
+    held_keys = held_series[lasts]
     touched, position = np.unique(series, return_inverse=True)
     at = np.minimum(np.searchsorted(held_keys, touched), max(len(held_keys) - 1, 0))
     found = (held_keys[at] == touched) if len(held_keys) else np.zeros(len(touched), bool)
-    count = np.where(found, held_counts[at] if len(held_keys) else 0, 0)
     held_newest = np.where(found, held_starts[lasts][at] if len(held_keys) else 0, 0)
     batch_newest = np.full(len(touched), np.iinfo(np.int64).min)
     np.maximum.at(batch_newest, position, int64(updates["start"]))
     period = layout.trim_period_ms(window)
+    retention = layout.WINDOWS[window].retention_ms
     created = np.zeros(len(touched), bool)
     created[position[~replaces]] = True
-    replaced = np.bincount(position[replaces], minlength=len(touched))
     new_period = created & (~found | (batch_newest // period != held_newest // period))
-    may_empty = (replaced > 0) & (replaced >= count)
-    out: dict[int, int | None] = dict.fromkeys(touched[may_empty & ~new_period].tolist())
-    trimmed = touched[new_period].tolist()
-    if trimmed:
-        # The cut-off from the newest window the batch merged there (newest: series, start_max).
-        cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
-        retention = layout.WINDOWS[window].retention_ms
-        out.update((k, cuts[k] - retention) for k in trimmed)
-    return out
+    newer = ~found | (batch_newest > held_newest)
+    raised = dict(zip(touched[newer].tolist(), batch_newest[newer].tolist(), strict=True))
+    if not new_period.any():
+        return {}, raised
+    # The cut-off from the newest window the batch merged there (newest: series, start_max).
+    cuts = dict(zip(newest["series"].to_pylist(), newest["start_max"].to_pylist(), strict=True))
+    froms = held_newest - held_newest % period - retention
+    trims = {}
+    for k, known, low in zip(touched[new_period].tolist(), found[new_period].tolist(),
+                             froms[new_period].tolist(), strict=True):
+        cut = cuts[k] - retention
+        if not known and loaded and k in loaded:
+            last = loaded[k]  # None: the key held no window, nothing to delete
+            low = cut if last is None else last - last % period - retention
+            known = True
+        trims[k] = (int(low) if known else None, cut)
+    return trims, raised
 
 
 def _member_start(member: str) -> int:

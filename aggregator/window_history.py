@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import redis
 
+from aggregator.window_reads import read_windows
 from contract.redis_layout import (
     FINEST_WINDOW,
     SeriesId,
@@ -84,10 +85,9 @@ def load_stored(history: WindowHistory, client: redis.Redis,
     by_key: dict[str, list[SeriesId]] = {}
     for series in wanted:
         by_key.setdefault(finest_key(series), []).append(series)
-    pipe = client.pipeline(transaction=False)
-    for key, metrics in by_key.items():
-        pipe.zrangebyscore(key, min(wanted[s][0] for s in metrics), "+inf")
-    for (key, metrics), members in zip(by_key.items(), pipe.execute(), strict=True):
+    reads = [(key, min(wanted[s][0] for s in metrics)) for key, metrics in by_key.items()]
+    found, _ = read_windows(client, FINEST_WINDOW.name, reads)
+    for (key, metrics), members in zip(by_key.items(), found, strict=True):
         windows = decoded_members(key, members)
         for series in metrics:
             low, span = wanted[series]

@@ -1,11 +1,14 @@
-"""Moves a target's windows from the layout before (one sorted set per metric) into the current one.
+"""Moves a target's windows from the layouts before (contract.legacy_redis_layout) into the current one.
 
-The service reads only the current layout (redis_layout.series_key), but the old keys hold up to 90 days
-of 1 h windows: the supervisor runs this once per target at process start, before the target's query
-writes (its writer keeps what it wrote in memory, so nothing may change its keys behind it).
+The service reads only the current layout (redis_layout.series_key: a hash a subject and window size), but
+the old keys hold up to 90 days of 1 h windows: the supervisor runs this once per target at process start,
+before the target's query writes (its writer keeps what it wrote in memory, so nothing may change its keys
+behind it). The oldest layout moves first into the one after it, which then moves into the current one.
 
-A subject's old keys at one window size (one per metric) become one member per window start in its new
-key, merged with what the new key already holds at that start (redis_layout.merge_windows). Each group
+A subject's oldest keys at one window size (one per metric) become one member per window start in its
+sorted set (the layout after), merged with what that already holds at that start
+(redis_layout.merge_windows); a subject's sorted set becomes its hash, a field a window, merged the same
+way with what the hash holds. Each group
 moves in one MULTI that WATCHes every key it reads, so a concurrent writer aborts it and it is read and
 moved again; memory holds one group at a time. A member that does not decode is logged, counted and left
 out; a key the layout cannot name (not a legacy key, or a metric without a place in WINDOW_METRICS) is
@@ -37,8 +40,8 @@ Windows = dict[int, dict[str, WindowAggregate]]  # window start -> metric -> its
 
 @dataclass
 class UpgradeCounts:
-    keys_moved: int = 0  # old keys moved and deleted
-    windows_written: int = 0  # new-layout members written (one per subject, window size and start)
+    keys_moved: int = 0  # old keys moved and deleted (either layout before)
+    windows_written: int = 0  # windows written into the current layout (a subject, window size and start)
     members_skipped: int = 0  # members that did not decode, left out
     keys_skipped: int = 0  # old keys left in place: not named as the layout names them
 
@@ -67,22 +70,35 @@ def upgrade_target(redis_url: str, target: str) -> UpgradeCounts:
     finally:
         client.close()
     if counts.anything:
-        LOG.info("target %s: %d windows moved from the Redis layout before (one sorted set per metric; "
-                 "%d keys) into the current one; %d unreadable members left out, %d unreadable keys left "
-                 "in place", target, counts.windows_written, counts.keys_moved, counts.members_skipped,
-                 counts.keys_skipped)
+        LOG.info("target %s: %d windows moved from the Redis layouts before (sorted sets; %d keys) into "
+                 "the current one (a hash a subject and window size); %d unreadable members left out, %d "
+                 "unreadable keys left in place", target, counts.windows_written, counts.keys_moved,
+                 counts.members_skipped, counts.keys_skipped)
     return counts
 
 
 def upgrade_windows(client: redis.Redis, target: str) -> UpgradeCounts:
     counts = UpgradeCounts()
+    _upgrade_metric_sets(client, target, counts)
+    for key in client.scan_iter(match=legacy.sorted_target_pattern(target), count=SCAN_COUNT):
+        try:
+            series, window = legacy.parse_sorted_series_key(key)
+        except ValueError as exc:
+            LOG.warning("layout upgrade: %s; left in place", exc)
+            counts.keys_skipped += 1
+            continue
+        _move_sorted(client, key.decode(), layout.series_key(series, window), counts)
+    return counts
+
+
+def _upgrade_metric_sets(client: redis.Redis, target: str, counts: UpgradeCounts) -> None:
+    """The oldest layout (a sorted set a metric) into the sorted sets a subject."""
     # A group is moved at the first of its keys SCAN returns; the rest are gone by the time they come
     # (or read as empty if SCAN returns them anyway), so no set of groups done is kept.
     for key in client.scan_iter(match=legacy.legacy_target_pattern(target), count=SCAN_COUNT):
         group = _group_of(key, counts)
         if group is not None:
             _move_group(client, *group, counts)
-    return counts
 
 
 def _group_of(key: bytes, counts: UpgradeCounts) -> tuple[SeriesId, str] | None:
@@ -104,7 +120,7 @@ def _group_of(key: bytes, counts: UpgradeCounts) -> tuple[SeriesId, str] | None:
 def _move_group(client: redis.Redis, series: SeriesId, window: str, counts: UpgradeCounts) -> None:
     # Every metric's old key of the subject, existing or not: the group is whole without listing keys.
     old_keys = [legacy.legacy_series_key(replace(series, metric=m), window) for m in layout.WINDOW_METRICS]
-    new_key = layout.series_key(series, window)
+    new_key = legacy.sorted_series_key(series, window)
     with client.pipeline(transaction=True) as pipe:
         for _ in range(WATCH_ATTEMPTS):
             try:
@@ -117,7 +133,6 @@ def _move_group(client: redis.Redis, series: SeriesId, window: str, counts: Upgr
             except redis.WatchError:
                 continue
             counts.keys_moved += len(move.old_keys)
-            counts.windows_written += len(move.windows)
             counts.members_skipped += move.skipped
             return
     raise redis.WatchError(f"layout upgrade: {new_key} kept changing while its old keys were moved")
@@ -208,3 +223,68 @@ def _write_group(pipe: redis.client.Pipeline, new_key: str, move: _Move) -> None
     else:
         pipe.pexpire(new_key, max(move.ttl_ms, 1))
     pipe.execute()
+
+
+def _move_sorted(client: redis.Redis, old_key: str, new_key: str, counts: UpgradeCounts) -> None:
+    """One subject's sorted set (at one window size) into its hash, in one MULTI WATCHing both."""
+    with client.pipeline(transaction=True) as pipe:
+        for _ in range(WATCH_ATTEMPTS):
+            try:
+                pipe.watch(old_key, new_key)
+                reads = client.pipeline(transaction=False)
+                reads.zrange(old_key, 0, -1, withscores=True)
+                reads.pttl(old_key)
+                reads.pttl(new_key)
+                reads.hget(new_key, layout.NEWEST_FIELD)
+                members, old_ttl, new_ttl, newest = reads.execute()
+                if old_ttl == -2:  # gone meanwhile (SCAN may return a key twice)
+                    pipe.unwatch()
+                    return
+                windows: Windows = {}
+                skipped = 0
+                for member, score in members:
+                    try:
+                        start, metrics = layout.decode_member(member)
+                    except ValueError:
+                        LOG.warning("layout upgrade: %s holds a member that is not a window, left out: %r",
+                                    old_key, member[:SHOWN_CHARS])
+                        skipped += 1
+                        continue
+                    for metric, agg in metrics.items():
+                        _add(windows.setdefault(int(score), {}), metric, replace(agg, start_ms=int(score)))
+                held = client.hmget(new_key, [str(start) for start in windows]) if windows else []
+                for start, raw in zip(list(windows), held, strict=True):
+                    if raw is None:
+                        continue
+                    try:
+                        _, metrics = layout.decode_member(raw)
+                    except ValueError:
+                        LOG.warning("layout upgrade: %s holds a member that is not a window, replaced: %r",
+                                    new_key, raw[:SHOWN_CHARS])
+                        skipped += 1
+                        continue
+                    for metric, agg in metrics.items():
+                        _add(windows[start], metric, replace(agg, start_ms=start))
+                ttls = [old_ttl] + ([new_ttl] if new_ttl != -2 else [])
+                pipe.multi()
+                if windows:
+                    last = max(windows)
+                    known = int(newest) if newest is not None and newest.isdigit() else None
+                    fields = {str(start): layout.encode_member(start, metrics)
+                              for start, metrics in windows.items()}
+                    if known is None or known < last:
+                        fields[layout.NEWEST_FIELD] = str(last)
+                    pipe.hset(new_key, mapping=fields)
+                    if -1 in ttls:
+                        pipe.persist(new_key)
+                    else:
+                        pipe.pexpire(new_key, max(max(ttls), 1))
+                pipe.delete(old_key)
+                pipe.execute()
+            except redis.WatchError:
+                continue
+            counts.keys_moved += 1
+            counts.windows_written += len(windows)
+            counts.members_skipped += skipped
+            return
+    raise redis.WatchError(f"layout upgrade: {new_key} kept changing while {old_key} was moved")

@@ -30,6 +30,7 @@ import redis
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -207,13 +208,20 @@ class WindowWriter:
             partials = self.size(finest, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
-                reads = self.client.pipeline(transaction=False)
-                for series, low in missing.items():
-                    reads.zrangebyscore(self.series_keys.keys[series][i], low, "+inf")
-                replies = zip(missing.items(), reads.execute(), strict=True)
-                self.stored.load(window, {series: (low, members) for (series, low), members in replies})
+                self._load(missing, window, i)
             updates.append(self.stored.apply(partials, window))
         return updates
+
+    def _load(self, missing: dict[int, int], window: str, size_index: int) -> None:
+        """Reads from Redis the windows of `missing` (series -> the oldest start the batch touches) from a
+        trim period earlier on, with each key's newest window start: both bound a trim (_key_changes)."""
+        earlier = layout.trim_period_ms(window)
+        keys = self.series_keys.keys
+        reads = [(keys[series][size_index], low - earlier) for series, low in missing.items()]
+        members, newest = read_windows(self.client, window, reads)
+        self.stored.load(window, {series: (low - earlier, held)
+                                  for (series, low), held in zip(missing.items(), members, strict=True)},
+                         dict(zip(missing, newest, strict=True)))
 
 
 def merge_parts(calls: list[tuple[list[str], list[str]]]) -> dict[int, list[tuple[list[str], list[str]]]]:

@@ -77,9 +77,9 @@ def fill(url: str, now_ms: int, hours: int = HOURS) -> int:
             topic = f"topic{t:03d}"
             pipe.hset(layout.topics_key(TARGET, source), f"{source}.{topic}", topic)
             series = layout.SeriesId(TARGET, source, f"{source}.{topic}", layout.WHOLE_TOPIC, METRIC)
-            members = {layout.encode_member(start, topic_window(start, rng.randint(0, 600))): start
+            members = {str(start): layout.encode_member(start, topic_window(start, rng.randint(0, 600)))
                        for start in starts}
-            pipe.zadd(layout.series_key(series, "1m"), members)
+            pipe.hset(layout.series_key(series, "1m"), mapping={**members, layout.NEWEST_FIELD: last})
             written += len(members)
         pipe.execute()
     client.close()
@@ -156,7 +156,8 @@ def stage_breakdown(url: str, now_ms: int) -> str:
                  for s, t in subjects]
         keys = [layout.series_key(layout.SeriesId(TARGET, s, f"{s}.{t}", layout.WHOLE_TOPIC, METRIC), "1m")
                 for s, t in subjects]
-        replies = [reader.client.zrangebyscore(key, since, now_ms) for key in keys]
+        fields = layout.window_fields("1m", since, now_ms)
+        replies = [layout.held(reader.client.hmget(key, fields)) for key in keys]
         columns = [window_columns(reply, METRIC) for reply in replies]
         identity = {"source": "s", "target": TARGET, "upstreamTopic": "t", "topic": "s.t", "from": since,
                     "to": now_ms}

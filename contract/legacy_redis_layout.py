@@ -1,9 +1,10 @@
-"""The Redis window layout before one sorted set held all of a subject's metrics: read only to move it
-(aggregator.window_layout_upgrade), never written.
+"""The Redis window layouts before the current one (a hash a subject and window size): read only to move
+them (aggregator.window_layout_upgrade), never written.
 
-A series was one sorted set per metric, `srm:ts:{target|source|topic}:<partition>:<group>:<metric>:
+First a series was one sorted set per metric, `srm:ts:{target|source|topic}:<partition>:<group>:<metric>:
 <window>`, member `<start>:<count>:<sum>:<min>:<max>:<last>[:<last ts>]`. Key parts are escaped as the
-current layout escapes them (redis_layout's one definition).
+current layout escapes them (redis_layout's one definition). Then a subject's windows at one size were a
+sorted set (`srm:win:…`, sorted_series_key), members as today, scored by their start.
 """
 
 from __future__ import annotations
@@ -59,3 +60,35 @@ def decode_legacy_member(member: str | bytes) -> WindowAggregate:
                                last_ts)
     except ValueError:
         raise ValueError(f"not a window member: {text!r}") from None
+
+
+def sorted_series_key(series: SeriesId, window: str) -> str:
+    """A subject's windows at one size before they moved into a hash (redis_layout.series_key): a sorted
+    set, score = window start, member = the window's member as redis_layout.encode_member writes it."""
+    group = "" if series.group is None else _part(series.group)
+    tag = _tag(series.target, series.source, series.topic)
+    return f"{PREFIX}:win:{tag}:{series.partition}:{group}:{window}"
+
+
+def sorted_target_pattern(target: str) -> str:
+    """SCAN pattern of every sorted_series_key of `target` (and of no other target)."""
+    return f"{PREFIX}:win:{{{_glob_escape(_part(target))}|*"
+
+
+def parse_sorted_series_key(key: str | bytes) -> tuple[SeriesId, str]:
+    """(subject, window) named by a sorted_series_key (the SeriesId's metric empty); ValueError when `key`
+    is not one, or not as sorted_series_key writes it."""
+    text = key.decode() if isinstance(key, bytes) else key
+    head = f"{PREFIX}:win:{{"
+    try:
+        if not text.startswith(head):
+            raise ValueError(text)
+        tag, _, rest = text[len(head):].partition("}:")
+        target, source, topic = (unquote(x) for x in tag.split("|"))
+        partition, group, window = rest.split(":")
+        series = SeriesId(target, source, topic, int(partition), "", unquote(group) if group else None)
+    except ValueError:
+        raise ValueError(f"not a sorted-set series key: {text!r}") from None
+    if window not in WINDOWS or sorted_series_key(series, window) != text:
+        raise ValueError(f"not a sorted-set series key: {text!r}")
+    return series, window

@@ -5,11 +5,14 @@ name, member encoding, window size and retention (docs/architecture.md draws the
 
 - A series is one metric of one subject (a remote topic-partition, a whole remote topic, or a consumer
   group's topic-partition) of one replication into one target, at one window size. The windows of all
-  of a subject's metrics at one size share a sorted set (`series_key`): score = window start (epoch ms),
-  member = `<start>` then `;<i>:<count>:<sum>:<min>:<max>:<last>:<last ts>` for each metric the window
-  holds, `i` its position in WINDOW_METRICS, in that order (`last ts`: the event ts of `last`, so a
-  later batch can merge into the window). One member for a window's eight metrics instead of eight
-  sorted sets: Redis's work in a merge is per member written, and this cut it by ~75 %.
+  of a subject's metrics at one size share a hash (`series_key`): field = window start (epoch ms, in
+  decimal), value = the window's member, `<start>` then `;<i>:<count>:<sum>:<min>:<max>:<last>:<last ts>`
+  for each metric the window holds, `i` its position in WINDOW_METRICS, in that order (`last ts`: the
+  event ts of `last`, so a later batch can merge into the window). One member for a window's eight metrics
+  instead of eight keys: Redis's work in a merge is per command, and this cut it by ~75 %. A hash, not a
+  sorted set scored by start: a window the merge replaces is one HSET of its field, where a sorted set
+  needed its old member removed first (two commands a window, and a key emptied on the way lost its TTL);
+  readers ask for the window starts of their range (`window_fields`, a grid of the window's size).
   The sink replaces each window a batch touches by its merged value in the same MULTI as the batch id,
   so a replayed Spark batch is recognised and skipped (redis_sink).
 - Keys carry a hash tag `{target|source|topic}` so that Redis Cluster keeps a topic's series on one
@@ -134,13 +137,78 @@ def _tag(target: str, source: str, topic: str) -> str:
 
 
 def series_key(series: SeriesId, window: str) -> str:
-    """The sorted set of the series' windows at one size: shared by every metric of its subject (the
-    metric is in the members, not in the key)."""
+    """The hash of the series' windows at one size (field = window start, value = its member): shared by
+    every metric of its subject (the metric is in the members, not in the key)."""
     if window not in WINDOWS:
         raise ValueError(f"unknown window {window!r}; expected one of {', '.join(WINDOWS)}")
     group = "" if series.group is None else _part(series.group)
     tag = _tag(series.target, series.source, series.topic)
-    return f"{PREFIX}:win:{tag}:{series.partition}:{group}:{window}"
+    return f"{PREFIX}:wh:{tag}:{series.partition}:{group}:{window}"
+
+
+def window_fields(window: str, from_ms: int, to_ms: int) -> list[str]:
+    """The fields of a series_key hash that can hold a window starting in [from_ms, to_ms]: every start
+    of the window's grid there (a window starts at a multiple of its size, window_start). A reader asks
+    HMGET for them and keeps the values that are not nil (`held`); its range is bounded by its point budget
+    (service.point_budget), the aggregator's by what it merges."""
+    size = WINDOWS[window].size_ms
+    first = from_ms + (-from_ms) % size
+    return list(map(str, range(first, to_ms + 1, size)))
+
+
+# The field of a series_key hash holding its newest window's start (the merge writes it with that window):
+# what lets a reader ask for "every window from a start on" (READ_WINDOWS_LUA) without a grid to the clock.
+NEWEST_FIELD = "n"
+# A hash's windows from a start on, in one call whatever the hash holds: KEYS[1] the hash, ARGV the oldest
+# start wanted and the window's size. The grid from there to the newest window (NEWEST_FIELD) when that is
+# shorter than the hash, else the hash's own fields: a read after a long gap or a replay of days costs what
+# the hash holds, not the span. Members in no particular order.
+READ_WINDOWS_LUA = """
+local key, low, step = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local newest = tonumber(redis.call('HGET', key, 'n'))
+local out = {}
+if newest == nil or newest < low then
+  return out
+end
+local first = low + (step - low % step) % step
+if (newest - first) / step + 1 > redis.call('HLEN', key) then
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local start = tonumber(all[i])
+    if all[i] ~= 'n' and start ~= nil and start >= low then
+      out[#out + 1] = all[i + 1]
+    end
+  end
+  return out
+end
+for from = first, newest, 1000 * step do
+  local names = {}
+  for start = from, math.min(from + 999 * step, newest), step do
+    names[#names + 1] = string.format('%d', start)
+  end
+  for _, value in ipairs(redis.call('HMGET', key, unpack(names))) do
+    if value then
+      out[#out + 1] = value
+    end
+  end
+end
+return out
+"""
+
+
+def hash_members(fields: Mapping) -> list:
+    """The members of a series_key hash read whole (HGETALL: field -> value), oldest first."""
+    starts = []
+    for name, value in fields.items():
+        text = name.decode() if isinstance(name, bytes) else name
+        if text.lstrip("-").isdigit():
+            starts.append((int(text), value))
+    return [value for _, value in sorted(starts, key=lambda pair: pair[0])]
+
+
+def held(values: list) -> list:
+    """The members an HMGET of window_fields returned: the windows the hash holds, oldest first."""
+    return [v for v in values if v is not None]
 
 
 def _number(x: float) -> str:
@@ -394,7 +462,8 @@ def target_rollup_patterns(target: str, query_name: str) -> list[str]:
     shared `targets_key()`."""
     tag = _glob_escape(_part(target))
     scope = _glob_escape(_part(query_name))
-    return [f"{PREFIX}:win:{{{tag}|*", f"{PREFIX}:ts:{{{tag}|*", f"{PREFIX}:idx:{{{tag}|*",
+    return [f"{PREFIX}:wh:{{{tag}|*", f"{PREFIX}:win:{{{tag}|*", f"{PREFIX}:ts:{{{tag}|*",
+            f"{PREFIX}:idx:{{{tag}|*",
             f"{PREFIX}:idx:{{{tag}}}:sources",
             f"{PREFIX}:latest:{{{tag}|*", f"{PREFIX}:invalid:{{{tag}|*", f"{PREFIX}:late:{{{tag}|*",
             f"{PREFIX}:refused:{{{tag}|*",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -69,9 +70,6 @@ AT_LEAST_ONCE_PRODUCER: Final = {"enable.idempotence": True, "enable.gapless.gua
 BUFFER_WAIT_S: Final = 30.0
 
 
-Taken = tuple[Message, bytes | None, bytes | None]  # a record going out: the message, its value and key
-
-
 class DeliveryFailed(RuntimeError):
     """The target refused a replicated record; the worker fails rather than skip it."""
 
@@ -99,25 +97,26 @@ class PartitionFlow:
 class CopiedRun:
     """Records of one partition handed to the producer together, at consecutive upstream offsets."""
 
-    __slots__ = ("flow", "first", "last", "size", "value_bytes", "sent_ms", "stamps", "first_downstream",
-                 "last_downstream")
+    __slots__ = ("flow", "first", "last", "size", "value_bytes", "sent_ms", "stamp_sum", "stamp_min",
+                 "stamp_max", "stamp_last", "first_downstream", "last_downstream")
 
     def __init__(self, flow: PartitionFlow, first: int, last: int, size: int, value_bytes: int,
-                 sent_ms: float) -> None:
+                 sent_ms: float, stamps: list[float]) -> None:
         self.flow, self.first, self.last = flow, first, last  # upstream offsets of its first and last record
         self.size, self.value_bytes = size, value_bytes  # keys and values (the send queue's); values (MM2's)
         self.sent_ms = sent_ms  # when it was handed to the producer
-        # The records' timestamps (the time of the write for a record without one).
-        self.stamps: list[float] = []
+        # The records' timestamps (the time of the write for a record without one), summed up: the
+        # latency summary of the whole run follows from them and the acknowledgement's time.
+        self.stamp_sum, self.stamp_min, self.stamp_max = sum(stamps), min(stamps), max(stamps)
+        self.stamp_last = stamps[-1]
         self.first_downstream = self.last_downstream = -1  # from the delivery reports
 
     def acknowledged(self, ack_ms: float) -> None:
         """Counts the run into its partition's statistics, acknowledged at ``ack_ms``."""
-        stamps = self.stamps
-        count = len(stamps)
+        count = self.last - self.first + 1
         self.flow.stats.replicated_run(self.last, self.last_downstream, count, self.value_bytes,
-                                       count * ack_ms - sum(stamps), ack_ms - max(stamps),
-                                       ack_ms - min(stamps), ack_ms - stamps[-1])
+                                       count * ack_ms - self.stamp_sum, ack_ms - self.stamp_max,
+                                       ack_ms - self.stamp_min, ack_ms - self.stamp_last)
 
 
 class _WriterBase:
@@ -133,31 +132,34 @@ class _WriterBase:
         """Hands polled records to the producer, in order per partition; what does not fit is held.
 
         The hot path of the copy: the batch is cut into runs (a partition's records at consecutive
-        offsets), each looked up, accounted and acknowledged once."""
+        offsets), each looked up, accounted and acknowledged once. A record's accessors are read in
+        list comprehensions, not one by one in a loop: at 8 partitions the loop's own bytecode per
+        record was as much as the producer's C."""
+        errors = [message.error() for message in messages]
+        if any(errors):  # (not errors.count(None): a KafkaError compared with None leaves an exception set)
+            for message, error in zip(messages, errors, strict=True):
+                if error is not None:
+                    _consume_error(message)
+            messages = [message for message, error in zip(messages, errors, strict=True) if error is None]
+        count = len(messages)
+        if not count:
+            return
         flows, backlog = self.flows, self.queue.backlog
         now_ms = time.time() * 1000
-        count, i = len(messages), 0
-        while i < count:
-            message = messages[i]
-            if message.error() is not None:
-                _consume_error(message)
-                i += 1
-                continue
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            j = i + 1
-            while j < count:
-                following = messages[j]
-                if (following.error() is not None or following.offset() != offset + 1
-                        or following.partition() != partition or following.topic() != topic):
-                    break
-                offset += 1
-                j += 1
+        # Along a run, offset - position is constant: a run is a group of equal (topic, partition, that).
+        shifts = [message.offset() for message in messages]
+        shifts = list(map(operator.sub, shifts, range(count)))
+        groups = itertools.groupby(zip([message.topic() for message in messages],
+                                       [message.partition() for message in messages], shifts, strict=True))
+        i = 0
+        for (topic, partition, _), members in groups:
+            j = i + len(list(members))
             key = (topic, partition)
             flow = flows.get(key)
             if flow is not None:  # else revoked while the batch was in flight
                 if j == i + 1 and key not in backlog:  # a run of one: at low rates most are
-                    if not self._send_one(flow, message, now_ms, True):
-                        self.queue.hold(key, [message])
+                    if not self._send_one(flow, messages[i], now_ms, True):
+                        self.queue.hold(key, [messages[i]])
                     i = j
                     continue
                 run = messages[i:j] if i or j < count else messages
@@ -199,60 +201,78 @@ class _WriterBase:
         if len(run) == 1:
             return self._send_one(flow, run[0], now_ms, polled)
         queue = self.queue
-        records, size_total, limits = queue.records, queue.bytes, queue.limits
-        taken: list[Taken] = []
-        value_bytes = 0
-        for message in run:
-            value, key = message.value(), message.key()
-            value_size = len(value) if value else 0
-            size = value_size + (len(key) if key else 0)
-            # (an empty queue takes any record: one larger than the byte limit still moves)
-            if records and (records >= limits.max_records or size_total + size > limits.max_bytes):
-                break
-            records += 1
-            size_total += size
-            value_bytes += value_size
-            taken.append((message, value, key))
-        if not taken:
+        values, keys = [message.value() for message in run], [message.key() for message in run]
+        count, value_bytes = len(run), _total_length(values)
+        size = value_bytes + _total_length(keys)
+        if queue.records + count > queue.limits.max_records or queue.bytes + size > queue.limits.max_bytes:
+            count, size, value_bytes = self._room_for(values, keys)
+            if not count:
+                if polled:
+                    _note_polled(flow, run, now_ms)
+                return 0
+            if polled:
+                _note_polled(flow, run[count:], now_ms)
+            if count == 1:
+                return self._send_one(flow, run[0], now_ms, polled)
+            run, values, keys = run[:count], values[:count], keys[:count]
+        # A record without a timestamp reads -1: the producer stamps it (0), its latency counts from now.
+        stamps = [message.timestamp()[1] for message in run]
+        produced = stamps
+        if min(stamps) < 0:
+            produced = [ts if ts >= 0 else 0 for ts in stamps]
+            stamps = [ts if ts >= 0 else now_ms for ts in stamps]
+        headers = [message.headers() for message in run]
+        copied = CopiedRun(flow, run[0].offset(), run[-1].offset(), size, value_bytes, now_ms, stamps)
+        producer = self._producer_of(flow)
+        produce, remote, partition, last = producer.produce, flow.remote, flow.partition, count - 1
+        # Positional: topic, value, key, partition, on_delivery, callback, timestamp, headers (no
+        # keyword dict a record).
+        try:
+            produce(remote, values[0], keys[0], partition, functools.partial(self._run_started, copied), None,
+                    produced[0], headers[0])
+        except BufferError:  # librdkafka's own queue is full (a client setting below ours): held
             if polled:
                 _note_polled(flow, run, now_ms)
             return 0
-        last = len(taken) - 1
-        copied = CopiedRun(flow, taken[0][0].offset(), taken[last][0].offset(), size_total - queue.bytes,
-                           value_bytes, now_ms)
-        producer = self._producer_of(flow)
-        produce, remote, partition, stamps = producer.produce, flow.remote, flow.partition, copied.stamps
-        for index, (message, value, key) in enumerate(taken):
-            kind, ts = message.timestamp()
-            if kind == 0 or ts < 0:
-                ts = 0  # let the producer stamp a record without one; its latency counts from now
-                stamps.append(now_ms)
-            else:
-                stamps.append(ts)
-            done = (None if 0 < index < last else
-                    functools.partial(self._run_delivered if index == last else self._run_started, copied))
+        except KafkaException as exc:
+            _produce_waiting(producer, flow, values[0], keys[0], produced[0], headers[0],
+                             functools.partial(self._run_started, copied), exc)
+        for value, key, ts, header in zip(values[1:last], keys[1:last], produced[1:last], headers[1:last],
+                                          strict=True):
             try:
-                produce(remote, value, key, partition, timestamp=ts, headers=message.headers(),
-                        on_delivery=done)
-            except BufferError as exc:
-                if index == 0:  # librdkafka's own queue is full (a client setting below ours): held
-                    if polled:
-                        _note_polled(flow, run, now_ms)
-                    return 0
-                _produce_waiting(producer, flow, message, value, key, ts, done, exc)
-            except KafkaException as exc:
-                _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+                produce(remote, value, key, partition, None, None, ts, header)
+            except (BufferError, KafkaException) as exc:
+                _produce_waiting(producer, flow, value, key, ts, header, None, exc)
+        done = functools.partial(self._run_delivered, copied)
+        value, key, ts, header = values[last], keys[last], produced[last], headers[last]
+        try:
+            produce(remote, value, key, partition, done, None, ts, header)
+        except (BufferError, KafkaException) as exc:
+            _produce_waiting(producer, flow, value, key, ts, header, done, exc)
         if polled:
-            if last < len(run) - 1:
-                _note_polled(flow, run[last + 1:], now_ms)
-            count = last + 1
-            ts_sum, ts_min, ts_max = sum(stamps), min(stamps), max(stamps)
-            flow.stats.polled_run(count, count * now_ms - ts_sum, now_ms - ts_max, now_ms - ts_min,
-                                  now_ms - stamps[last])
-        queue.sent(copied.size, last + 1)
+            flow.stats.polled_run(count, count * now_ms - copied.stamp_sum, now_ms - copied.stamp_max,
+                                  now_ms - copied.stamp_min, now_ms - copied.stamp_last)
+        queue.sent(size, count)
         flow.in_flight.append(copied)
         flow.produced = copied.last
-        return last + 1
+        return count
+
+    def _room_for(self, values: list[bytes | None], keys: list[bytes | None]) -> tuple[int, int, int]:
+        """How many of a run's first records the send queue has room for, their size and their values'."""
+        queue = self.queue
+        records, total, limits = queue.records, queue.bytes, queue.limits
+        taken = value_bytes = 0
+        for value, key in zip(values, keys, strict=True):
+            value_size = len(value) if value else 0
+            size = value_size + (len(key) if key else 0)
+            # (an empty queue takes any record: one larger than the byte limit still moves)
+            if records and (records >= limits.max_records or total + size > limits.max_bytes):
+                break
+            records += 1
+            total += size
+            value_bytes += value_size
+            taken += 1
+        return taken, total - queue.bytes, value_bytes
 
     def _send_one(self, flow: PartitionFlow, message: Message, now_ms: float, polled: bool) -> int:
         """`_send_run` of a run of one record (at low rates most runs are)."""
@@ -268,18 +288,16 @@ class _WriterBase:
                               or queue.bytes + size > queue.limits.max_bytes):
             return 0
         offset = message.offset()
-        copied = CopiedRun(flow, offset, offset, size, value_size, now_ms)
-        copied.stamps.append(stamp)
+        copied = CopiedRun(flow, offset, offset, size, value_size, now_ms, [stamp])
         producer = self._producer_of(flow)
         done = functools.partial(self._run_delivered, copied)
         ts = 0 if stamp is now_ms else ts  # 0: the producer stamps a record without one
         try:
-            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
-                             on_delivery=done)
+            producer.produce(flow.remote, value, key, flow.partition, done, None, ts, message.headers())
         except BufferError:
             return 0
         except KafkaException as exc:
-            _produce_waiting(producer, flow, message, value, key, ts, done, exc)
+            _produce_waiting(producer, flow, value, key, ts, message.headers(), done, exc)
         queue.sent(size)
         flow.in_flight.append(copied)
         flow.produced = offset
@@ -421,12 +439,11 @@ def _note_polled(flow: PartitionFlow, messages: Iterable[Message], now_ms: float
         flow.stats.polled(now_ms - ts if kind != 0 and ts > 0 else 0.0)
 
 
-def _produce_waiting(producer: Producer, flow: PartitionFlow, message: Message, value: bytes | None,
-                     key: bytes | None, ts: int, done: Callable[..., None] | None, error: Exception) -> None:
+def _produce_waiting(producer: Producer, flow: PartitionFlow, value: bytes | None, key: bytes | None, ts: int,
+                     headers: object, done: Callable[..., None] | None, error: Exception) -> None:
     """Produces one record of a run after librdkafka refused it: a remote partition just created that
     the producer's metadata does not show yet, or no room in its queue, is waited for (bounded)."""
     deadline = time.monotonic() + (BUFFER_WAIT_S if isinstance(error, BufferError) else PARTITION_WAIT_S)
-    extra = {} if done is None else {"on_delivery": done}
     while True:
         if isinstance(error, KafkaException):
             if error.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
@@ -436,11 +453,18 @@ def _produce_waiting(producer: Producer, flow: PartitionFlow, message: Message, 
             raise DeliveryFailed(f"no room in the producer's queue for {BUFFER_WAIT_S:.0f} s")
         producer.poll(0.2)
         try:
-            producer.produce(flow.remote, value, key, flow.partition, timestamp=ts, headers=message.headers(),
-                             **extra)
+            producer.produce(flow.remote, value, key, flow.partition, done, None, ts, headers)
             return
         except (KafkaException, BufferError) as exc:
             error = exc
+
+
+def _total_length(items: list[bytes | None]) -> int:
+    """The summed length of values or keys, None (a tombstone, no key) counting 0."""
+    missing = items.count(None)
+    if not missing:
+        return sum(map(len, items))
+    return 0 if missing == len(items) else sum(len(item) for item in items if item is not None)
 
 
 def _consume_error(message: Message) -> None:

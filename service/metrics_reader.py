@@ -35,9 +35,27 @@ PARTITION = re.compile(r"[0-9]{1,9}")
 # redis-py types each command of its sync client as `Awaitable[T] | T` (one signature for both clients).
 Members = set[bytes | str]
 Fields = dict[bytes | str, bytes | str]
-# How many of a subject's newest windows newest_windows looks through for a metric: a window holds only
-# the metrics with samples in it (no latency without records); further would read a quiet metric's retention.
+# How many window starts back from a subject's newest window newest_windows looks through for a metric: a
+# window holds only the metrics with samples in it (no latency without records); further would read a quiet
+# metric's retention.
 NEWEST_LOOKBACK = 10
+
+
+def _fields(window: str, from_ms: int, to_ms: int) -> list[str]:
+    """The hash fields of the windows starting in [from, to] (HMGET takes one at least: a start no window
+    has stands in for none)."""
+    return layout.window_fields(window, from_ms, to_ms) or ["-1"]
+
+
+def _lookback(newest: bytes | None, size: int) -> list[str]:
+    """The fields of a hash's NEWEST_LOOKBACK newest window starts, from its newest (its NEWEST_FIELD)."""
+    try:
+        last = int(newest) if newest is not None else None
+    except ValueError:
+        last = None
+    if last is None:
+        return ["-1"]
+    return [str(last - i * size) for i in range(NEWEST_LOOKBACK)][::-1]
 
 
 class NotFound(LookupError):
@@ -195,8 +213,14 @@ class MetricsReader:
         if charged:
             self.charge(len(series), window, from_ms, to_ms)
         keys = [layout.series_key(one, window) for one in series]
-        found = self._per_key(keys, lambda pipe, key: pipe.zrangebyscore(key, from_ms, to_ms))
+        found = self._windows_of(keys, window, from_ms, to_ms)
         return [metric_windows(found[key], one.metric) for one, key in zip(series, keys, strict=True)]
+
+    def _windows_of(self, keys: Sequence[str], window: str, from_ms: int, to_ms: int) -> dict[str, list]:
+        """Key -> the members of its windows starting in [from, to], oldest first, in one pipeline."""
+        fields = _fields(window, from_ms, to_ms)
+        found = self._per_key(keys, lambda pipe, key: pipe.hmget(key, fields))
+        return {key: layout.held(values) for key, values in found.items()}
 
     def _per_key(self, keys: Sequence[str], read: Callable[[Pipeline, str], object]) -> dict[str, list]:
         """Key -> its reply, in one pipeline: a subject's metrics share a key, read once."""
@@ -214,8 +238,8 @@ class MetricsReader:
         if len(series) == 1:
             self.charge(1, window, from_ms, to_ms)
             key = layout.series_key(series[0], window)
-            members = cast(list[bytes | str], self.client.zrangebyscore(key, from_ms, to_ms))
-            return summarize_columns(metric, window, window_columns(members, metric))
+            values = cast(list[bytes | None], self.client.hmget(key, _fields(window, from_ms, to_ms)))
+            return summarize_columns(metric, window, window_columns(layout.held(values), metric))
         return summarize(metric, window, merge_subjects(self.windows(series, window, from_ms, to_ms)))
 
     def topic_metric(self, source: str, target: str, topic: str, metric: str, from_ms: int, to_ms: int,
@@ -241,10 +265,10 @@ class MetricsReader:
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(layout.topics_key(target, source), guess)
         series = layout.SeriesId(target, source, guess, layout.WHOLE_TOPIC, metric)
-        pipe.zrangebyscore(layout.series_key(series, window), from_ms, to_ms)
-        upstream, members = pipe.execute()
+        pipe.hmget(layout.series_key(series, window), _fields(window, from_ms, to_ms))
+        upstream, values = pipe.execute()
         if upstream is not None and _string(upstream) == upstream_topic:
-            return guess, summarize_columns(metric, window, window_columns(members, metric))
+            return guess, summarize_columns(metric, window, window_columns(layout.held(values), metric))
         remote = self.remote_topic(source, target, upstream_topic)
         return remote, self.topic_metric(source, target, remote, metric, from_ms, to_ms, granularity)
 
@@ -273,7 +297,7 @@ class MetricsReader:
                   for r in replications for m in metrics]
         self.charge(len(series), window, from_ms, to_ms)
         keys = [layout.series_key(one, window) for one in series]
-        found = self._per_key(keys, lambda pipe, key: pipe.zrangebyscore(key, from_ms, to_ms))
+        found = self._windows_of(keys, window, from_ms, to_ms)
         return {(s.source, s.target, s.metric): found[key] for s, key in zip(series, keys, strict=True)}
 
     def _replication_windows(
@@ -407,7 +431,9 @@ class MetricsReader:
         """Each series' newest window among its subject's NEWEST_LOOKBACK newest, None without one (latest
         values for the Prometheus exposition): the subject's newest window may hold other metrics only."""
         keys = [layout.series_key(one, window) for one in series]
-        found = self._per_key(
-            keys, lambda pipe, key: pipe.zrevrangebyscore(key, "+inf", "-inf", start=0, num=NEWEST_LOOKBACK))
-        return [next(iter(metric_windows(found[key], one.metric)), None)
+        newest = cast(dict[str, bytes | None],
+                      self._per_key(keys, lambda pipe, key: pipe.hget(key, layout.NEWEST_FIELD)))
+        size = layout.WINDOWS[window].size_ms
+        found = self._per_key(keys, lambda pipe, key: pipe.hmget(key, _lookback(newest[key], size)))
+        return [next(iter(metric_windows(layout.held(found[key])[::-1], one.metric)), None)
                 for one, key in zip(series, keys, strict=True)]

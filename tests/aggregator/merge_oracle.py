@@ -103,7 +103,8 @@ class StoredWindows(stored_windows.StoredWindows):
         starts = pa.concat_tables([unchanged, fresh.select(STARTS.names).cast(STARTS)])
         self._keep(table, starts, _newest(merged), window)  # unchanged but for its input
         updates = updates.select(["series", "start", "member", "replaces"])
-        return WindowUpdates(window, updates, stored_windows._trims(updates, stored, _newest(merged), window))
+        return WindowUpdates(window, updates, *stored_windows._key_changes(updates, stored, _newest(merged), window,
+                                                                        self.loaded_newest.pop(window, {})))
 
 
 def _merged(joined: pa.Table) -> pa.Table:

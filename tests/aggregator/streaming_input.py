@@ -51,7 +51,7 @@ def topic_pattern(*sources: str) -> str:
 
 
 def members(client: redis.Redis, series: layout.SeriesId, window: str) -> list[layout.WindowAggregate]:
-    replies = client.zrange(layout.series_key(series, window), 0, -1)
+    replies = layout.hash_members(client.hgetall(layout.series_key(series, window)))
     return [w for m in replies if (w := layout.metric_window(m, series.metric)) is not None]
 
 

@@ -134,10 +134,12 @@ def comparable_snapshot(client: redis.Redis) -> dict:
     def excluded(key: str) -> bool:
         return key.startswith(f"{layout.PREFIX}:batch:") or key in probes
     out = snapshot(client, exclude=excluded)
-    for key in [k for k in out if k.startswith(f"{layout.PREFIX}:win:") and not k.endswith(" (expires)")]:
-        members = [(m, score) for raw, score in out[key] if (m := without_lag_seconds(raw)) is not None]
+    for key in [k for k in out if k.startswith(f"{layout.PREFIX}:wh:") and not k.endswith(" (expires)")]:
+        newest = [(name, raw) for name, raw in out[key] if name == layout.NEWEST_FIELD.encode()]
+        members = [(name, m) for name, raw in out[key]
+                   if name != layout.NEWEST_FIELD.encode() and (m := without_lag_seconds(raw)) is not None]
         if members:
-            out[key] = members
+            out[key] = members + newest
         else:  # a window set of lag in seconds only
             del out[key], out[f"{key} (expires)"]
     return out

@@ -121,7 +121,7 @@ def test_a_writer_of_the_metrics_topic_mints_no_more_subjects_than_the_cap(spark
     kept = {m.decode() for m in client.zrange(layout.subjects_key("west", source), 0, -1)}
     assert len(kept) == 6 and {f"east.orders|{p}|" for p in (-1, 0, 1, 2)} <= kept
     assert int(client.get(layout.refused_subjects_key("west", source))) == 38
-    minted_series = [k for k in client.scan_iter(match=f"{layout.PREFIX}:win:*minted*", count=1000)]
+    minted_series = [k for k in client.scan_iter(match=f"{layout.PREFIX}:wh:*minted*", count=1000)]
     assert {k.decode().split("|")[2].split("}")[0] for k in minted_series} <= {m.split("|")[0] for m in kept}
     orders = layout.SeriesId("west", source, "east.orders", 1, "record_count")
     assert [m.sum for m in members(client, orders, "1h")] == [15]  # a known subject goes on

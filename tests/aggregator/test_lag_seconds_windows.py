@@ -71,7 +71,7 @@ def write(sink: RedisRollupSink, windows: list[dict], latest: list[dict], batch_
 
 def stored(client: redis.Redis, topic: str, partition: int, window: str) -> list[tuple[int, float]]:
     key = layout.series_key(layout.SeriesId("west", "east", topic, partition, "lag_seconds"), window)
-    windows = (layout.metric_window(m, "lag_seconds") for m in client.zrange(key, 0, -1))
+    windows = (layout.metric_window(m, "lag_seconds") for m in layout.hash_members(client.hgetall(key)))
     return [(w.start_ms, w.last) for w in windows if w is not None]
 
 

@@ -61,7 +61,7 @@ def spec_for(bootstrap: str, url: str, source: str, checkpoints: Path) -> Rollup
 
 def total(client: redis.Redis, source: str) -> float:
     series = layout.SeriesId("east", source, f"{source}.t", layout.WHOLE_TOPIC, "record_count")
-    replies = client.zrange(layout.series_key(series, "1h"), 0, -1)
+    replies = layout.hash_members(client.hgetall(layout.series_key(series, "1h")))
     return sum(w.sum for m in replies if (w := layout.metric_window(m, series.metric)) is not None)
 
 

@@ -51,7 +51,8 @@ def sink(redis_url: str) -> RedisRollupSink:
 def members(client: redis.Redis, window: str, metric: str = "record_count", partition: int = 0,
             topic: str = "east.orders") -> list[layout.WindowAggregate]:
     key = layout.series_key(layout.SeriesId("west", "east", topic, partition, metric), window)
-    return [w for m in client.zrange(key, 0, -1) if (w := layout.metric_window(m, metric)) is not None]
+    held = layout.hash_members(client.hgetall(key))
+    return [w for m in held if (w := layout.metric_window(m, metric)) is not None]
 
 
 def test_partials_merge_into_every_window_size(sink: RedisRollupSink):
@@ -274,7 +275,8 @@ def test_invalid_records_are_counted_once(sink: RedisRollupSink):
     assert int(sink.client.get(total)) == 4
     key = layout.series_key(layout.SeriesId("west", source, layout.ALL_TOPICS, 0,
                                             layout.INVALID_RECORDS_METRIC), "1m")
-    windows = [layout.metric_window(m, layout.INVALID_RECORDS_METRIC) for m in sink.client.zrange(key, 0, -1)]
+    windows = [layout.metric_window(m, layout.INVALID_RECORDS_METRIC)
+               for m in layout.hash_members(sink.client.hgetall(key))]
     assert [(w.count, w.min, w.max) for w in windows if w is not None] == [(4, 0, 3)]
 
 

@@ -54,30 +54,33 @@ def test_new_windows_are_written_whole_and_later_batches_merge_into_them():
     store = StoredWindows()
     first = store.apply(size_partials(finest((0, 1, 5, 5, 5, 5, 1_000)), "1m"), "1m")
     assert members(first) == {0: ("0;0:1:5:5:5:5:1000", False)}
-    assert first.trims == {KEY: 0 - layout.WINDOWS["1m"].retention_ms}
+    # A new key: trimmed by its own fields (none known here), its newest window named.
+    assert first.trims == {KEY: (None, 0 - layout.WINDOWS["1m"].retention_ms)} and first.newest == {KEY: 0}
     later = store.apply(size_partials(finest((10_000, 1, 2.5, 2.5, 2.5, 2.5, 500)), "1m"), "1m")
-    # The stored last is newer (ts 1000 > 500): it stays; the stored member is replaced, not added to.
+    # The stored last is newer (ts 1000 > 500): it stays; the stored window is replaced (its field), not
+    # added to; nothing is removed, so the key keeps its lifetime.
     assert members(later) == {0: ("0;0:2:7.5:2.5:5:5:1000", True)}
-    # The key's only window is removed before its new member is added: the key may vanish in between, so
-    # it is given its lifetime again (not trimmed).
-    assert later.trims == {KEY: None}
+    assert later.trims == {} and later.newest == {}
     again = store.apply(size_partials(finest((70_000, 1, 1, 1, 1, 1, 70_000)), "1m"), "1m")
     assert members(again) == {60_000: ("60000;0:1:1:1:1:1:70000", False)} and again.trims == {}
-    # A window replaced beside another one kept: the key stays, nothing to trim.
-    assert store.apply(size_partials(finest((80_000, 1, 1, 1, 1, 1, 80_000)), "1m"), "1m").trims == {}
+    assert again.newest == {KEY: 60_000}
+    replaced = store.apply(size_partials(finest((80_000, 1, 1, 1, 1, 1, 80_000)), "1m"), "1m")
+    assert replaced.trims == {} and replaced.newest == {}
 
 
 def test_a_key_is_trimmed_when_a_window_is_created_in_a_newer_trim_period():
     store = StoredWindows()
     period = layout.trim_period_ms("10s")
     retention = layout.WINDOWS["10s"].retention_ms
-    assert store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s").trims == {KEY: -retention}
+    assert store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 0)), "10s"), "10s").trims == {
+        KEY: (None, -retention)}
     # Windows created in the same period as the key's newest: no trim, no new lifetime.
     for start in range(10_000, period, 10_000):
         assert store.apply(size_partials(finest((start, 1, 1, 1, 1, 1, start)), "10s"), "10s").trims == {}
-    # The first window of the next period trims the key and sets its lifetime again.
+    # The first window of the next period trims the key and sets its lifetime again: the key holds nothing
+    # before its newest window's period less retention, so the grid from there is all to delete.
     updates = store.apply(size_partials(finest((period, 1, 1, 1, 1, 1, period)), "10s"), "10s")
-    assert updates.trims == {KEY: period - retention}
+    assert updates.trims == {KEY: (-retention, period - retention)}
 
 
 def test_a_window_member_holds_every_metric_of_the_subject():
@@ -103,7 +106,7 @@ def test_a_stored_member_is_replaced_whatever_its_text():
     store.load("10s", {KEY: (0, [stored.encode()])})
     updates = store.apply(size_partials(finest((0, 1, 1, 1, 1, 1, 5)), "10s"), "10s")
     assert members(updates) == {0: ("0;0:2:1.1:0.1:1:0.1:10", True)}
-    assert updates.trims == {KEY: None}  # its key's only window: given its lifetime again
+    assert updates.trims == {}  # its field replaced: the key keeps its lifetime
 
 
 def test_what_is_not_kept_is_read_from_redis_first():
@@ -145,16 +148,17 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
                         "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
                         "replaces": [False, True, False]})
-    calls = redis_calls([WindowUpdates("10s", changed, {2: -5, 1: -7})], keys)
+    calls = redis_calls([WindowUpdates("10s", changed, {2: (None, -5), 1: (-20_000, -7)}, {1: 10_000})], keys)
     orders_keys = [keys.keys[0][0], keys.keys[2][0]]
     assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # Head of a key: its windows, the stored windows they replace, the retention cut-off or "" and the
-    # lifetime to set or "" (both when the batch created a window in a new trim period there); then its
-    # windows, then the starts of those it replaces.
+    # ARGV: the keys trimmed; per key its fields, then each field and value (a window's start and member,
+    # the newest start when it moved); then per key trimmed its place in KEYS, the trim's first grid start
+    # ("*": the hash's own fields), the retention cut-off, the window's size and the lifetime to set.
     ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "1", "", "", "0", "0:2:2:1:1:1:5", "0",
-                           "1", "0", "-5", ttl, "0", "0:1:9:9:9:9:1"]
-    assert calls[1][1] == ["1", "0", "-7", ttl, "10000", "10000:1:1:1:1:1:10000"]
+    assert calls[0][1] == ["1", "1", "0", "0:2:2:1:1:1:5", "1", "0", "0:1:9:9:9:9:1",
+                           "2", "*", "-5", "10000", ttl]
+    assert calls[1][1] == ["1", "2", "10000", "10000:1:1:1:1:1:10000", layout.NEWEST_FIELD, "10000",
+                           "1", "-20000", "-7", "10000", ttl]
 
 
 def test_redis_calls_give_each_key_its_windows_in_order():
@@ -165,11 +169,10 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),
                         "member": [f"m{s}-{t}" for s, t in zip(series, starts, strict=True)],
                         "replaces": pa.array([False] * 5)})
-    ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}), WindowUpdates("1h", changed.slice(1, 1),
-                                                                                   {ids[0]: 0})], keys)
+    ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}, {}),
+                                    WindowUpdates("1h", changed.slice(1, 1), {ids[0]: (None, 0)}, {})], keys)
     assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
     ttl_1h = str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "0", "", "", "0", "m0-0",
-                    "1", "0", "0", ttl_1h, "0", "m0-0",
-                    "1", "0", "", "", "0", "m1-0",
-                    "3", "0", "", "", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"]
+    assert argv == ["1", "1", "0", "m0-0", "1", "0", "m0-0", "1", "0", "m1-0",
+                    "3", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000",
+                    "2", "*", "0", "3600000", ttl_1h]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -34,7 +35,7 @@ def target(client: redis.Redis) -> Iterator[str]:
     name = f"up-{uuid.uuid4().hex[:8]}"
     yield name
     tag = legacy.legacy_target_pattern(name).removeprefix("srm:ts:")
-    for pattern in (f"srm:ts:{tag}", f"srm:win:{tag}"):
+    for pattern in (f"srm:ts:{tag}", f"srm:win:{tag}", f"srm:wh:{tag}"):
         keys = list(client.scan_iter(match=pattern))
         if keys:
             client.delete(*keys)
@@ -59,13 +60,21 @@ def put_old(client: redis.Redis, series: SeriesId, window: str, members: list[st
 
 
 def read_new(client: redis.Redis, series: SeriesId, window: str) -> dict[int, dict[str, tuple]]:
-    """start -> metric -> (count, sum, min, max, last, last ts) of the new key, scores checked."""
+    """start -> metric -> (count, sum, min, max, last, last ts) of the current key (a hash), its fields and
+    newest start checked."""
     out = {}
-    for member, score in client.zrange(layout.series_key(series, window), 0, -1, withscores=True):
+    fields = client.hgetall(layout.series_key(series, window))
+    newest = fields.pop(layout.NEWEST_FIELD.encode(), None)
+    for name, member in fields.items():
         start, metrics = layout.decode_member(member)
-        assert score == start and start not in out
+        assert int(name) == start
         out[start] = {m: (a.count, a.sum, a.min, a.max, a.last, a.last_ts) for m, a in metrics.items()}
+    assert (int(newest) if newest is not None else None) == max(out, default=None)
     return out
+
+
+def sorted_keys(client: redis.Redis, target: str) -> list[bytes]:
+    return list(client.scan_iter(match=legacy.sorted_target_pattern(target)))
 
 
 def old_keys(client: redis.Redis, target: str) -> list[bytes]:
@@ -95,8 +104,9 @@ def test_every_metric_of_a_subject_lands_in_one_member_per_window(client, target
 
     counts = upgrade_windows(client, target)
 
-    assert counts == UpgradeCounts(keys_moved=2 * 7, windows_written=3 * 2 * 2)
-    assert old_keys(client, target) == []
+    # 14 keys of a metric each into 6 sorted sets of a subject each, those into 6 hashes.
+    assert counts == UpgradeCounts(keys_moved=2 * 7 + 3 * 2, windows_written=3 * 2 * 2)
+    assert old_keys(client, target) == [] and sorted_keys(client, target) == []
     for (n, window), windows in expected.items():
         subject = subjects(target)[n]
         assert read_new(client, subject, window) == windows
@@ -115,14 +125,15 @@ def test_a_window_the_new_layout_already_holds_is_merged_not_overwritten(client,
     existing = {"record_count": WindowAggregate(T0, 3, 30, 5, 15, 9, T0 + 9000),
                 "record_age_ms": WindowAggregate(T0, 1, 4, 4, 4, 4, T0 + 1)}
     later = layout.encode_member(T0 + 20_000, {"record_count": WindowAggregate(T0 + 20_000, 1, 1, 1, 1, 1)})
-    client.zadd(new_key, {layout.encode_member(T0, existing): T0, later: T0 + 20_000})
+    client.hset(new_key, mapping={str(T0): layout.encode_member(T0, existing), str(T0 + 20_000): later,
+                                  layout.NEWEST_FIELD: T0 + 20_000})
     client.pexpire(new_key, layout.key_ttl_ms("10s"))
     new_expiry = client.pexpiretime(new_key)
     put_old(client, SeriesId(target, "east", "east.t", 0, "record_count"), "10s",
             [f"{T0}:2:6:1:5:2:{T0 + 100}"], 60_000)
     put_old(client, SeriesId(target, "east", "east.t", 0, "byte_count"), "10s", [f"{T0}:2:7:3:4:3"], 60_000)
 
-    assert upgrade_windows(client, target) == UpgradeCounts(keys_moved=2, windows_written=1)
+    assert upgrade_windows(client, target) == UpgradeCounts(keys_moved=2 + 1, windows_written=1)
 
     assert read_new(client, subject, "10s") == {
         T0: {"record_count": (5, 36, 1, 15, 9, T0 + 9000),  # last: the newer of the two (new side's)
@@ -148,7 +159,7 @@ def test_an_unreadable_member_is_skipped_and_counted_the_rest_moved(client, targ
     with caplog.at_level(logging.WARNING, logger=upgrade.__name__):
         counts = upgrade_windows(client, target)
 
-    assert counts == UpgradeCounts(keys_moved=2, windows_written=2, members_skipped=2, keys_skipped=2)
+    assert counts == UpgradeCounts(keys_moved=2 + 1, windows_written=2, members_skipped=2, keys_skipped=2)
     assert read_new(client, subject, "1m") == {T0: {"record_count": (1, 2, 2, 2, 2, T0)},
                                                T0 + 60_000: {"byte_count": (1, 8, 8, 8, 8, T0 + 60_000)}}
     warnings = [r.getMessage() for r in caplog.records]
@@ -159,7 +170,7 @@ def test_an_unreadable_member_is_skipped_and_counted_the_rest_moved(client, targ
 
 def test_a_concurrent_write_aborts_the_group_which_is_read_and_moved_again(client, target, monkeypatch):
     subject = subjects(target)[0]
-    new_key = layout.series_key(subject, "10s")
+    new_key = legacy.sorted_series_key(subject, "10s")
     put_old(client, SeriesId(target, "east", "east.t", 0, "record_count"), "10s", [f"{T0}:1:1:1:1:1"], 60_000)
     read, calls = upgrade._read_group, []
 
@@ -172,10 +183,37 @@ def test_a_concurrent_write_aborts_the_group_which_is_read_and_moved_again(clien
         return move
 
     monkeypatch.setattr(upgrade, "_read_group", racing_read)
-    assert upgrade_windows(client, target) == UpgradeCounts(keys_moved=1, windows_written=1)
+    assert upgrade_windows(client, target) == UpgradeCounts(keys_moved=1 + 1, windows_written=1)
     assert len(calls) == 2
     assert read_new(client, subject, "10s") == {T0: {"record_count": (1, 1, 1, 1, 1, T0),
                                                      "byte_count": (1, 2, 2, 2, 2, T0)}}
+
+
+def test_a_sorted_set_of_the_layout_before_becomes_its_hash(client, target, caplog):
+    subject = subjects(target)[1]
+    old_key = legacy.sorted_series_key(subject, "1m")
+    windows = {start: {"record_count": WindowAggregate(start, 1, n, n, n, n, start + 5)}
+               for n, start in enumerate((T0, T0 + 60_000, T0 + 120_000), 1)}
+    members = {layout.encode_member(s, w): s for s, w in windows.items()}
+    client.zadd(old_key, {**members, "garbage": T0 + 180_000})
+    client.pexpire(old_key, 90_000)
+    # Another target's sorted set and a key that only looks like one stay where they are.
+    other = legacy.sorted_series_key(replace(subject, target=f"{target}-other"), "1m")
+    client.zadd(other, {layout.encode_member(T0, windows[T0]): T0})
+    bogus = legacy.sorted_target_pattern(target).replace("*", "bogus")
+    client.zadd(bogus, {"x": 0})
+
+    with caplog.at_level(logging.WARNING, logger=upgrade.__name__):
+        counts = upgrade_windows(client, target)
+
+    assert counts == UpgradeCounts(keys_moved=1, windows_written=3, members_skipped=1, keys_skipped=1)
+    assert read_new(client, subject, "1m") == {
+        s: {"record_count": (1, n, n, n, n, s + 5)} for n, s in enumerate(windows, 1)}
+    assert 0 < client.pttl(layout.series_key(subject, "1m")) <= 90_000
+    assert sorted(sorted_keys(client, target)) == [bogus.encode()]
+    assert client.exists(other) and any("garbage" in r.getMessage() for r in caplog.records)
+    assert upgrade_windows(client, target) == UpgradeCounts(keys_skipped=1)
+    client.delete(other, bogus)
 
 
 class StoppedQuery:

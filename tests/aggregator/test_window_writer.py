@@ -168,3 +168,34 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
     assert renamed(cut, prefixes[1]) == renamed(whole, prefixes[0])
     assert not cut.client.exists(layout.merging_batches_key(cut.batch_scope))
     assert cut.client.get(layout.applied_batch_key(cut.batch_scope)) == b"1"
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_key_written_again_past_its_retention_keeps_only_its_retention(redis_url: str, restarted: bool):
+    """Kept windows (the same writer: a grid longer than the hash) or read back (a new writer: the key's
+    newest window) bound the trim; either way the old windows go and the newest field follows."""
+    topic = f"east.t{uuid.uuid4().hex[:6]}"
+    first = new_sink(redis_url, background=False)
+    first.write(batch(topic, 0), 0)
+    gap = (layout.WINDOWS["10s"].retention_ms + 20 * 60_000) // 10_000  # windows
+    later = new_sink(redis_url, background=False) if restarted else first
+    later.write(batch(topic, gap), 1 if later is first else 0)
+    for window, kept in (("10s", range(gap, gap + 8)), ("1m", [*range(0, 8), *range(gap, gap + 8)])):
+        key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), window)
+        fields = first.client.hgetall(key)
+        newest = int(fields.pop(layout.NEWEST_FIELD.encode()))
+        starts = sorted(int(f) for f in fields)
+        assert starts == sorted({layout.window_start(HOUR + i * 10_000, window) for i in kept})
+        assert newest == starts[-1]
+
+
+def test_a_key_written_on_and_on_is_trimmed_to_its_retention_by_its_grid(redis_url: str):
+    topic = f"east.t{uuid.uuid4().hex[:6]}"
+    sink = new_sink(redis_url, background=False)
+    for batch_id, first in enumerate(range(0, 2_400, 400)):
+        sink.write(batch(topic, first, 400), batch_id)
+    key = layout.series_key(layout.SeriesId("west", "east", topic, 1, "record_count"), "10s")
+    fields = sink.client.hgetall(key)
+    assert int(fields.pop(layout.NEWEST_FIELD.encode())) == HOUR + 2_399 * 10_000
+    cut = 2_399 - layout.WINDOWS["10s"].retention_ms // 10_000
+    assert sorted(int(f) for f in fields) == [HOUR + i * 10_000 for i in range(cut, 2_400)]

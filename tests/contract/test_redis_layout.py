@@ -26,7 +26,7 @@ def parse_series_key(key: str) -> tuple[Subject, str]:
         tag_end = rest.index("}")
         target, source, topic = (unquote(x) for x in rest[1:tag_end].split("|"))
         partition, group, window = rest[tag_end + 2:].split(":")
-        if (prefix, kind) != (layout.PREFIX, "win") or window not in layout.WINDOWS:
+        if (prefix, kind) != (layout.PREFIX, "wh") or window not in layout.WINDOWS:
             raise ValueError(key)
         subject = (target, source, topic, int(partition), unquote(group) if group else None)
     except ValueError:
@@ -188,6 +188,29 @@ def test_coarser_windows_are_exact_multiples_of_the_finest():
     assert sizes[0] == layout.FINEST_WINDOW.size_ms
     assert all(big % small == 0 for small, big in zip(sizes, sizes[1:], strict=False))
     assert all(w.retention_ms < layout.key_ttl_ms(w.name) for w in layout.WINDOWS.values())
+
+
+def test_window_fields_are_the_grid_starts_of_the_range_bounds_included():
+    assert layout.window_fields("1m", 60_000, 240_000) == ["60000", "120000", "180000", "240000"]
+    assert layout.window_fields("1m", 60_001, 239_999) == ["120000", "180000"]
+    assert layout.window_fields("10s", 5_000, 9_999) == []
+    assert layout.window_fields("1h", 0, 0) == ["0"]
+
+
+def test_hash_members_are_the_windows_oldest_first_without_the_newest_field():
+    fields = {b"120000": b"b", b"60000": b"a", layout.NEWEST_FIELD.encode(): b"120000", b"900000": b"c"}
+    assert layout.hash_members(fields) == [b"a", b"b", b"c"]
+    assert layout.held([None, b"a", None, b"b"]) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("series", [SeriesId("west", "east", "east.t", 3, ""),
+                                    SeriesId("w", "e", "e.t", 0, "", group="odd:group|{name}%")])
+def test_sorted_set_keys_of_the_layout_before_read_back_for_the_upgrade(series):
+    key = legacy.sorted_series_key(series, "1m")
+    assert key.startswith("srm:win:{")
+    assert legacy.parse_sorted_series_key(key) == (series, "1m")
+    with pytest.raises(ValueError, match="not a sorted-set series key"):
+        legacy.parse_sorted_series_key(key.replace(":1m", ":5m"))
 
 
 def test_legacy_members_still_read_for_the_upgrade():

@@ -23,7 +23,10 @@ class Record:
     topic_: str
     partition_: int
     offset_: int
-    value_: bytes = b"v" * 10
+    value_: bytes | None = b"v" * 10
+    key_: bytes | None = None
+    timestamp_: int = 1_700_000_000_000  # -1: none (librdkafka's reading of a record without one)
+    error_: KafkaError | None = None
 
     def topic(self) -> str:
         return self.topic_
@@ -34,20 +37,20 @@ class Record:
     def offset(self) -> int:
         return self.offset_
 
-    def value(self) -> bytes:
+    def value(self) -> bytes | None:
         return self.value_
 
-    def key(self) -> None:
-        return None
+    def key(self) -> bytes | None:
+        return self.key_
 
-    def headers(self) -> None:
-        return None
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return [("h", str(self.offset_).encode())] if self.key_ else None
 
     def timestamp(self) -> tuple[int, int]:
-        return 1, 1_700_000_000_000
+        return (0, -1) if self.timestamp_ < 0 else (1, self.timestamp_)
 
-    def error(self) -> None:
-        return None
+    def error(self) -> KafkaError | None:
+        return self.error_
 
 
 @dataclass
@@ -57,16 +60,22 @@ class Producer:
 
     room: int = 1000
     produced: list[tuple[str, int, bytes]] = field(default_factory=list)
+    # value, key, timestamp, headers
+    sent: list[tuple[bytes | None, object, int, object]] = field(default_factory=list)
     callbacks: list[Callable[..., None] | None] = field(default_factory=list)
     next_offset: dict[tuple[str, int], int] = field(default_factory=dict)
     downstream: list[int] = field(default_factory=list)
     acknowledged: int = 0  # records acknowledged so far, in production order
 
     def produce(self, topic: str, value: bytes, key: object = None, partition: int = -1,
-                on_delivery: Callable[..., None] | None = None, **_: object) -> None:
+                on_delivery: Callable[..., None] | None = None, callback: object = None, timestamp: int = 0,
+                headers: object = None) -> None:
+        """confluent_kafka's order: topic, value, key, partition, on_delivery, callback, timestamp,
+        headers."""
         if len(self.produced) - self.acknowledged >= self.room:
             raise BufferError("Local: Queue full")
         self.produced.append((topic, partition, value))
+        self.sent.append((value, key, timestamp, headers))
         self.callbacks.append(on_delivery)
         offset = self.next_offset.get((topic, partition), 0)
         self.next_offset[(topic, partition)] = offset + 1
@@ -131,6 +140,46 @@ def test_only_a_runs_first_and_last_record_carry_a_callback_and_the_last_acknowl
         7, 70, 8, 6)
     assert report.replication_latency_ms is not None and report.replication_latency_ms.count == 7
     assert report.record_age_ms is not None and report.record_age_ms.count == 7
+
+
+def test_a_batch_is_copied_as_it_was_read_whatever_its_records_hold() -> None:
+    """Keys, tombstones, headers and timestamps go out as read (none: the producer stamps it, 0); a
+    consume error is skipped without breaking its partition's run; partitions interleaved in the batch
+    keep their order."""
+    producer = Producer()
+    writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    batch = [Record("t", 0, 0, key_=b"k0"), Record("t", 0, 1, value_=None, key_=b"k1"),
+             Record("t", 0, 1, error_=eof), Record("t", 0, 2, timestamp_=-1),
+             Record("t", 1, 7), Record("t", 0, 3), Record("t", 1, 8, value_=b"")]
+    writer.write(batch)  # type: ignore[arg-type]
+    ts = 1_700_000_000_000
+    assert [(t, p) for t, p, _ in producer.produced] == [("east.t", 0)] * 3 + [("east.t", 1), ("east.t", 0),
+                                                                               ("east.t", 1)]
+    assert producer.sent == [(b"v" * 10, b"k0", ts, [("h", b"0")]), (None, b"k1", ts, [("h", b"1")]),
+                             (b"v" * 10, None, 0, None), (b"v" * 10, None, ts, None),
+                             (b"v" * 10, None, ts, None), (b"", None, ts, None)]
+    assert [callback is not None for callback in producer.callbacks] == [True, False, True, True, True, True]
+    assert writer.queue.records == 6 and writer.queue.bytes == 10 + 2 + 2 + 10 + 10 + 10
+    producer.acknowledge(6)
+    flow = writer.flows[("t", 0)]
+    assert (flow.acked, writer.flows[("t", 1)].acked) == (3, 8)
+    assert (writer.queue.records, writer.queue.bytes) == (0, 0)
+    report = flow.stats.report(0, 1000, "east", "west")
+    assert (report.record_count, report.byte_count, report.upstream_offset, report.target_offset) == (
+        4, 30, 3, 3)
+
+
+def test_a_run_larger_than_the_room_left_is_split_where_the_room_ends() -> None:
+    producer = Producer()
+    writer = writer_with(QueueLimits(100, 35, 1 << 20), producer, partitions=1)
+    writer.write([Record("t", 0, o) for o in range(3)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(3, 8)])  # type: ignore[misc]
+    assert len(producer.produced) == 3 and writer.queue.held_records() == 5, "30 of 35 bytes taken"
+    producer.acknowledge(3)
+    writer.tick(0.0)
+    assert len(producer.produced) == 6 and writer.queue.held_records() == 2
+    assert [(run.first, run.last) for run in writer.flows[("t", 0)].in_flight] == [(3, 5)]
 
 
 def test_a_byte_limit_holds_records_but_an_empty_queue_takes_one_larger_than_it() -> None:

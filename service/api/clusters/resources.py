@@ -56,7 +56,7 @@ class ClusterInfo(MethodView):
         if not pairs:
             abort(404, message=f"no replication from or to cluster {cluster!r} has metrics")
         replications = reader.replications(pairs)
-        # Replication-level series only (one sorted set per replication, whatever the topics), read once
+        # Replication-level series only (one hash per replication, whatever the topics), read once
         # for both the replications' figures and the cluster's totals, inside the request's point budget.
         window = reader.resolve_window(from_ms, to_ms, granularity, len(INFO_METRICS) * len(replications))
         found = reader.replication_level_members(replications, INFO_METRICS, window, from_ms, to_ms)
