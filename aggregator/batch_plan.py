@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -143,34 +143,40 @@ class BatchPlan:
             self.invalid.append(InvalidWindow(series, window, excerpt))
 
     def _add_index(self, windows: pa.Table) -> None:
+        """The index entries naming the batch's subjects: a group_by a kind of entry, then a Python step a
+        key (a topic's partitions at once), not a call a subject (100,000 of them at a real target's
+        cardinality)."""
         columns = ["target", "source", "topic", "partition", "group", "upstream_topic"]
-        distinct = windows.group_by(columns, use_threads=False).aggregate([])
-        for row in zip(*distinct.to_pydict().values(), strict=True):
-            topic_entry, set_entries = _index_entries(*row)
-            if topic_entry is not None:
-                key, topic, upstream_topic = topic_entry
-                self.index_hashes.setdefault(key, {})[topic] = upstream_topic
-            for key, member in set_entries:
-                self.index_sets.setdefault(key, set()).add(member)
+        windows = windows.select(columns).group_by(columns, use_threads=False).aggregate([])
+        sets = self.index_sets
+        for target in _distinct(windows, ["target"])["target"]:
+            sets.setdefault(layout.targets_key(), set()).add(target)
+        pairs = _distinct(windows, ["target", "source"])
+        for target, source in zip(pairs["target"], pairs["source"], strict=True):
+            sets.setdefault(layout.sources_key(target), set()).add(source)
+        grouped = windows.filter(pc.fill_null(pc.not_equal(windows["group"], ""), False))
+        groups = _distinct(grouped, ["target", "source", "group"])
+        for target, source, group in zip(groups["target"], groups["source"], groups["group"], strict=True):
+            sets.setdefault(layout.groups_key(target, source), set()).add(group)
+        # Null compares as Python's None did: unequal to either.
+        topics = windows.filter(pc.fill_null(pc.not_equal(windows["topic"], layout.ALL_TOPICS), True))
+        named = topics.filter(pc.fill_null(pc.not_equal(topics["upstream_topic"], ""), False))
+        # Of two upstream names for a topic, the one of the subject that comes last.
+        named = named.append_column("at", pa.array(np.arange(named.num_rows)))
+        upstream = named.group_by(["target", "source", "topic", "upstream_topic"], use_threads=False) \
+            .aggregate([("at", "max")]).sort_by("at_max").to_pydict()
+        for target, source, topic, name, _ in zip(*upstream.values(), strict=True):
+            self.index_hashes.setdefault(layout.topics_key(target, source), {})[topic] = name
+        parts = topics.filter(pc.fill_null(pc.not_equal(topics["partition"], layout.WHOLE_TOPIC), True))
+        by_topic = parts.group_by(["target", "source", "topic"], use_threads=False).aggregate(
+            [("partition", "distinct", pc.CountOptions(mode="all"))]).to_pydict()
+        for target, source, topic, partitions in zip(*by_topic.values(), strict=True):
+            sets.setdefault(layout.partitions_key(target, source, topic), set()).update(map(str, partitions))
 
 
-# The same few thousand subjects every batch: their keys are named once.
-@lru_cache(maxsize=1 << 16)
-def _index_entries(target: str, source: str, topic: str, partition: int, group: str | None,
-                   upstream_topic: str | None
-                   ) -> tuple[tuple[str, str, str] | None, tuple[tuple[str, str], ...]]:
-    """The index entries of a subject: its topic's upstream name (key, topic, upstream topic) and the
-    (set key, member) pairs naming it."""
-    group = group or None
-    topic_entry = None
-    if upstream_topic and topic != layout.ALL_TOPICS:
-        topic_entry = (layout.topics_key(target, source), topic, upstream_topic)
-    entries = [(layout.targets_key(), target), (layout.sources_key(target), source)]
-    if group is not None:
-        entries.append((layout.groups_key(target, source), group))
-    if partition != layout.WHOLE_TOPIC and topic != layout.ALL_TOPICS:
-        entries.append((layout.partitions_key(target, source, topic), str(partition)))
-    return topic_entry, tuple(entries)
+def _distinct(table: pa.Table, columns: list[str]) -> dict[str, list[Any]]:
+    """The distinct rows of `columns`, in the order they first come, as Python lists a column."""
+    return table.select(columns).group_by(columns, use_threads=False).aggregate([]).to_pydict()
 
 
 def _history_rows(present: pa.Table, metric: str) -> pa.Table:

@@ -13,7 +13,7 @@ greatest (ts, value), so a topic's or replication's value is its worst partition
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -43,24 +43,29 @@ def lag_seconds_partials(samples: Iterable[LagSample]) -> pa.Table:
     by_kind: dict[str, list[LagSample]] = {}
     for sample in samples:
         by_kind.setdefault(sample.kind, []).append(sample)
-    tables = [_kind_partials(kind, mine) for kind, mine in by_kind.items()]
+    tables = [lag_seconds_columns(kind, *(list(c) for c in zip(*((s.target, s.source, s.topic, s.partition,
+                                                                   s.group, s.ts, s.seconds) for s in mine),
+                                                                 strict=True)))
+              for kind, mine in by_kind.items()]
     return pa.concat_tables(tables) if tables else partials_schema().empty_table()
 
 
-def _kind_partials(kind: str, samples: list[LagSample]) -> pa.Table:
+def lag_seconds_columns(kind: str, target: Sequence[str], source: Sequence[str], topic: Sequence[str],
+                        partition: Sequence[int], group: Sequence[str], ts: Sequence[int],
+                        seconds: Sequence[float]) -> pa.Table:
+    """lag_seconds_partials of one kind's samples given as columns."""
     metric = METRIC_OF_KIND[kind]
-    ts = pa.array([s.ts for s in samples], pa.int64())
-    seconds = pa.array([s.seconds for s in samples], pa.float64())
+    n = len(ts)
+    ts = pa.array(ts, pa.int64())
+    seconds = pa.array(seconds, pa.float64())
     own = pa.table({
-        "kind": pa.array([kind] * len(samples), pa.string()), "level": pa.array(["p"] * len(samples)),
-        "target": pa.array([s.target for s in samples], pa.string()),
-        "source": pa.array([s.source for s in samples], pa.string()),
-        "group": pa.array([s.group for s in samples], pa.string()),
-        "topic": pa.array([s.topic for s in samples], pa.string()),
-        "partition": pa.array([s.partition for s in samples], pa.int32()),
+        "kind": pa.array([kind] * n, pa.string()), "level": pa.array(["p"] * n),
+        "target": pa.array(target, pa.string()), "source": pa.array(source, pa.string()),
+        "group": pa.array(group, pa.string()), "topic": pa.array(topic, pa.string()),
+        "partition": pa.array(partition, pa.int32()),
         "window_start": window_starts(ts, FINEST_WINDOW.size_ms),
-        "max_ts": ts, "upstream_topic": pa.nulls(len(samples), pa.string()),
-        f"{metric}__n": pa.array([1.0] * len(samples)), f"{metric}__sum": seconds,
+        "max_ts": ts, "upstream_topic": pa.nulls(n, pa.string()),
+        f"{metric}__n": pa.array([1.0] * n), f"{metric}__sum": seconds,
         f"{metric}__min": seconds, f"{metric}__max": seconds, f"{metric}__last": seconds,
         f"{metric}__last_ts": ts,
     })

@@ -20,7 +20,7 @@ hold (a report older than its newest windows by more than the ring, a lookback l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ METRIC = {m: i for i, m in enumerate(METRICS)}
 # 21 minutes of windows: a lag table's 60 and a 30 s metrics period's lookback (2 x 10 intervals), with room
 # for reports a few minutes behind their partition's newest window.
 SLOTS = 128
+BLOCK_ROWS = 2048  # ~9 MB a block at 128 slots
 NOTHING = np.iinfo(np.int64).max  # complete_from of a row nothing was read for
 PartitionKey = tuple[str, str, str, int]  # target, source, topic, partition
 
@@ -50,24 +51,26 @@ class OffsetHistory:
         self.slots = slots
         self.rows: dict[PartitionKey, int] = {}
         self.keys: list[PartitionKey] = []
-        self._allocate(0)
+        self._allocate()
 
-    def _allocate(self, capacity: int) -> None:
-        self.window = np.full((capacity, self.slots), -1, np.int32)
-        self.last = np.full((capacity, self.slots, len(METRICS)), np.nan)
-        self.last_at = np.zeros((capacity, self.slots, len(METRICS)), np.int16)
-        self.complete_from = np.full(capacity, NOTHING, np.int64)
-        self.newest = np.full(capacity, -1, np.int64)
+    def _allocate(self) -> None:
+        # The ring's rows in blocks of BLOCK_ROWS: a new partition takes a row of the last block or a new
+        # block, so the ring grows by a block at a time and never copies itself (one array doubled as it
+        # grew, its old copy alive while it did: ~1 GB at 100,000 partitions).
+        self.blocks: list[_Block] = []
+        self.complete_from = np.full(0, NOTHING, np.int64)
+        self.newest = np.full(0, -1, np.int64)
 
     def clear(self) -> None:
-        """Forgets every row (a batch that failed, Redis state lost): the next reads fill them again."""
+        """Forgets every row (a batch that failed, Redis state lost, its query ended): the next reads fill
+        them again."""
         self.rows.clear()
         self.keys.clear()
-        self._allocate(0)
+        self._allocate()
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.window, self.last, self.last_at, self.complete_from, self.newest))
+        return sum(b.nbytes for b in self.blocks) + self.complete_from.nbytes + self.newest.nbytes
 
     def row_of(self, keys: Iterable[PartitionKey]) -> np.ndarray:
         """Each partition's row; a partition met for the first time gets an empty one."""
@@ -83,14 +86,25 @@ class OffsetHistory:
         return np.array(out, np.int64)
 
     def _grow(self, needed: int) -> None:
+        while len(self.blocks) * BLOCK_ROWS < needed:
+            self.blocks.append(_Block(self.slots))
         have = len(self.complete_from)
-        if needed <= have:
+        if needed > have:  # 16 bytes a row: these two are copied as they grow
+            more = needed - have
+            self.complete_from = np.concatenate([self.complete_from, np.full(more, NOTHING, np.int64)])
+            self.newest = np.concatenate([self.newest, np.full(more, -1, np.int64)])
+
+    def _by_block(self, rows: np.ndarray) -> Iterator[tuple[_Block, np.ndarray | slice, np.ndarray]]:
+        """(block, positions in `rows`, rows within the block) of each block `rows` reach."""
+        block = rows // BLOCK_ROWS
+        if len(block) and block[0] == block[-1] and (block == block[0]).all():
+            yield self.blocks[int(block[0])], slice(None), rows - int(block[0]) * BLOCK_ROWS
             return
-        old = (self.window, self.last, self.last_at, self.complete_from, self.newest)
-        self._allocate(max(needed, 2 * have, 1024))
-        for new, kept in zip((self.window, self.last, self.last_at, self.complete_from, self.newest), old,
-                             strict=True):
-            new[:have] = kept
+        order = np.argsort(block, kind="stable")
+        cuts = np.flatnonzero(np.diff(block[order])) + 1
+        for at in np.split(order, cuts):
+            b = int(block[at[0]])
+            yield self.blocks[b], at, rows[at] - b * BLOCK_ROWS
 
     def floor(self, rows: np.ndarray) -> np.ndarray:
         """The first window number each row holds exactly."""
@@ -107,9 +121,8 @@ class OffsetHistory:
         lowest = np.full(len(unique), NOTHING, np.int64)
         np.minimum.at(lowest, inverse.reshape(-1), low)
         rows, low = unique, lowest
-        self.window[rows] = -1
-        self.last[rows] = np.nan
-        self.last_at[rows] = 0
+        for block, _, local in self._by_block(rows):
+            block.reset(local)
         self.newest[rows] = -1
         self.complete_from[rows] = low
         keys = [finest_key(series_id(*self.keys[r], METRICS[0])) for r in rows]
@@ -146,18 +159,9 @@ class OffsetHistory:
         final = np.ones(len(rows), bool)
         final[:-1] = (rows[1:] != rows[:-1]) | (slot[1:] != slot[:-1])
         rows, slot, number, at, last = rows[final], slot[final], number[final], at[final], last[final]
-        held = self.window[rows, slot].astype(np.int64)
-        newer = number > held
-        same = number == held
-        # A slot taken by a newer window loses every metric of the old one.
-        self.window[rows[newer], slot[newer]] = number[newer]
-        self.last[rows[newer], slot[newer], :] = np.nan
-        self.last_at[rows[newer], slot[newer], :] = 0
-        old_last, old_at = self.last[rows, slot, m], self.last_at[rows, slot, m]
-        wins = newer | (same & (np.isnan(old_last) | (at > old_at) | ((at == old_at) & (last > old_last))))
-        self.last[rows[wins], slot[wins], m] = last[wins]
-        self.last_at[rows[wins], slot[wins], m] = at[wins]
-        np.maximum.at(self.newest, rows[newer], number[newer])
+        for block, at_rows, local in self._by_block(rows):
+            newer = block.merge(m, local, slot[at_rows], number[at_rows], at[at_rows], last[at_rows])
+            np.maximum.at(self.newest, rows[at_rows][newer], number[at_rows][newer])
 
     def merge_rows(self, metric: str, partials: pa.Table) -> None:
         """A batch's partials of `metric` (batch_plan.HISTORY_METRICS rows) into the rows of partitions
@@ -180,11 +184,49 @@ class OffsetHistory:
         """Each row's windows numbered high - width + 1 .. high, oldest first: (numbers, lasts, present)."""
         number = high[:, None] - (width - 1) + np.arange(width)[None, :]
         slot = number % self.slots
-        present = self.window[rows[:, None], slot] == number
-        last = self.last[rows[:, None], slot, METRIC[metric]]
-        present &= ~np.isnan(last)
+        held = np.empty(number.shape, np.int32)
+        last = np.empty(number.shape)
+        for block, at, local in self._by_block(rows):
+            held[at] = block.window[local[:, None], slot[at]]
+            last[at] = block.last[local[:, None], slot[at], METRIC[metric]]
+        present = (held == number) & ~np.isnan(last)
         return number, last, present
 
+
+class _Block:
+    """BLOCK_ROWS rows of the ring: per row and slot the window number it holds (-1: none), the last of
+    each metric (NaN: none) and its ms within the window."""
+
+    def __init__(self, slots: int) -> None:
+        self.window = np.full((BLOCK_ROWS, slots), -1, np.int32)
+        self.last = np.full((BLOCK_ROWS, slots, len(METRICS)), np.nan)
+        self.last_at = np.zeros((BLOCK_ROWS, slots, len(METRICS)), np.int16)
+
+    @property
+    def nbytes(self) -> int:
+        return self.window.nbytes + self.last.nbytes + self.last_at.nbytes
+
+    def reset(self, rows: np.ndarray) -> None:
+        self.window[rows] = -1
+        self.last[rows] = np.nan
+        self.last_at[rows] = 0
+
+    def merge(self, m: int, rows: np.ndarray, slot: np.ndarray, number: np.ndarray, at: np.ndarray,
+              last: np.ndarray) -> np.ndarray:
+        """OffsetHistory.merge within the block, one window a (row, slot); which windows took a slot from
+        an older one."""
+        held = self.window[rows, slot].astype(np.int64)
+        newer = number > held
+        same = number == held
+        # A slot taken by a newer window loses every metric of the old one.
+        self.window[rows[newer], slot[newer]] = number[newer]
+        self.last[rows[newer], slot[newer], :] = np.nan
+        self.last_at[rows[newer], slot[newer], :] = 0
+        old_last, old_at = self.last[rows, slot, m], self.last_at[rows, slot, m]
+        wins = newer | (same & (np.isnan(old_last) | (at > old_at) | ((at == old_at) & (last > old_last))))
+        self.last[rows[wins], slot[wins], m] = last[wins]
+        self.last_at[rows[wins], slot[wins], m] = at[wins]
+        return newer
 
 def partition_keys(subjects: Sequence[tuple[str, ...]]) -> list[PartitionKey]:
     """(target, source, topic, partition) of subjects (kind, target, source, topic, partition, group)."""

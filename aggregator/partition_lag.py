@@ -11,9 +11,11 @@ batch's partials merged in, as the sink did for every report before.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,11 @@ import redis
 from aggregator import lag_arrays, latest_values, partition_verdicts
 from aggregator.batch_plan import Subject
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
-from aggregator.lag_seconds_windows import LagSample
+from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns
 from aggregator.latest_value_reads import latest_value
+from aggregator.latest_writes import LatestColumns, json_column
 from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, partition_keys, window_number
 from aggregator.window_history import WindowHistory, load_stored, series_id
-from contract import lag_verdicts
 from contract import redis_layout as layout
 
 LatestValue = tuple[str, str, dict[str, Any]]
@@ -42,6 +44,11 @@ class Judged:
     samples: list[LagSample] = field(default_factory=list)
     verdicts: partition_verdicts.VerdictUpdates = field(default_factory=dict)
     fallback: int = 0  # reports derived a report at a time
+    # What the arrays derive, as columns: the values already JSON, the verdicts' JSON beside their records
+    # (per replication and field), the lag-in-seconds samples as partial windows.
+    latest_columns: LatestColumns = field(default_factory=LatestColumns)
+    verdict_text: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    sample_tables: list[pa.Table] = field(default_factory=list)
 
 
 def _number(value: Any) -> float:
@@ -49,6 +56,20 @@ def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan
     return float(value)
+
+
+_PLAIN = {int, float, type(None)}
+
+
+def _numbers(values: list[Any]) -> np.ndarray:
+    """_number of each value: one conversion for a column of ints, floats and nones (a bool, a string or
+    an int past float64's range takes the value at a time)."""
+    if set(map(type, values)) <= _PLAIN:
+        try:
+            return np.array(values, np.float64)
+        except OverflowError:
+            pass
+    return np.array([_number(v) for v in values], np.float64)
 
 
 def _ceil_window(ms: np.ndarray) -> np.ndarray:
@@ -90,15 +111,9 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     verdicts = _verdicts(history, records, periods, rows, ts, high, low_verdict, is_partition)
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
-    seconds_of = [None if math.isnan(x) else x for x in seconds.tolist()]
-    reason, count, current, start, end = _verdict_columns(verdicts)
-    judged_partition = (is_partition & verdicts.observed).tolist()
-    for i in np.flatnonzero(fast).tolist():
-        subject, record, value = subjects[i], records[i], seconds_of[i]
-        _add(judged, subject, record, _latest(subject, record, value))
-        if judged_partition[i]:
-            row = (reason[i], count[i], current[i], start[i], end[i])
-            _add_verdict(judged, subject, _verdict_record(row, record, periods[i], value))
+    _add_columns(judged, np.flatnonzero(fast & is_partition), subjects, records, periods, ts, seconds,
+                 verdicts)
+    _add_columns(judged, np.flatnonzero(fast & ~is_partition), subjects, records, periods, ts, seconds, None)
     slow = np.flatnonzero(~fast).tolist()
     if slow:
         before_read()
@@ -114,12 +129,10 @@ def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_parti
                  rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it."""
-    end = np.array([_number(r.get("source_end_offset")) if p else math.nan
-                    for r, p in zip(records, is_partition.tolist(), strict=True)])
-    lag = np.array([_number(r.get("records_lag" if p else "group_lag"))
-                    for r, p in zip(records, is_partition.tolist(), strict=True)])
-    upstream = np.array([math.nan if p else _number(r.get("group_upstream_offset"))
-                         for r, p in zip(records, is_partition.tolist(), strict=True)])
+    end = np.where(is_partition, _numbers([r.get("source_end_offset") for r in records]), math.nan)
+    lag = np.where(is_partition, _numbers([r.get("records_lag") for r in records]),
+                   _numbers([r.get("group_lag") for r in records]))
+    upstream = np.where(is_partition, math.nan, _numbers([r.get("group_upstream_offset") for r in records]))
     position = np.trunc(np.where(is_partition, end - lag, upstream))
     newest = ~np.isnan(end)
     number, last, present = history.gather("source_end_offset", rows, high, TABLE_WINDOWS)
@@ -147,50 +160,116 @@ def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: li
     number, offsets, present = history.gather("upstream_offset", rows, high, width)
     _, lags, has_lag = history.gather("records_lag", rows, high, width)
     present &= (number >= low[:, None]) & is_partition[:, None]
-    current = np.array([_number(r.get("records_lag")) for r in records])
+    current = _numbers([r.get("records_lag") for r in records])
     return lag_arrays.burrow(
         number * WINDOW_MS, np.trunc(offsets), np.where(has_lag, np.trunc(lags), 0.0), present,
         intervals.pop(), np.trunc(current), ts, np.array([p.stop_after_ms for p in policies]),
         np.array([p.stall_after_ms for p in policies]), np.array([p.allowed_lag for p in policies]))
 
 
-def _latest(subject: Subject, record: dict[str, Any], seconds: float | None) -> LatestValue:
-    kind, target, source, topic, partition, group = subject
-    if kind == "partition":
-        return (layout.partition_latest_key(target, source, topic), partition, {
-            "ts": int(record["ts"]), "records_lag": record.get("records_lag"), "lag_seconds": seconds,
-            "source_end_offset": record.get("source_end_offset"),
-            "upstream_offset": record.get("upstream_offset"), "target_offset": record.get("target_offset")})
-    field_name = layout.group_latest_field(topic, int(partition))
-    return (layout.group_latest_key(target, source, group), field_name, {
-        "ts": int(record["ts"]), "group_lag": record.get("group_lag"), "lag_seconds": seconds,
-        "upstream_offset": record.get("group_upstream_offset"),
-        "downstream_offset": record.get("group_downstream_offset")})
+# A value's JSON as redis_layout.encode_latest renders it (keys sorted), from its fields' JSON.
+_PARTITION_VALUE = ('{{"lag_seconds":{},"records_lag":{},"source_end_offset":{},"target_offset":{},"ts":{},'
+                    '"upstream_offset":{}}}')
+_GROUP_VALUE = '{{"downstream_offset":{},"group_lag":{},"lag_seconds":{},"ts":{},"upstream_offset":{}}}'
+_VERDICT = ('{{"allowed_lag":{},"complete":{},"current_lag":{},"end":[{},{},{}],"lag_seconds":{},'
+            '"lookback_ms":{},"partition":{},"reason":{},"start":[{},{},{}],"status":{},"stop_after_ms":{},'
+            '"topic":{},"ts":{}}}')
+_VERDICT_KEYS = ("allowed_lag", "complete", "current_lag", "end", "lag_seconds", "lookback_ms", "partition",
+                 "reason", "start", "status", "stop_after_ms", "topic", "ts")
+_REASON = [str(r) for r in lag_arrays.REASONS]
+_STATUS = [str(lag_arrays.STATUS_OF[r]) for r in lag_arrays.REASONS]
+_REASON_JSON = json_column(_REASON)
+_STATUS_JSON = json_column(_STATUS)
+partition_key = lru_cache(maxsize=1 << 16)(layout.partition_latest_key)
+group_key = lru_cache(maxsize=1 << 16)(layout.group_latest_key)
 
 
-def _verdict_columns(v: lag_arrays.Verdicts) -> tuple[list[Any], ...]:
-    """(reasons, observations, current lags, starts, ends) as Python values: converted once a batch."""
-    return (v.reason.tolist(), v.count.tolist(), *(_integers(c) for c in (v.current_lag, v.start, v.end)))
+@lru_cache(maxsize=1 << 18)
+def _field(topic: str, partition: str) -> str:
+    """A group's latest field, a partition's verdict field (the same text: lag_verdicts.verdict_field)."""
+    return layout.group_latest_field(topic, int(partition))
+
+
+def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
+                 records: Sequence[dict[str, Any]], periods: list[int], ts: np.ndarray, seconds: np.ndarray,
+                 verdicts: lag_arrays.Verdicts | None) -> None:
+    """The reports at `at` (all partitions, with their `verdicts`, or all groups) as columns: their latest
+    values' JSON, their lag-in-seconds samples, and the partitions' verdicts (records and JSON)."""
+    if not len(at):
+        return
+    rows = at.tolist()
+    kind, target, source, topic, partition, group = (list(c) for c in zip(*map(subjects.__getitem__, rows),
+                                                                             strict=True))
+    mine = [records[i] for i in rows]
+    ts_list = ts[at].tolist()
+    secs = seconds[at]
+    secs_list: list[float | None] = [None if x != x else x for x in secs.tolist()]  # NaN: none
+    ts_json, secs_json = json_column(ts_list), json_column(secs_list)
+    if verdicts is None:
+        values = (json_column([r.get(f) for r in mine]) for f in ("group_downstream_offset", "group_lag"))
+        text = map(_GROUP_VALUE.format, *values, secs_json, ts_json,
+                   json_column([r.get("group_upstream_offset") for r in mine]))
+        judged.latest_columns.add(map(group_key, target, source, group), map(_field, topic, partition),
+                                  ts_list, text)
+    else:
+        values = (json_column([r.get(f) for r in mine]) for f in ("records_lag", "source_end_offset",
+                                                                   "target_offset"))
+        text = map(_PARTITION_VALUE.format, secs_json, *values, ts_json,
+                   json_column([r.get("upstream_offset") for r in mine]))
+        judged.latest_columns.add(map(partition_key, target, source, topic), partition, ts_list, text)
+    sampled = np.flatnonzero(~np.isnan(secs)).tolist()
+    if sampled:
+        judged.sample_tables.append(lag_seconds_columns(
+            kind[0], [target[k] for k in sampled], [source[k] for k in sampled], [topic[k] for k in sampled],
+            [int(partition[k]) for k in sampled], [group[k] for k in sampled], [ts_list[k] for k in sampled],
+            secs[sampled].tolist()))
+    if verdicts is not None:
+        _add_verdicts(judged, at, target, source, topic, partition, mine, periods, ts_list, secs_list,
+                      verdicts)
+
+
+def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: list[str], topic: list[str],
+                  partition: list[str], records: list[dict[str, Any]], periods: list[int], ts: list[int],
+                  seconds: list[float | None], v: lag_arrays.Verdicts) -> None:
+    """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as records and
+    as JSON, per replication."""
+    observed = v.observed[at]
+    if not observed.any():
+        return
+    at = at[observed]
+    keep = np.flatnonzero(observed).tolist()
+    target, source, topic, partition = ([c[k] for k in keep] for c in (target, source, topic, partition))
+    records, ts, seconds = [records[k] for k in keep], [ts[k] for k in keep], [seconds[k] for k in keep]
+    policies = [partition_verdicts._policy(periods[i]) for i in at.tolist()]
+    lookback = [partition_verdicts._lookback(periods[i]) for i in at.tolist()]
+    code = v.reason[at].tolist()
+    reason, status = [_REASON[c] for c in code], [_STATUS[c] for c in code]
+    complete = (v.count[at] / policies[0].intervals).tolist()  # one rule set a batch (_verdicts)
+    current, start, end = (_integers(c[at]) for c in (v.current_lag, v.start, v.end))
+    report_topic = [str(r["topic"]) for r in records]
+    report_partition = [int(r["partition"]) for r in records]
+    allowed = [p.allowed_lag for p in policies]
+    stop_after = [p.stop_after_ms for p in policies]
+    columns = (allowed, complete, current, end, seconds, lookback, report_partition, reason, start, status,
+               stop_after, report_topic, ts)
+    verdict_records = list(map(dict, map(zip, itertools.repeat(_VERDICT_KEYS), zip(*columns, strict=True))))
+    start_json, end_json = (json_column([x for o in c for x in o]) for c in (start, end))
+    text = list(map(_VERDICT.format, json_column(allowed), json_column(complete), json_column(current),
+                    *(end_json[k::3] for k in range(3)), json_column(seconds), json_column(lookback),
+                    json_column(report_partition), [_REASON_JSON[c] for c in code],
+                    *(start_json[k::3] for k in range(3)), [_STATUS_JSON[c] for c in code],
+                    json_column(stop_after), json_column(report_topic), json_column(ts)))
+    fields = list(map(_field, topic, partition))
+    pairs = list(zip(target, source, strict=True))
+    for pair in dict.fromkeys(pairs):
+        which = range(len(pairs)) if len(set(pairs)) == 1 else [k for k, p in enumerate(pairs) if p == pair]
+        judged.verdicts.setdefault(pair, {}).update((fields[k], verdict_records[k]) for k in which)
+        judged.verdict_text.setdefault(pair, {}).update((fields[k], text[k]) for k in which)
 
 
 def _integers(column: np.ndarray) -> list[Any]:
     """A column of integral floats as Python ints (0 where it holds none: a row without a verdict)."""
     return np.where(np.isfinite(column), column, 0).astype(np.int64).tolist()
-
-
-def _verdict_record(row: tuple[Any, ...], record: dict[str, Any], period: int,
-                    seconds: float | None) -> dict[str, Any]:
-    """lag_verdicts.verdict_record of one report's row (_verdict_columns)."""
-    code, count, current_lag, start, end = row
-    policy = partition_verdicts._policy(period)
-    reason = lag_arrays.REASONS[code]
-    return {
-        "ts": int(record["ts"]), "topic": str(record["topic"]), "partition": int(record["partition"]),
-        "status": str(lag_arrays.STATUS_OF[reason]), "reason": str(reason),
-        "complete": count / policy.intervals, "current_lag": current_lag, "start": start, "end": end,
-        "stop_after_ms": policy.stop_after_ms, "allowed_lag": policy.allowed_lag,
-        "lookback_ms": partition_verdicts._lookback(period), "lag_seconds": seconds,
-    }
 
 
 def _add(judged: Judged, subject: Subject, record: dict[str, Any], value: LatestValue) -> None:
@@ -200,12 +279,6 @@ def _add(judged: Judged, subject: Subject, record: dict[str, Any], value: Latest
         kind, target, source, topic, partition, group = subject
         judged.samples.append(LagSample(kind, target, source, topic, int(partition), group, int(record["ts"]),
                                         float(seconds)))
-
-
-def _add_verdict(judged: Judged, subject: Subject, verdict: dict[str, Any]) -> None:
-    _, target, source, topic, partition, _ = subject
-    field_name = lag_verdicts.verdict_field(topic, int(partition))
-    judged.verdicts.setdefault((target, source), {})[field_name] = verdict
 
 
 def _one_at_a_time(judged: Judged, reports: list[tuple[Subject, dict[str, Any]]],

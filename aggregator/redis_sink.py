@@ -33,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,12 +53,12 @@ from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
+from aggregator.latest_writes import LatestColumns, LatestWriter
 from aggregator.merge_child import BackgroundWindowWriter
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
-from aggregator.redis_scripts import UPSERT_LATEST_LUA, WrittenLatest, latest_calls, latest_hashes
 from aggregator.subject_cap import SubjectBook
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
@@ -122,13 +122,12 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._latest: Any = None
         self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
         self._windows: WindowWriter | BackgroundWindowWriter | None = None
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
         self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
-        self.written_latest = WrittenLatest()  # what this sink last wrote to each latest field: a hint
+        self.latest_writer = LatestWriter()  # what each latest field holds: newest wins, decided here
         self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
@@ -145,7 +144,6 @@ class RedisRollupSink:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis_connection.connect(self.redis_url)
-            self._latest = self._client.register_script(UPSERT_LATEST_LUA)
         return self._client
 
     @property
@@ -162,10 +160,14 @@ class RedisRollupSink:
 
     def close(self, wait_s: float = 0.0) -> None:
         """Ends a background window writer (its query ended), waiting up to `wait_s` for it to finish the
-        merges it was handed; a later batch would start another."""
+        merges it was handed; a later batch would start another. What the sink keeps of Redis goes too:
+        an ended query's sink may stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go,
+        and at 100,000 partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
         if isinstance(self._windows, BackgroundWindowWriter):
             self._windows.close(wait_s)
         self._windows = None
+        self._forget()
+        self.last_collected = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
@@ -223,6 +225,7 @@ class RedisRollupSink:
         self.offsets.clear()
         self.verdicts.clear()
         self.subjects.clear()
+        self.latest_writer.clear()
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
@@ -280,29 +283,39 @@ class RedisRollupSink:
         if wanted:  # series not kept yet (or over too short a range)
             self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
-        latest = judged.latest + self._latest_values(plan, reads, earliest_starts(reads))
+        latest = judged.latest_columns  # the arrays' values, already JSON
+        latest.add_values(judged.latest + self._latest_values(plan, reads, earliest_starts(reads)))
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
-        self._write_latest(latest)
+        self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
-        if judged.samples:  # lag in seconds is derived here, so its windows join the batch's here
-            batch.windows = pa.concat_tables([batch.windows, lag_seconds_partials(judged.samples)])
+        verdicts = self._write_verdicts(judged.verdicts, _now_ms(), judged.verdict_text)
+        # Lag in seconds is derived here, so its windows join the batch's here.
+        samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
+        samples += judged.sample_tables
+        if samples:
+            batch.windows = pa.concat_tables([batch.windows, *samples])
         LOG.debug("%s: %d partition and group reports judged in %.0f ms (%d one at a time), %d latest values "
                   "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name, len(reports),
                   (reports_judged - began) * 1000, judged.fallback, len(latest),
                   (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
-    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int) -> int:
-        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values."""
+    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int,
+                        texts: Mapping[partition_verdicts.Pair, Mapping[str, str]] | None = None) -> int:
+        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values.
+        `texts`: the JSON of verdicts already rendered (partition_lag), per replication and field."""
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
         summaries = self.verdicts.summaries(updates, now_ms)
-        keys = {pair: layout.lag_verdicts_key(*pair) for pair in updates}
-        values = [(keys[pair], name, v) for pair, fresh in updates.items() for name, v in fresh.items()]
-        values += [(layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items()]
-        self._write_latest(values)
+        values = LatestColumns()
+        for pair, fresh in updates.items():
+            rendered = (texts or {}).get(pair, {})
+            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh,
+                       [int(v["ts"]) for v in fresh.values()],
+                       [rendered.get(name) or layout.encode_latest(v) for name, v in fresh.items()])
+        values.add_values((layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items())
+        self.latest_writer.write(self.client, values)
         self.verdicts.commit(updates)
         return len(values)
 
@@ -342,14 +355,11 @@ class RedisRollupSink:
     def _write_latest(self, latest: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Latest values go first, in their own transaction, so status and lag are readable before the
         batch's windows are merged. They are idempotent: derived only from the batch and the windows
-        committed before it, and only replaced by a value of equal or newer ts, so a replay after a
-        crash between the two transactions writes them again identically."""
-        if not latest:
-            return
-        pipe = self.client.pipeline(transaction=True)
-        for keys, argv in latest_calls(latest_hashes(latest), self.written_latest):
-            self._latest(keys=keys, args=argv, client=pipe)
-        pipe.execute()
+        committed before it, and only replaced by a value of equal or newer ts (latest_writes), so a replay
+        after a crash between the two transactions writes them again identically."""
+        columns = LatestColumns()
+        columns.add_values(latest)
+        self.latest_writer.write(self.client, columns)
 
     # --- indexes ------------------------------------------------------------------------------------
 

@@ -35,6 +35,21 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _partition_order(records: Sequence[Mapping[str, Any]], kept: np.ndarray) -> list[int]:
+    """The kept records' positions in partition order (topic, then partition), as the evaluation lists
+    them: one stable lexsort (numpy compares str by code point, as Python does, but drops trailing NULs), or
+    Python's sort where a topic holds a NUL or a partition number does not fit int64."""
+    topics = [str(r["topic"]) for r in records]
+    partitions = [int(r["partition"]) for r in records]
+    try:
+        if "\x00" in "".join(topics):
+            raise OverflowError
+        order = np.lexsort((np.array(partitions, np.int64), np.array(topics, str)))
+    except OverflowError:
+        order = np.array(sorted(range(len(records)), key=lambda i: (topics[i], partitions[i])), np.int64)
+    return order[kept[order]].tolist()
+
+
 def summary_record(records: Sequence[Mapping[str, Any]], at_ms: int) -> dict[str, Any]:
     """lag_verdicts.summary_record(records, at_ms)."""
     if not records:
@@ -52,10 +67,7 @@ def summary_record(records: Sequence[Mapping[str, Any]], at_ms: int) -> dict[str
     observed = (start_a != _NONE) & (end_a != _NONE)
     lookback_a = np.array(lookback, np.int64)
     kept = (end_a == _NONE) | (end_a >= at_ms - lookback_a)
-    # In partition order, as the evaluation lists them.
-    order = [i for i in sorted(range(len(records)), key=lambda i: (str(records[i]["topic"]),
-                                                                   int(records[i]["partition"])))
-             if kept[i]]
+    order = _partition_order(records, kept)
     if not order:
         return lag_verdicts.summary_record([], at_ms)
     rows = np.array(order, np.int64)

@@ -15,8 +15,8 @@ of them can change (`valid_until_ms`); until then it is the answer as it stands,
 each verdict to its own clock (one hash read). The aggregator summarises every replication it keeps at
 each batch, so while it runs the summaries stay valid.
 
-Records are JSON objects carrying `ts` (epoch ms, the report evaluated), written through the latest-value
-upsert (newer `ts` wins), so a replayed batch cannot roll a verdict back.
+Records are JSON objects carrying `ts` (epoch ms, the report evaluated), written as latest values are
+(newer `ts` wins), so a replayed batch cannot roll a verdict back.
 """
 
 from __future__ import annotations

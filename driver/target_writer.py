@@ -39,7 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -47,6 +47,9 @@ from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_record import SourcePartition, encode_key, encode_value
 from driver.replication_stats import PartitionStats
 from driver.send_queue import QueueLimits, SendQueue
+
+if TYPE_CHECKING:
+    from confluent_kafka._types import HeadersType
 
 LOG = logging.getLogger(__name__)
 
@@ -154,7 +157,7 @@ class _WriterBase:
         i = 0
         for (topic, partition, _), members in groups:
             j = i + len(list(members))
-            key = (topic, partition)
+            key = cast("tuple[str, int]", (topic, partition))  # a record has both (the stubs: Optional)
             flow = flows.get(key)
             if flow is not None:  # else revoked while the batch was in flight
                 if j == i + 1 and key not in backlog:  # a run of one: at low rates most are
@@ -183,7 +186,7 @@ class _WriterBase:
             while flow is not None and waiting:
                 run = [waiting[0]]
                 for message in itertools.islice(waiting, 1, None):  # the next run: consecutive offsets
-                    if message.offset() != run[-1].offset() + 1:
+                    if message.offset() != cast(int, run[-1].offset()) + 1:
                         break
                     run.append(message)
                 taken = self._send_run(flow, run, now_ms, False)
@@ -216,13 +219,14 @@ class _WriterBase:
                 return self._send_one(flow, run[0], now_ms, polled)
             run, values, keys = run[:count], values[:count], keys[:count]
         # A record without a timestamp reads -1: the producer stamps it (0), its latency counts from now.
-        stamps = [message.timestamp()[1] for message in run]
+        stamps: list[Any] = [message.timestamp()[1] for message in run]  # int ms, now_ms (float) for -1
         produced = stamps
         if min(stamps) < 0:
             produced = [ts if ts >= 0 else 0 for ts in stamps]
             stamps = [ts if ts >= 0 else now_ms for ts in stamps]
         headers = [message.headers() for message in run]
-        copied = CopiedRun(flow, run[0].offset(), run[-1].offset(), size, value_bytes, now_ms, stamps)
+        copied = CopiedRun(flow, cast(int, run[0].offset()), cast(int, run[-1].offset()), size, value_bytes,
+                           now_ms, stamps)
         producer = self._producer_of(flow)
         produce, remote, partition, last = producer.produce, flow.remote, flow.partition, count - 1
         # Positional: topic, value, key, partition, on_delivery, callback, timestamp, headers (no
@@ -287,7 +291,7 @@ class _WriterBase:
         if queue.records and (queue.records >= queue.limits.max_records
                               or queue.bytes + size > queue.limits.max_bytes):
             return 0
-        offset = message.offset()
+        offset = cast(int, message.offset())  # a record has one (the stubs: Optional)
         copied = CopiedRun(flow, offset, offset, size, value_size, now_ms, [stamp])
         producer = self._producer_of(flow)
         done = functools.partial(self._run_delivered, copied)
@@ -308,7 +312,7 @@ class _WriterBase:
         if error is not None:
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
-        copied.first_downstream = message.offset()
+        copied.first_downstream = cast(int, message.offset())  # delivered: it has one
 
     def _run_delivered(self, copied: CopiedRun, error: KafkaError | None, message: Message) -> None:
         """The delivery report of a run's last record: the whole run is acknowledged."""
@@ -319,7 +323,7 @@ class _WriterBase:
         if error is not None:
             self._failure = f"delivery to {message.topic()}[{message.partition()}] failed: {error}"
             return
-        copied.last_downstream = message.offset()
+        copied.last_downstream = cast(int, message.offset())
         if copied.first == copied.last:
             copied.first_downstream = copied.last_downstream
         if self.flows.get(flow.key) is flow:  # not released meanwhile
@@ -440,7 +444,7 @@ def _note_polled(flow: PartitionFlow, messages: Iterable[Message], now_ms: float
 
 
 def _produce_waiting(producer: Producer, flow: PartitionFlow, value: bytes | None, key: bytes | None, ts: int,
-                     headers: object, done: Callable[..., None] | None, error: Exception) -> None:
+                     headers: HeadersType | None, done: Callable[..., None] | None, error: Exception) -> None:
     """Produces one record of a run after librdkafka refused it: a remote partition just created that
     the producer's metadata does not show yet, or no room in its queue, is waited for (bounded)."""
     deadline = time.monotonic() + (BUFFER_WAIT_S if isinstance(error, BufferError) else PARTITION_WAIT_S)
@@ -463,12 +467,12 @@ def _total_length(items: list[bytes | None]) -> int:
     """The summed length of values or keys, None (a tombstone, no key) counting 0."""
     missing = items.count(None)
     if not missing:
-        return sum(map(len, items))
+        return sum(map(len, cast("list[bytes]", items)))
     return 0 if missing == len(items) else sum(len(item) for item in items if item is not None)
 
 
 def _consume_error(message: Message) -> None:
-    error = message.error()
+    error = cast(KafkaError, message.error())  # called for error events only
     if error.code() == KafkaError._PARTITION_EOF:
         return
     if error.fatal():

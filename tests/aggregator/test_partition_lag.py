@@ -15,7 +15,7 @@ import pytest
 from streaming_input import snapshot
 from test_history_pruning import batches, kafka_batch, twin_sinks, write_through
 
-from aggregator import partition_lag, redis_sink
+from aggregator import offset_history, partition_lag, redis_sink
 from aggregator.offset_history import OffsetHistory
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
 
@@ -65,10 +65,12 @@ def one_at_a_time(history, records, is_partition, rows, ts, high, low):
     return np.full(len(rows), np.nan), np.zeros(len(rows), bool)
 
 
-@pytest.mark.parametrize("slots", [128, 64])
+# The short ring also spreads its rows over blocks of two (offset_history.BLOCK_ROWS).
+@pytest.mark.parametrize(("slots", "block_rows"), [(128, offset_history.BLOCK_ROWS), (64, 2)])
 @pytest.mark.parametrize("seed", range(6))
 def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
-        redis_url: str, seed: int, slots: int, monkeypatch: pytest.MonkeyPatch):
+        redis_url: str, seed: int, slots: int, block_rows: int, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(offset_history, "BLOCK_ROWS", block_rows)
     arrays, oracle = twin_sinks(redis_url, "arrays", (4, 5))
     arrays.offsets = OffsetHistory(slots)
     derive = partition_lag._lag_seconds

@@ -11,9 +11,8 @@ import pytest
 import redis
 from streaming_input import snapshot
 
-from aggregator import redis_scripts
+from aggregator import latest_writes
 from aggregator.raw_records import INVALID_KIND
-from aggregator.redis_scripts import WrittenLatest, latest_calls
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from contract import redis_layout as layout
@@ -180,56 +179,65 @@ def test_a_stale_field_is_left_while_its_neighbours_in_the_hash_are_written(sink
     assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
 
 
-def test_latest_values_of_several_hashes_share_a_call_up_to_its_size():
-    hashes = {"a": [("0", {"ts": 1})], "b": [("0", {"ts": 2}), ("1", {"ts": 3})]}
-    ttl = str(layout.LATEST_TTL_MS)
-    assert latest_calls(hashes) == [(["a", "b"], [ttl, "1", "0", '{"ts":1}', "1", "",
-                                                  "2", "0", '{"ts":2}', "2", "", "1", '{"ts":3}', "3", ""])]
-    assert [keys for keys, _ in latest_calls(hashes | {"c": [("0", {"ts": 4})]}, args_per_call=13)] == [
-        ["a"], ["b"], ["c"]]  # a hash larger than a call's size still goes, alone
-
-
-def test_a_latest_field_names_the_value_last_sent_to_it_when_that_is_not_newer():
-    written = WrittenLatest()
-    latest_calls({"a": [("0", {"ts": 5}), ("1", {"ts": 5})]}, written)
-    (_, argv), = latest_calls({"a": [("0", {"ts": 6}), ("1", {"ts": 4})]}, written)
-    assert argv[2:] == ["0", '{"ts":6}', "6", '{"ts":5}', "1", '{"ts":4}', "4", ""]  # field 1: a late value
-    assert written.values[("a", "0")] == ('{"ts":6}', 6)
-
-
-def test_the_upsert_reads_a_stored_value_it_was_not_told_of(sink: RedisRollupSink):
-    """The sink's hint names what it last wrote; a value written since by anything else is judged by its
-    own ts (decoded), so a newer one stays and an older one is replaced."""
+def test_a_restarted_sink_reads_each_field_once_and_keeps_a_newer_stored_value(redis_url: str):
+    """Newest wins, decided by the sink from what it wrote; a sink new to a field (a restart: another
+    process wrote it) reads it first, so a newer stored value stays and an older one is replaced."""
     key = f"latest:{uuid.uuid4().hex[:6]}"
-    sink._write_latest([(key, "0", {"ts": 10, "v": "sink"}), (key, "1", {"ts": 10, "v": "sink"})])
-    sink.client.hset(key, mapping={"0": layout.encode_latest({"ts": 30, "v": "other"}),
-                                   "1": layout.encode_latest({"ts": 5, "v": "other"})})
-    sink._write_latest([(key, "0", {"ts": 20, "v": "sink"}), (key, "1", {"ts": 20, "v": "sink"})])
-    stored = {f.decode(): layout.decode_latest(v) for f, v in sink.client.hgetall(key).items()}
-    assert stored == {"0": {"ts": 30, "v": "other"}, "1": {"ts": 20, "v": "sink"}}
+    first = RedisRollupSink(redis_url, f"test_{uuid.uuid4().hex[:8]}")
+    first._write_latest([(key, "0", {"ts": 10, "v": "sink"}), (key, "1", {"ts": 10, "v": "sink"})])
+    first.client.hset(key, mapping={"0": layout.encode_latest({"ts": 30, "v": "before"}),
+                                    "1": layout.encode_latest({"ts": 5, "v": "before"})})
+    restarted = RedisRollupSink(redis_url, first.query_name)
+    restarted._write_latest([(key, "0", {"ts": 20, "v": "sink"}), (key, "1", {"ts": 20, "v": "sink"})])
+    stored = {f.decode(): layout.decode_latest(v) for f, v in restarted.client.hgetall(key).items()}
+    assert stored == {"0": {"ts": 30, "v": "before"}, "1": {"ts": 20, "v": "sink"}}
+    assert 0 < restarted.client.pttl(key) <= layout.LATEST_TTL_MS
 
 
-def test_a_hash_of_thousands_of_fields_is_upserted_in_chunks(sink: RedisRollupSink):
-    """A replication's verdicts are one hash: more fields than Lua's unpack takes at once."""
+def test_a_hash_of_thousands_of_fields_is_written_in_chunks(redis_url: str, monkeypatch: pytest.MonkeyPatch):
+    """A replication's verdicts are one hash: more fields than one HSET takes."""
+    monkeypatch.setattr(latest_writes, "FIELDS_PER_HSET", 700)
     key = f"latest:{uuid.uuid4().hex[:6]}"
-    sink._write_latest([(key, str(p), {"ts": 10}) for p in range(5_000)])
-    sink.client.hset(key, "4321", layout.encode_latest({"ts": 99}))
-    sink._write_latest([(key, str(p), {"ts": 20}) for p in range(5_000)])
-    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in sink.client.hgetall(key).items()}
+    first = RedisRollupSink(redis_url, f"test_{uuid.uuid4().hex[:8]}")
+    first._write_latest([(key, str(p), {"ts": 10}) for p in range(5_000)])
+    first.client.hset(key, "4321", layout.encode_latest({"ts": 99}))
+    restarted = RedisRollupSink(redis_url, first.query_name)
+    restarted._write_latest([(key, str(p), {"ts": 20}) for p in range(5_000)])
+    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in restarted.client.hgetall(key).items()}
     assert stored == {str(p): 99 if p == 4321 else 20 for p in range(5_000)}
-    assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
+    assert 0 < restarted.client.pttl(key) <= layout.LATEST_TTL_MS
 
 
-def test_latest_values_split_into_calls_keep_each_fields_rule(sink: RedisRollupSink,
+def test_a_value_the_field_holds_already_is_not_sent_again(sink: RedisRollupSink):
+    """A replayed batch's values are the ones Redis holds: not sent. A value of the same ts that differs
+    is (derived again from more windows), and after a failed write the sink reads the field again."""
+    key = f"latest:{uuid.uuid4().hex[:6]}"
+    sink._write_latest([(key, "0", {"ts": 10, "v": 1}), (key, "0", {"ts": 9, "v": 0})])  # the newest wins
+    sink.client.hset(key, "0", "seen")  # a mark: whatever is sent next replaces it
+    sink._write_latest([(key, "0", {"ts": 10, "v": 1})])
+    assert sink.client.hget(key, "0") == b"seen"
+    sink._write_latest([(key, "0", {"ts": 9, "v": 2})])  # older: not written either
+    assert sink.client.hget(key, "0") == b"seen"
+    sink.latest_writer.clear()  # as a failed write leaves it: the field is read, "seen" is no value
+    sink._write_latest([(key, "0", {"ts": 10, "v": 1})])
+    assert layout.decode_latest(sink.client.hget(key, "0")) == {"ts": 10, "v": 1}
+    sink._write_latest([(key, "0", {"ts": 10, "v": 3})])
+    assert layout.decode_latest(sink.client.hget(key, "0")) == {"ts": 10, "v": 3}
+
+
+def test_latest_values_split_into_hsets_keep_each_fields_rule(sink: RedisRollupSink,
                                                                monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(redis_scripts, "LATEST_ARGS_PER_CALL", 8)  # a call or two per hash
+    monkeypatch.setattr(latest_writes, "FIELDS_PER_HSET", 1)  # an HSET a field
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(3)]
-    write(sink, [latest_row(partition_report(HOUR + 25_000, t, 300, 0), t, 0) for t in topics], batch_id=0)
+    write(sink, [latest_row(partition_report(HOUR + 25_000, t, 300, 0), t, p)
+                 for t in topics for p in (0, 1)], batch_id=0)
     write(sink, [latest_row(partition_report(HOUR + (15_000 if i == 1 else 35_000), t, 400, 0), t, 0)
                  for i, t in enumerate(topics)], batch_id=1)  # the second topic's report is late
     keys = [layout.partition_latest_key("west", "east", t) for t in topics]
     stored = [layout.decode_latest(sink.client.hget(key, "0"))["ts"] for key in keys]
     assert stored == [HOUR + 35_000, HOUR + 25_000, HOUR + 35_000]
+    assert all(layout.decode_latest(sink.client.hget(key, "1"))["ts"] == HOUR + 25_000 for key in keys)
+
 
 def test_replication_counts_follow_windows_that_come_after_the_report(sink: RedisRollupSink):
     source = f"s{uuid.uuid4().hex[:6]}"
