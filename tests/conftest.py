@@ -69,13 +69,28 @@ def _no_process_in_the_fast_tier(request: pytest.FixtureRequest, monkeypatch: py
     monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refused)
 
 
+# How long a Docker-compatible engine may take to answer its first ping. podman's API service on a
+# busy machine took 37 s to answer once (load 11, nice 19), so a short timeout here took a slow engine
+# for an absent one. An absent engine (no socket) is refused at once whatever this says.
+ENGINE_PING_TIMEOUT_S = 180
+# Naming an engine or an image asks for the testcontainers path: it is then not chosen by a probe.
+ENGINE_REQUESTS = ("DOCKER_HOST", "SRM_KAFKA_IMAGE", "SRM_REDIS_IMAGE")
+
+
 def docker_engine_available() -> bool:
+    """True when a Docker-compatible engine answers. When the environment asks for one
+    (ENGINE_REQUESTS), an engine that does not answer fails the run, naming why: the suite never
+    changes its path silently."""
+    requested = {name: os.environ[name] for name in ENGINE_REQUESTS if os.environ.get(name)}
     try:
         import docker
 
-        docker.from_env(timeout=2).ping()
+        docker.from_env(timeout=ENGINE_PING_TIMEOUT_S).ping()
         return True
-    except Exception:
+    except Exception as exc:
+        if requested:
+            raise RuntimeError(f"the environment asks for testcontainers ({requested}) but the Docker engine "
+                               f"did not answer within {ENGINE_PING_TIMEOUT_S} s: {exc}") from exc
         return False
 
 

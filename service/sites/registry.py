@@ -9,6 +9,11 @@ in ``/ready``), logged at a bounded rate and skipped; the reader thread outlives
 
 A service is live while its newest advertisement is younger than ``MISSED_INTERVALS`` of its own
 advertised interval (clocks of the sites are assumed NTP-synchronised).
+
+Each gunicorn worker has its own Registry. A worker that has just started answers only once it has read
+every watched ``heartbeats`` partition to its end (or ``CATCH_UP_WAIT_S`` after its start, whichever
+comes first): otherwise two workers of one gateway could give different answers to ``site=all``, one
+of them silently without a site that advertised long before.
 The gateway's own advertisement is left out, so a gateway never calls itself.
 """
 
@@ -22,7 +27,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from clients import kafka_clients
 from clients.record_guard import RecordGuard, RecordPlace
@@ -49,6 +54,8 @@ FORGET_AFTER_MS = 3_600_000  # an expired instance is still reported (as failing
 EXPIRED_STATUS = "error: no live advertisement (expired)"
 MAX_INSTANCES_PER_SITE = 8
 REOPEN_WAIT_S = (1.0, 5.0)  # first and longest pause before the consumers are opened again
+NO_PARTITION = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
+CATCH_UP_WAIT_S = 15.0  # longest a fresh registry holds answers back while it reads what is there
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,9 @@ class Registry(threading.Thread):
                                  configured_sites=configured_sites(config))
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._behind = set(self.clusters)  # clusters whose heartbeats partition is not yet read to its end
+        self._caught_up = threading.Event()
+        self._catch_up_until = 0.0  # monotonic; nothing to wait for until start()
         self.guard = RecordGuard("service advertisements", max_key_bytes=MAX_KEY_BYTES,
                                  max_value_bytes=MAX_VALUE_BYTES, logger=LOG)
 
@@ -218,14 +228,38 @@ class Registry(threading.Thread):
         """Advertisements refused: too large, undecodable, from the future, beyond the caps."""
         return self.guard.rejected
 
+    @property
+    def caught_up(self) -> bool:
+        """True once every watched heartbeats partition was read to its end (or had no topic yet)."""
+        return self._caught_up.is_set()
+
     def services(self) -> list[RemoteService]:
+        self._wait_for_catch_up()
         with self._lock:
             return self._book.live(_now_ms())
 
     def expired_services(self) -> list[RemoteService]:
         """Services whose advertisements stopped recently: a gateway reports those sites as failing."""
+        self._wait_for_catch_up()
         with self._lock:
             return self._book.expired(_now_ms())
+
+    def start(self) -> None:
+        self._catch_up_until = time.monotonic() + CATCH_UP_WAIT_S
+        if not self._behind:
+            self._caught_up.set()
+        super().start()
+
+    def _wait_for_catch_up(self) -> None:
+        remaining = self._catch_up_until - time.monotonic()
+        if remaining > 0 and not self._caught_up.is_set():
+            self._caught_up.wait(remaining)
+
+    def _reached_end(self, alias: str) -> None:
+        with self._lock:
+            self._behind.discard(alias)
+            if not self._behind:
+                self._caught_up.set()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
@@ -259,9 +293,26 @@ class Registry(threading.Thread):
         # from its start so the current advertisement of every instance is found at once.
         consumer = kafka_clients.consumer(
             self.config, alias, f"srm-service-registry-{uuid.uuid4().hex}",
-            overrides={"topic.metadata.refresh.interval.ms": 5000})  # a topic created later is found soon
+            # a topic created later is found soon; the end of the partition is reported (catch-up)
+            overrides={"topic.metadata.refresh.interval.ms": 5000, "enable.partition.eof": True})
         consumer.assign([TopicPartition(HEARTBEATS_TOPIC, RECORD_PARTITION, OFFSET_BEGINNING)])
+        self._note_empty(alias, consumer)
         return consumer
+
+    def _note_empty(self, alias: str, consumer: Consumer) -> None:
+        """An empty or absent heartbeats partition has no end to report: nothing there to wait for."""
+        if not self._behind:
+            return
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(HEARTBEATS_TOPIC, RECORD_PARTITION),
+                                                       timeout=5, cached=False)
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if code in NO_PARTITION:
+                self._reached_end(alias)
+            return  # otherwise the partition's end, once read, says so
+        if high <= low:
+            self._reached_end(alias)
 
     def _poll(self, alias: str, consumer: Consumer) -> None:
         try:
@@ -276,7 +327,9 @@ class Registry(threading.Thread):
     def _take(self, alias: str, message: Message) -> None:
         error = message.error()
         if error is not None:
-            if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+            if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                self._reached_end(alias)  # no topic yet: nothing advertised there to wait for
+            else:
                 LOG.warning("reading %s in %s: %s", HEARTBEATS_TOPIC, alias, error)
             return
         if not is_advertisement(message.headers()):  # type: ignore[arg-type]  # stubs: a list, never a dict

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import requests
 from confluent_kafka import Producer
 
@@ -229,10 +230,20 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         site_ports: dict[str, int]):
     records = {"east": 10, "west": 20, "north": 30}
     for site, count in records.items():
+        redis.Redis.from_url(site_redis(redis_url, site)).flushdb()  # the site's database is this test's
         write_site_metrics(redis_url, site, count)
     port = free_port()
     properties = gateway_properties(tmp_path / "gateway.properties", three_clusters, redis_url, port,
                                     site_ports["north"])
+    # Every site has advertised before the gateway starts: then each of its workers knows every site
+    # from its first answer on (the registry's catch-up), whichever worker answers a request.
+    watcher = Registry(load_config(properties))
+    watcher.start()
+    try:
+        advertised = wait_for_sites(watcher, set(SITES))
+    finally:
+        watcher.stop()
+    assert set(SITES) <= advertised, advertised
     gateway = srm_service(tmp_path, "gateway", properties)
     base = f"http://127.0.0.1:{port}"
     try:

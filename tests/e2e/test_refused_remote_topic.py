@@ -49,7 +49,9 @@ def test_api_reports_the_refused_remote_topic_then_the_recovery(
     port = free_port()
     monitoring = srm_properties.write(tmp_path / "monitoring.properties", {"east": east, "west": west},
                                       [("east", "west")], own_redis, {
-                                          "metrics.period": 1, "service.port": port, "service.workers": 1,
+                                          # stale after 3 periods: a report's age includes the
+                                          # aggregator's micro-batch, 7.6 s at worst on a busy machine
+                                          "metrics.period": 3, "service.port": port, "service.workers": 1,
                                           "aggregator.checkpoint.dir": str(tmp_path / "checkpoints"),
                                           "aggregator.trigger.interval.ms": 1000,
                                           "aggregator.watermark.delay.seconds": 60})
@@ -69,7 +71,8 @@ def test_api_reports_the_refused_remote_topic_then_the_recovery(
             query = start_rollup_query(spark, query_specs(load_config(monitoring))[0])
             wait_for_port(port, 30, service.process)
             with running_driver(tmp_path, driver_bootstraps, [("east", "west")], driver_settings) as driver:
-                answer = poll_json(url, lambda a: a["state"] == "FAILED" and refused in a["explanation"], 90)
+                # the aggregator's first micro-batch in a fresh session took over 90 s at load 20
+                answer = poll_json(url, lambda a: a["state"] == "FAILED" and refused in a["explanation"], 240)
                 assert answer is not None and answer["state"] == "FAILED", (answer, query.exception())
                 explanation = answer["explanation"]
                 assert refused in explanation and "TOPIC_AUTHORIZATION_FAILED" in explanation, explanation
@@ -79,7 +82,9 @@ def test_api_reports_the_refused_remote_topic_then_the_recovery(
                 counted = poll_json(f"http://127.0.0.1:{port}/v2/topic-metrics/east/west/{topic}/record_count"
                                     f"?from={started_ms}", lambda a: a.get("value") == N, 90)
                 assert counted is not None and counted.get("value") == N, counted
-                answer = poll_json(url, lambda a: a["state"] != "FAILED", 30)
+                # the state this asserts, not merely "no longer FAILED": a report that arrives late
+                # on a busy machine is a passing UNKNOWN (stale), which the next report ends
+                answer = poll_json(url, lambda a: a["state"] in ("ACTIVE", "INACTIVE"), 90)
                 assert answer is not None and answer["state"] in ("ACTIVE", "INACTIVE"), answer
                 assert refused not in answer["explanation"], answer
                 driver.assert_running()

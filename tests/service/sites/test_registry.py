@@ -6,10 +6,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from contract.config import parse_config
-from contract.records.advertisement import Advertisement
+from contract.records.advertisement import Advertisement, encode
 from contract.records.mm2 import Heartbeat
 from contract.untrusted import Rejected
 from service.app import create_app
@@ -18,6 +18,7 @@ from service.sites.discovered_directory import install_discovery
 from service.sites.registry import (
     FORGET_AFTER_MS,
     MAX_INSTANCES_PER_SITE,
+    Registry,
     ServiceBook,
     configured_sites,
     is_live,
@@ -135,8 +136,9 @@ def mm2_reader_sees(bootstrap: str, alias_part: str, timeout_s: float = 30) -> l
 def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters: dict[str, str]):
     site = f"site-{uuid.uuid4().hex[:8]}"
     advertised = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        # live for 3 intervals: at 1 s a busy machine let the site expire between two reads
         "service.target.clusters": "west", "service.site": site, "service.port": 7001,
-        "service.advertisement.interval.seconds": 1, "service.advertised.host": "srm.example.com"}))
+        "service.advertisement.interval.seconds": 10, "service.advertised.host": "srm.example.com"}))
     watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
         "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))
     handle = start_advertiser(advertised)
@@ -160,6 +162,28 @@ def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters:
     assert not discovery.registry.is_alive()
     beats = mm2_reader_sees(kafka_clusters["west"], site)
     assert any(site in beat.source_cluster_alias and beat.target_cluster_alias == "west" for beat in beats)
+
+
+@pytest.mark.integration
+def test_a_fresh_registry_answers_only_once_it_has_read_what_was_advertised_before(
+        kafka_clusters: dict[str, str]):
+    """Each gunicorn worker of a gateway has its own registry: without the catch-up, a worker that had
+    not read far yet listed fewer sites than its sibling (a cross-site query silently without one)."""
+    site = f"site-{uuid.uuid4().hex[:8]}"
+    ad = Advertisement("http", "10.0.0.9", 6670, "", "west", site, "0.1.0", int(time.time() * 1000), 3600.0)
+    producer = Producer({"bootstrap.servers": kafka_clusters["west"]})
+    key, value, headers = encode(ad)
+    producer.produce("heartbeats", key=key, value=value, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+    watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
+        "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))
+    registry = Registry(watcher)
+    registry.start()
+    try:
+        assert site in {s.site for s in registry.services()}  # asked at once: no polling
+        assert registry.caught_up
+    finally:
+        registry.stop()
 
 
 def test_advertisements_from_the_future_are_refused():
