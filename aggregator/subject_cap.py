@@ -135,7 +135,8 @@ def apply(known: KnownSubjects, decision: Decision) -> None:
         known.current = {m for m, h in hours.items() if h == clock}
     else:
         known.current.difference_update(decision.forgotten)
-        known.current.update(m for m in (*decision.refreshed, *decision.admitted) if hours[m] == clock)
+        # A subject refreshed with an hour already past the forget horizon is forgotten in the same batch.
+        known.current.update(m for m in (*decision.refreshed, *decision.admitted) if hours.get(m) == clock)
     if decision.looked_for_old or was_empty:
         known.floor = min(hours.values(), default=0)
     elif decision.admitted:

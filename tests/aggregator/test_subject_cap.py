@@ -107,3 +107,12 @@ def test_the_known_subjects_are_looked_through_for_old_ones_only_when_one_may_be
     apply(known, d)
     assert (known.floor, known.current) == (T0 + HOUR_MS, {"t|0|"})
     assert not decide(REP, known, {"t|0|": later}, cap=9).looked_for_old
+
+
+def test_a_subject_refreshed_to_an_hour_past_the_forget_horizon_is_forgotten_in_the_same_batch():
+    day = 24 * HOUR_MS
+    known = KnownSubjects.of({"old|0|": T0, "t|0|": T0 + 2 * day})
+    d = decide(REP, known, {"old|0|": T0 + HOUR_MS}, cap=9)  # late windows of a subject a day behind
+    assert d.refreshed == {"old|0|": T0 + HOUR_MS} and d.forgotten == ["old|0|"]
+    apply(known, d)
+    assert set(known.hours) == {"t|0|"} and known.current == {"t|0|"}
