@@ -15,6 +15,7 @@ from stack.kafka_version import kafka_image
 CLIENT_PORT = 9092
 START_TIMEOUT_S = 120.0
 STARTED_LINE = "Kafka Server started"
+LOG_TAIL_CHARS = 6000
 
 if TYPE_CHECKING:  # testcontainers is imported when a container starts: a machine without Docker skips it
     from testcontainers.core.container import DockerContainer
@@ -59,7 +60,17 @@ class ApacheKafkaContainer:
         for name, value in broker_environment(self.advertised_host, self.host_port).items():
             container.with_env(name, value)
         self._container = container.start()
-        wait_for_logs(container, STARTED_LINE, timeout=START_TIMEOUT_S)
+        try:
+            wait_for_logs(container, STARTED_LINE, timeout=START_TIMEOUT_S)
+        except TimeoutError as exc:
+            # testcontainers shows only a few hundred characters: the broker's own error is further up.
+            try:
+                stdout, stderr = container.get_logs()
+                tail = (stdout + stderr).decode(errors="replace")[-LOG_TAIL_CHARS:]
+            except Exception as logs_error:  # the container may be gone already
+                tail = f"(no log: {logs_error})"
+            raise TimeoutError(f"{exc}\nThe broker's log, last {LOG_TAIL_CHARS} characters:\n{tail}") \
+                from None
         return self
 
     def stop(self) -> None:
