@@ -226,6 +226,19 @@ def _write_group(pipe: redis.client.Pipeline, new_key: str, move: _Move) -> None
     pipe.execute()
 
 
+def _merge_member(windows: Windows, start: int, member: bytes, key: str, fate: str) -> bool:
+    """`member` (a window of `key` at `start`) merged into `windows`; False, logged, when it is not one."""
+    try:
+        _, metrics = layout.decode_member(member)
+    except ValueError:
+        LOG.warning("layout upgrade: %s holds a member that is not a window, %s: %r",
+                    key, fate, member[:SHOWN_CHARS])
+        return False
+    for metric, agg in metrics.items():
+        _add(windows.setdefault(start, {}), metric, replace(agg, start_ms=start))
+    return True
+
+
 def _move_sorted(client: redis.Redis, old_key: str, new_key: str, counts: UpgradeCounts) -> None:
     """One subject's sorted set (at one window size) into its hash, in one MULTI WATCHing both."""
     with client.pipeline(transaction=True) as pipe:
@@ -244,28 +257,11 @@ def _move_sorted(client: redis.Redis, old_key: str, new_key: str, counts: Upgrad
                 windows: Windows = {}
                 skipped = 0
                 for member, score in members:
-                    try:
-                        start, metrics = layout.decode_member(member)
-                    except ValueError:
-                        LOG.warning("layout upgrade: %s holds a member that is not a window, left out: %r",
-                                    old_key, member[:SHOWN_CHARS])
-                        skipped += 1
-                        continue
-                    for metric, agg in metrics.items():
-                        _add(windows.setdefault(int(score), {}), metric, replace(agg, start_ms=int(score)))
+                    skipped += not _merge_member(windows, int(score), member, old_key, "left out")
                 held = cast(list, client.hmget(new_key, [str(start) for start in windows])) if windows else []
                 for start, raw in zip(list(windows), held, strict=True):
-                    if raw is None:
-                        continue
-                    try:
-                        _, metrics = layout.decode_member(raw)
-                    except ValueError:
-                        LOG.warning("layout upgrade: %s holds a member that is not a window, replaced: %r",
-                                    new_key, raw[:SHOWN_CHARS])
-                        skipped += 1
-                        continue
-                    for metric, agg in metrics.items():
-                        _add(windows[start], metric, replace(agg, start_ms=start))
+                    if raw is not None:
+                        skipped += not _merge_member(windows, start, raw, new_key, "replaced")
                 ttls = [old_ttl] + ([new_ttl] if new_ttl != -2 else [])
                 pipe.multi()
                 if windows:
