@@ -209,8 +209,8 @@ class ServedMetrics(Collector):
     def _topics(self, replications: list) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "srm_topic_metric",
-            f"the metric over its newest {NEWEST_WINDOW} window among the topic's {NEWEST_LOOKBACK} newest "
-            "(none: no samples in them)",
+            f"the metric over its newest {NEWEST_WINDOW} window among the {NEWEST_LOOKBACK} window starts "
+            "up to the topic's newest (none: no samples in them)",
             labels=["source", "target", "topic", "metric"],
         )
         keys = [
