@@ -168,6 +168,8 @@ class KafkaCluster:
             "num.io.threads": "2",
             "background.threads": "2",
             "log.cleaner.threads": "1",
+            # 16 MiB, not 128, of each broker's heap for the cleaner's offset map, as the containers do.
+            "log.cleaner.dedupe.buffer.size": "16777216",
         }
         if self.security is not None:
             ports = {"PLAINTEXT": self.port, "CONTROLLER": self.controller_port, **self.secured_ports}

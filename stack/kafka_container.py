@@ -34,6 +34,9 @@ def broker_environment(advertised_host: str, host_port: int) -> dict[str, str]:
         "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
         "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        # The cleaner's offset map takes 128 MiB of heap at start by default: in a 256 MiB heap that
+        # allocation failed one start in a few (OutOfMemoryError, the broker exits).
+        "KAFKA_LOG_CLEANER_DEDUPE_BUFFER_SIZE": "16777216",
         "KAFKA_HEAP_OPTS": "-Xmx256m -Xms128m",
     }
 
