@@ -12,8 +12,12 @@ steady 20k rec/s (Kafka's ProducerPerformance) gives the end-to-end latency of (
 time on the target minus the record's CreateTime, which both replicators preserve.
 
 MM2 runs with the aliases src/dst for the same clusters, so its remote topics and its Connect offsets
-never collide with ours. The last line is the figure: `driver_vs_mm2_throughput=… driver_vs_ceiling=…
-driver_vs_tuned_pipe=… p99_ms_driver=… p99_ms_mm2=…`. The ceiling is the pipe with librdkafka's
+never collide with ours. Every system runs once in each of `--repeat` repetitions, the order rotating,
+each repetition with aliases (remote topics) and a latency topic of its own; each copy also reads its
+copier's CPU from the first copied record to the last (CPU microseconds a record: steady where rates
+swing with the host's load). The last line is the figure, medians of the per-repetition ratios:
+`driver_vs_mm2_throughput=… driver_vs_ceiling=… driver_vs_tuned_pipe=… p99_ms_driver=… p99_ms_mm2=…
+cpu_us_driver=… cpu_us_tuned_pipe=… driver_vs_tuned_pipe_cpu=…`. The ceiling is the pipe with librdkafka's
 defaults, as the line has always been measured; the tuned pipe also refetches 50 ms (not 1 s) after
 its prefetch queue fills, as the driver does, and is the stricter anchor.
 """
@@ -29,8 +33,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -38,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
+from bench.process_cpu import CLOCK_TICKS, stat_ticks  # noqa: E402
 from clients.kafka_clients import LINGER_MS  # noqa: E402
 from driver.send_queue import FETCH_QUEUE_BACKOFF_MS as DRIVER_FETCH_QUEUE_BACKOFF_MS  # noqa: E402
 from stack import kafka_cluster, srm_properties  # noqa: E402
@@ -62,10 +69,22 @@ class Run:
     name: str
     records: int
     seconds: float
+    cpu_s: float = float("nan")  # the copier's CPU (all its threads) over the same span, when measured
 
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_us(self) -> float:
+        """CPU microseconds a copied record: holds within ~10 % where the rate swings 1.6x with the load."""
+        return 1e6 * self.cpu_s / self.records if self.records else float("nan")
+
+
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far, all its threads (/proc)."""
+    utime, stime = stat_ticks(Path(f"/proc/{pid}/stat"))
+    return (utime + stime) / CLOCK_TICKS
 
 
 class Bench:
@@ -80,10 +99,7 @@ class Bench:
     # --- set-up --------------------------------------------------------------------------------
 
     def preload(self) -> None:
-        names = [*self.topics, *(f"lat{self.tag}-{name}" for name in ("driver", "base", "mm2"))]
-        futures = self.east_admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names])
-        for future in futures.values():
-            future.result(60)
+        self.create_topics(self.east_admin, self.topics)
         for topic, size in zip(self.topics, SIZES.values(), strict=True):
             began = time.monotonic()
             finish(self.perf_producer(topic, self.records, size, -1), DEADLINE_S, f"preload of {topic}")
@@ -94,6 +110,10 @@ class Bench:
         if self.expected != self.records * len(self.topics):
             LOG.warning("the source topics hold %d records, not %d", self.expected,
                         self.records * len(self.topics))
+
+    def create_topics(self, admin: AdminClient, names: list[str]) -> None:
+        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names]).values():
+            future.result(60)
 
     def perf_producer(self, topic: str, count: int, size: int, rate: int,
                       props: list[str] | None = None) -> subprocess.Popen:
@@ -124,29 +144,36 @@ class Bench:
         except KafkaException:  # a topic just created: leaders not elected yet
             return 0
 
-    def time_copy(self, name: str, prefix: str) -> Run:
+    def time_copy(self, name: str, prefix: str, cpu: Callable[[], float] | None = None) -> Run:
+        """The copy into the remote topics named `prefix`…, from its first record to its last; `cpu`:
+        the copier's CPU seconds so far, read at both ends."""
         expected = self.expected
         deadline = time.monotonic() + DEADLINE_S
-        first_at, first_count = None, 0
+        first_at, first_count, first_cpu = None, 0, 0.0
         while time.monotonic() < deadline:
             count = self.remote_total(prefix)
             now = time.monotonic()
             if first_at is None and count > 0:
                 first_at, first_count = now, count
+                first_cpu = cpu() if cpu is not None else 0.0
             if count >= expected:
                 seconds = now - (first_at or now)
-                run = Run(name, expected - first_count, seconds)
-                LOG.info("%s copied %d records in %.2f s: %.0f rec/s", name, run.records, seconds, run.rate)
+                run = Run(name, expected - first_count, seconds,
+                          cpu() - first_cpu if cpu is not None else float("nan"))
+                LOG.info("%s copied %d records in %.2f s: %.0f rec/s, %.2f us of CPU a record", name,
+                         run.records, seconds, run.rate, run.cpu_us)
                 return run
             time.sleep(0.1)
         raise TimeoutError(f"{name} did not copy {expected} records within {DEADLINE_S:.0f} s")
 
-    def ceiling(self, fetch_queue_backoff_ms: int | None = None) -> Run:
+    def ceiling(self, fetch_queue_backoff_ms: int | None = None, repetition: int = 0) -> Run:
         """A bare consume -> produce loop: the most a single Python process can move. With librdkafka's
         defaults (the line's ceiling since it was first run) its consumer waits 1 s
         (fetch.queue.backoff.ms) whenever its prefetch queue is full, which the driver no longer does;
-        `fetch_queue_backoff_ms` gives the pipe the driver's setting, a ceiling the driver cannot beat."""
+        `fetch_queue_backoff_ms` gives the pipe the driver's setting, a ceiling the driver cannot beat.
+        Its CPU is this process's from the first record read to the last one acknowledged."""
         name = "pipe" if fetch_queue_backoff_ms is None else f"pipe{fetch_queue_backoff_ms}"
+        name += f"r{repetition}" if repetition else ""
         backoff = {} if fetch_queue_backoff_ms is None else {"fetch.queue.backoff.ms": fetch_queue_backoff_ms}
         consumer = Consumer({"bootstrap.servers": self.east, "group.id": f"bench-{name}-{self.tag}",
                              "enable.auto.commit": False, **backoff})
@@ -157,7 +184,7 @@ class Bench:
         for future in created.values():
             future.result(60)
         producer.list_topics(timeout=10)
-        expected, copied, began = self.expected, 0, None
+        expected, copied, began, cpu_began = self.expected, 0, None, 0.0
         deadline = time.monotonic() + DEADLINE_S
         while copied < expected:
             if time.monotonic() > deadline:
@@ -165,7 +192,8 @@ class Bench:
             for message in consumer.consume(POLL_BATCH, timeout=POLL_TIMEOUT_S):
                 if message.error() is not None:
                     continue
-                began = began or time.monotonic()
+                if began is None:
+                    began, cpu_began = time.monotonic(), time.process_time()
                 while True:
                     try:
                         producer.produce(f"{name}.{message.topic()}", message.value(), message.key(),
@@ -177,9 +205,11 @@ class Bench:
                 copied += 1
             producer.poll(0)
         producer.flush(120)
+        seconds = time.monotonic() - (began or time.monotonic())
+        run = Run(name, copied, seconds, time.process_time() - cpu_began)
         consumer.close()
-        run = Run(name, copied, time.monotonic() - (began or time.monotonic()))
-        LOG.info("%s copied %d records in %.2f s: %.0f rec/s", name, run.records, run.seconds, run.rate)
+        LOG.info("%s copied %d records in %.2f s: %.0f rec/s, %.2f us of CPU a record", name, run.records,
+                 run.seconds, run.rate, run.cpu_us)
         return run
 
     # --- latency -------------------------------------------------------------------------------
@@ -218,10 +248,9 @@ class Bench:
 
     # --- the replicators -----------------------------------------------------------------------
 
-    def start_driver(self, latency_topic: str, checkout: Path | None = None) -> ManagedProcess:
-        """This checkout's driver (aliases east, west), or another's (`checkout`, with its own .venv;
-        aliases ebase, wbase)."""
-        source, target = ("east", "west") if checkout is None else ("ebase", "wbase")
+    def start_driver(self, latency_topic: str, source: str, target: str,
+                     checkout: Path | None = None) -> ManagedProcess:
+        """This checkout's driver, or another's (`checkout`, with its own .venv)."""
         path = srm_properties.write(self.workdir / f"srm-{source}.properties",
                                     {source: self.east, target: self.west},
                                     [(source, target)], "redis://127.0.0.1:1/0", {
@@ -229,14 +258,16 @@ class Bench:
                                         "emit.heartbeats.enabled": "false",
                                         "emit.checkpoints.enabled": "false",
                                         "refresh.topics.interval.seconds": 5, "metrics.period": 5})
-        return driver_process("driver" if checkout is None else "base", path, self.workdir, checkout).start()
+        name = "driver" if checkout is None else "base"
+        return driver_process(f"{name}-{source}", path, self.workdir, checkout).start()
 
-    def start_mm2(self, latency_topic: str) -> ManagedProcess:
-        path = self.workdir / "mm2.properties"
+    def start_mm2(self, latency_topic: str, source: str, target: str) -> ManagedProcess:
+        path = self.workdir / f"mm2-{source}.properties"
         settings = {
-            "clusters": "src, dst", "src.bootstrap.servers": self.east, "dst.bootstrap.servers": self.west,
-            "src->dst.enabled": "true", "dst->src.enabled": "false",
-            "src->dst.topics": f"bench{self.tag}-.*|{latency_topic}", "tasks.max": "1",
+            "clusters": f"{source}, {target}", f"{source}.bootstrap.servers": self.east,
+            f"{target}.bootstrap.servers": self.west, f"{source}->{target}.enabled": "true",
+            f"{target}->{source}.enabled": "false",
+            f"{source}->{target}.topics": f"bench{self.tag}-.*|{latency_topic}", "tasks.max": "1",
             "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
             "sync.topic.acls.enabled": "false", "refresh.topics.interval.seconds": "5",
             "replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
@@ -247,7 +278,7 @@ class Bench:
         java = require("java")
         command = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp",
                    f"{kafka_jars()}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(path)]
-        return ManagedProcess("mm2", command, self.workdir / "mm2.log").start()
+        return ManagedProcess(f"mm2-{source}", command, self.workdir / f"mm2-{source}.log").start()
 
 
 def driver_process(name: str, config: Path, workdir: Path, checkout: Path | None = None) -> ManagedProcess:
@@ -283,34 +314,86 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(bench: Bench, latency_seconds: float, compare_driver: Path | None = None) -> str:
-    pipe, tuned_pipe = bench.ceiling(), bench.ceiling(DRIVER_FETCH_QUEUE_BACKOFF_MS)
-    results = {}
-    replicators = [("driver", bench.start_driver, "east."), ("mm2", bench.start_mm2, "src.")]
+@dataclass
+class Replicator:
+    """One system of the line: how it starts, its aliases, and its runs (one per repetition)."""
+
+    name: str
+    start: Callable[..., ManagedProcess] | None  # None: a pipe, run in this process
+    aliases: tuple[str, str]
+    runs: list[Run]
+    p50: list[float]
+    p99: list[float]
+
+
+def measure(bench: Bench, latency_seconds: float, compare_driver: Path | None = None, repeat: int = 1) -> str:
+    """Every system once a repetition, in an order that rotates between repetitions, so that neither a
+    pipe nor a replicator always runs on the emptier or the busier machine; medians of the repetitions.
+    Each repetition copies into remote topics of its own (new aliases) and loads a latency topic of its
+    own."""
+    systems = [Replicator("pipe", None, ("", ""), [], [], []),
+               Replicator("tuned_pipe", None, ("", ""), [], [], []),
+               Replicator("driver", bench.start_driver, ("east", "west"), [], [], []),
+               Replicator("mm2", bench.start_mm2, ("src", "dst"), [], [], [])]
     if compare_driver is not None:
-        start_base = functools.partial(bench.start_driver, checkout=compare_driver)
-        replicators.insert(1, ("base", start_base, "ebase."))
-    for name, start, prefix in replicators:
-        lat_topic = f"lat{bench.tag}-{name}"
-        process = start(lat_topic)
-        try:
-            run = bench.time_copy(name, prefix)
-            samples = bench.latency(lat_topic, f"{prefix}{lat_topic}", latency_seconds)
-        finally:
-            process.stop()
-        LOG.info("%s latency over %d records: p50 %.1f ms, p99 %.1f ms, mean %.1f ms", name, len(samples),
-                 percentile(samples, 0.5), percentile(samples, 0.99), statistics.fmean(samples or [0.0]))
-        results[name] = (run, samples)
-    (driver_run, driver_lat), (mm2_run, mm2_lat) = results["driver"], results["mm2"]
-    print(f"records per system: {driver_run.records}; driver {driver_run.rate:.0f} rec/s, "
-          f"mm2 {mm2_run.rate:.0f} rec/s, pipe {pipe.rate:.0f} rec/s; "
-          f"p50 ms driver {percentile(driver_lat, 0.5):.1f} mm2 {percentile(mm2_lat, 0.5):.1f}")
-    return (f"driver_vs_mm2_throughput={driver_run.rate / mm2_run.rate:.2f} "
-            f"driver_vs_ceiling={driver_run.rate / pipe.rate:.2f} "
-            f"driver_vs_tuned_pipe={driver_run.rate / tuned_pipe.rate:.2f} "
-            f"p99_ms_driver={percentile(driver_lat, 0.99):.1f} p99_ms_mm2={percentile(mm2_lat, 0.99):.1f}"
-            + (f" driver_vs_base_throughput={driver_run.rate / results['base'][0].rate:.2f} "
-               f"p99_ms_base={percentile(results['base'][1], 0.99):.1f}" if "base" in results else ""))
+        systems.insert(3, Replicator("base", functools.partial(bench.start_driver, checkout=compare_driver),
+                                     ("ebase", "wbase"), [], [], []))
+    for rep in range(repeat):
+        for system in systems[rep % len(systems):] + systems[:rep % len(systems)]:
+            if system.start is None:
+                backoff = DRIVER_FETCH_QUEUE_BACKOFF_MS if system.name == "tuned_pipe" else None
+                system.runs.append(bench.ceiling(backoff, rep))
+                continue
+            source, target = (f"{alias}{rep or ''}" for alias in system.aliases)
+            lat_topic = f"lat{bench.tag}-{system.name}{rep}"
+            bench.create_topics(bench.east_admin, [lat_topic])
+            process = system.start(lat_topic, source, target)
+            try:
+                pid = cast(subprocess.Popen, process.process).pid
+                cpu = functools.partial(process_cpu_s, pid)
+                system.runs.append(bench.time_copy(system.name, f"{source}.", cpu))
+                samples = bench.latency(lat_topic, f"{source}.{lat_topic}", latency_seconds)
+            finally:
+                process.stop()
+            system.p50.append(percentile(samples, 0.5))
+            system.p99.append(percentile(samples, 0.99))
+            LOG.info("%s latency over %d records: p50 %.1f ms, p99 %.1f ms, mean %.1f ms", system.name,
+                     len(samples), system.p50[-1], system.p99[-1], statistics.fmean(samples or [0.0]))
+    return line_8(bench, {system.name: system for system in systems})
+
+
+def line_8(bench: Bench, systems: dict[str, Replicator]) -> str:
+    """The printed figures: per system its rates, CPU a record and latency by repetition; the last line
+    the medians of the per-repetition ratios (a repetition's runs are neighbours in time)."""
+    for system in systems.values():
+        print(f"{system.name}: rec/s {[round(r.rate) for r in system.runs]}, CPU us a record "
+              f"{[round(r.cpu_us, 2) for r in system.runs]}"
+              + (f", p50 ms {[round(v, 1) for v in system.p50]}, p99 ms {[round(v, 1) for v in system.p99]}"
+                 if system.p99 else ""))
+    driver = systems["driver"]
+
+    def ratio(other: str, cpu: bool = False) -> float:
+        pairs = zip(driver.runs, systems[other].runs, strict=True)
+        return statistics.median(o.cpu_us / d.cpu_us if cpu else d.rate / o.rate for d, o in pairs)
+
+    mm2 = systems["mm2"]
+    print(f"records per system: {driver.runs[0].records}; medians: driver "
+          f"{statistics.median(r.rate for r in driver.runs):.0f} rec/s, mm2 "
+          f"{statistics.median(r.rate for r in mm2.runs):.0f} rec/s, tuned pipe "
+          f"{statistics.median(r.rate for r in systems['tuned_pipe'].runs):.0f} rec/s; "
+          f"p50 ms driver {statistics.median(driver.p50):.1f} mm2 {statistics.median(mm2.p50):.1f}")
+    line = (f"driver_vs_mm2_throughput={ratio('mm2'):.2f} driver_vs_ceiling={ratio('pipe'):.2f} "
+            f"driver_vs_tuned_pipe={ratio('tuned_pipe'):.2f} "
+            f"p99_ms_driver={statistics.median(driver.p99):.1f} p99_ms_mm2={statistics.median(mm2.p99):.1f} "
+            f"cpu_us_driver={statistics.median(r.cpu_us for r in driver.runs):.2f} "
+            f"cpu_us_tuned_pipe={statistics.median(r.cpu_us for r in systems['tuned_pipe'].runs):.2f} "
+            f"driver_vs_tuned_pipe_cpu={ratio('tuned_pipe', cpu=True):.2f}")
+    if "base" in systems:
+        base = systems["base"]
+        line += (f" driver_vs_base_throughput={ratio('base'):.2f} "
+                 f"p99_ms_base={statistics.median(base.p99):.1f} "
+                 f"cpu_us_base={statistics.median(r.cpu_us for r in base.runs):.2f}")
+    return line
 
 
 def main() -> None:
@@ -321,7 +404,10 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true",
                         help="one topic of 1,000 partitions instead (bench/replication_scale.py)")
     parser.add_argument("--tasks-max", default="1,4", help="--scale: tasks.max values, one line each")
-    parser.add_argument("--repeat", type=int, default=3, help="--scale: interleaved repetitions")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (medians)")
+    parser.add_argument("--first-repetition", type=int, default=0,
+                        help="--scale: number the repetitions from this one (the order of the "
+                             "replicators rotates with it), to split one line over several calls")
     parser.add_argument("--compare-driver", type=Path,
                         help="also run the driver of this checkout (with its own .venv), e.g. the code "
                              "before a change")
@@ -342,11 +428,11 @@ def main() -> None:
             bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
                                args.compare_driver)
             line = measure_scale(bench, args.latency_seconds, [int(v) for v in args.tasks_max.split(",")],
-                                 args.repeat)
+                                 args.repeat, args.first_repetition)
         else:
             bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
             bench.preload()
-            line = measure(bench, args.latency_seconds, args.compare_driver)
+            line = measure(bench, args.latency_seconds, args.compare_driver, args.repeat)
     finally:
         if clusters is not None:
             clusters.cleanup()

@@ -438,13 +438,14 @@ def scale_line(bench: ScaleBench, tasks_max: int, figures: dict[str, Figures]) -
     return line
 
 
-def measure_scale(bench: ScaleBench, latency_seconds: float, tasks_values: list[int], repeat: int) -> str:
+def measure_scale(bench: ScaleBench, latency_seconds: float, tasks_values: list[int], repeat: int,
+                  first_repetition: int = 0) -> str:
     bench.preload_scale()
     lines = []
     for tasks_max in tasks_values:
         figures: dict[str, Figures] = {}
         bench.peak_rss_mb, bench.peak_threads, bench.assign_s, bench.assign_s_base = 0.0, 0, 0.0, 0.0
-        for rep in range(repeat):
+        for rep in range(first_repetition, first_repetition + repeat):
             repetition(bench, tasks_max, latency_seconds, rep, figures)
         lines.append(scale_line(bench, tasks_max, figures))
         LOG.info("%s", lines[-1])
