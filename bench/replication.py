@@ -408,6 +408,8 @@ def main() -> None:
     parser.add_argument("--first-repetition", type=int, default=0,
                         help="--scale: number the repetitions from this one (the order of the "
                              "replicators rotates with it), to split one line over several calls")
+    parser.add_argument("--modes", default="alo,eos",
+                        help="--scale: alo (at least once), eos (exactly once) or both, to split a line")
     parser.add_argument("--compare-driver", type=Path,
                         help="also run the driver of this checkout (with its own .venv), e.g. the code "
                              "before a change")
@@ -427,6 +429,7 @@ def main() -> None:
             from bench.replication_scale import ScaleBench, measure_scale
             bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
                                args.compare_driver)
+            bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
             line = measure_scale(bench, args.latency_seconds, [int(v) for v in args.tasks_max.split(",")],
                                  args.repeat, args.first_repetition)
         else:

@@ -95,6 +95,7 @@ class ScaleBench(Bench):
         self.expected = 0  # what the source topic holds after the preload
         self.peak_rss_mb, self.peak_threads, self.assign_s, self.assign_s_base = 0.0, 0, 0.0, 0.0
         self.runs = 0
+        self.modes: tuple[bool, ...] = (False, True)  # exactly once or not; `--modes` runs one alone
 
     def preload_scale(self) -> None:
         names = [self.topic, self.latency_topic]
@@ -394,7 +395,7 @@ def repetition(bench: ScaleBench, tasks_max: int, latency_s: float, rep: int,
         runners["base"] = lambda eos: bench.driver_run(eos, tasks_max, latency_s, bench.compare_driver)
     names = list(runners)
     order = names[rep % len(names):] + names[:rep % len(names)]
-    for exactly_once in (False, True):
+    for exactly_once in bench.modes:
         for name in order:
             run, samples = runners[name](exactly_once)
             got = figures.setdefault(name, Figures())
