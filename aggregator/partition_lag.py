@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -77,10 +77,12 @@ def _ceil_window(ms: np.ndarray) -> np.ndarray:
 
 
 def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: OffsetHistory,
-                partials: Mapping[str, pa.Table], client: redis.Redis) -> Judged:
+                partials: Mapping[str, pa.Table], client: redis.Redis,
+                before_read: Callable[[], None]) -> Judged:
     """Latest values of the partition and group `reports` (subject, newest record), and the partitions'
     verdicts (without summaries). `partials`: the batch's history rows of METRICS (batch_plan), merged
-    into `history` here."""
+    into `history` here; `before_read` is called before any read of Redis (the sink has every staged batch
+    merged there first)."""
     judged = Judged()
     if not reports:
         for metric in METRICS:
@@ -99,6 +101,7 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     rows = history.row_of(partition_keys(subjects))
     missing = ~history.covered(rows, low) & (low > high - history.slots)  # a read the ring can hold
     if missing.any():
+        before_read()
         history.load(client, rows[missing], low[missing])
     for metric in METRICS:
         history.merge_rows(metric, partials.get(metric, _EMPTY))
@@ -113,6 +116,7 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     _add_columns(judged, np.flatnonzero(fast & ~is_partition), subjects, records, periods, ts, seconds, None)
     slow = np.flatnonzero(~fast).tolist()
     if slow:
+        before_read()
         _one_at_a_time(judged, [reports[i] for i in slow], partials, client)
         judged.fallback = len(slow)
     return judged

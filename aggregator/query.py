@@ -73,7 +73,7 @@ def start_rollup_query(spark: SparkSession, spec: RollupQuerySpec) -> StreamingQ
     rows = kafka_columns(spark.readStream.format("kafka").options(**kafka_source_options(spec)).load())
     _choose_checkpoint_manager(spark, spec.checkpoint_dir)
     sink = RedisRollupSink(spec.redis_url, spec.query_name, spec.watermark_delay_ms, spec.target,
-                           max_subjects=spec.max_subjects_per_replication)
+                           merge_in_background=True, max_subjects=spec.max_subjects_per_replication)
     # Each target cluster gets its own FAIR pool so a busy cluster cannot starve the others.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", spec.target)
     try:

@@ -7,10 +7,11 @@ a batch's partial windows (staged, see window_writer), index updates, invalid-re
 state (batch id and newest event ts) go in a single MULTI: Redis holds either all of them or none, and a
 batch Spark replays after a crash is skipped when its id is not above the stored one. Spark replays a
 batch with the offsets it logged, so a run killed mid-batch and restarted leaves Redis as an
-uninterrupted run does. The sink then merges the staged windows into the windows of every size itself
-(window_writer), before it returns, in batch order, exactly once (a crash leaves them staged; they are
-merged on restart). Latest values are idempotent and go first, in
-their own transactions (_write_latest): the values, then the lag verdicts derived from them.
+uninterrupted run does. The staged windows are then merged into the windows of every size (window_writer;
+for the streaming query by the sink's merge thread, merge_thread, while Spark runs the next batch), in
+batch order, exactly once (a crash leaves them staged; they are merged on restart). Latest values are
+idempotent and go first, in their own transactions (_write_latest): the values, then the lag verdicts
+derived from them.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -54,6 +55,7 @@ from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.latest_writes import LatestColumns, LatestWriter
+from aggregator.merge_thread import MergeThread
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
@@ -110,7 +112,8 @@ def windows_merged(client: redis.Redis, query_name: str, query_id: str | None) -
 
 class RedisRollupSink:
     def __init__(self, redis_url: str, query_name: str, watermark_delay_ms: int = 30_000,
-                 target: str | None = None, max_subjects: int = DEFAULT_MAX_SUBJECTS) -> None:
+                 target: str | None = None, merge_in_background: bool = False,
+                 max_subjects: int = DEFAULT_MAX_SUBJECTS) -> None:
         self.redis_url = redis_url
         self.target = target  # records naming another target are invalid (raw_records.flat_table)
         self.query_name = query_name
@@ -120,7 +123,8 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self._windows: WindowWriter | None = None
+        self.merge_in_background = merge_in_background  # windows merged while Spark runs the next batch
+        self._windows: WindowWriter | MergeThread | None = None
         self._in_batch = threading.Lock()  # held while a batch runs (close waits for it)
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
         self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
@@ -145,11 +149,16 @@ class RedisRollupSink:
         return self._client
 
     @property
-    def windows(self) -> WindowWriter:
-        """Merges the staged windows (window_writer); on first use, first those a crash left staged."""
+    def windows(self) -> WindowWriter | MergeThread:
+        """Merges the staged windows (window_writer), at once or in a thread (merge_thread); on first use,
+        first those a crash left staged."""
         if self._windows is None:
-            self._windows = WindowWriter(self.client, self.batch_scope)
-            self._windows.recover(self.state().batch_id)
+            committed = self.state().batch_id
+            if self.merge_in_background:
+                self._windows = MergeThread(self.client, self.batch_scope, committed)
+            else:
+                self._windows = WindowWriter(self.client, self.batch_scope)
+                self._windows.recover(committed)
         return self._windows
 
     def close(self, wait_s: float = 0.0) -> None:
@@ -158,8 +167,11 @@ class RedisRollupSink:
         batch, whose Python goes on): an ended query's sink may stay referenced (by Spark's foreachBatch
         wrapper) until the JVM lets it go, and at 100,000 partitions its offset history alone is ~0.45 GB; a
         later batch reads it again."""
+        deadline = time.monotonic() + wait_s
         if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
             self._in_batch.release()
+        if isinstance(self._windows, MergeThread):
+            self._windows.close(max(0.0, deadline - time.monotonic()))
         self._windows = None
         self._forget()
         self.last_collected = None
@@ -171,6 +183,7 @@ class RedisRollupSink:
             self._run(batch, batch_id)
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
+        self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
         self.last_collected = None  # not held while the next batch's partials arrive
         state = self.state()
         if batch_id > 0 and state.batch_id is None:
@@ -259,7 +272,7 @@ class RedisRollupSink:
         staged = time.monotonic()
         for series in plan.history:
             self.history.expire(series)
-        windows.merge_committed(batch_id, batch.windows)
+        windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows merged in %.0f ms (plan %.0f, latest values %.0f, "
                   "staged %.0f, merged %.0f)", self.query_name, batch_id, written,
                   (time.monotonic() - began) * 1000,
@@ -272,11 +285,13 @@ class RedisRollupSink:
         began = time.monotonic()
         reports = [(s, r) for s, r in plan.latest.items() if s[0] in ("partition", "group")]
         partials = {m: plan.history_rows.pop(m) for m in OFFSET_HISTORY_METRICS if m in plan.history_rows}
-        judged = partition_lag.judge_batch(reports, self.offsets, partials, self.client)
+        judged = partition_lag.judge_batch(reports, self.offsets, partials, self.client,
+                                           self.windows.wait_idle)
         reports_judged = time.monotonic()
         reads = history_reads({}, self._replication_records(plan))
         wanted = uncovered(reads, self.history.covers)
         if wanted:  # series not kept yet (or over too short a range)
+            self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
         latest = judged.latest_columns  # the arrays' values, already JSON
         latest.add_values(judged.latest + self._latest_values(plan, reads, earliest_starts(reads)))

@@ -1,9 +1,10 @@
 """Merges committed batches' partial windows into the stored windows of every size, exactly once.
 
 Merging is not idempotent, so the sink stages the batch's partial windows (Arrow IPC, one Redis string;
-`stage`) in the MULTI that records the batch as committed, then merges them itself (`apply`) before it
-returns: a crash in between leaves them staged, and they are merged when a writer of the same query starts
-(`recover`), before its first batch.
+`stage`) in the MULTI that records the batch as committed, then a WindowWriter merges them from the copy in
+hand (`submit`): at once (tests, tools) or in the sink's merge thread (merge_thread: the streaming query)
+while Spark runs the next batch. A crash in between leaves them staged, and they are merged when a writer of
+the same query starts (`recover`), before its first batch.
 
 Batches are merged in order. Redis runs a MULTI whole, blocking every other client meanwhile (the sink's
 next commit, the service's reads): one MULTI for the ~50k keys of 2,000 partitions blocked Redis ~0.5 s,
@@ -100,10 +101,16 @@ class WindowWriter:
         staged = zip(batch_ids, blobs, strict=True)
         self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None], staged=True)
 
-    def merge_committed(self, batch_id: int, windows: pa.Table) -> None:
+    def submit(self, batch_id: int, windows: pa.Table) -> None:
         """Merge a batch the caller has just committed and staged, from the windows in hand: if Redis lost
         the query's state since (flushed), nothing is merged into it."""
         self.apply_all([(batch_id, windows)], staged=True)
+
+    def wait_idle(self) -> None:
+        """Every batch is merged when submit returns."""
+
+    def raise_failure(self) -> None:
+        """A failed merge raised from submit."""
 
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""

@@ -1,5 +1,6 @@
-"""Windows staged with the batch's commit, then merged (window_writer), on real Redis: a crash between
-staging and merging repaired on restart, and never a batch merged twice."""
+"""Windows staged with the batch's commit, then merged (window_writer), on real Redis: the same windows
+merged in the sink's merge thread as at once, a crash between staging and merging repaired on restart,
+and never a batch merged twice."""
 
 from __future__ import annotations
 
@@ -38,25 +39,28 @@ def batch(topic: str, first_window: int, windows: int = 8):
 def run(sink: RedisRollupSink, topic: str, batches: range = range(3)) -> dict:
     for batch_id in batches:
         sink.write(batch(topic, 4 * batch_id), batch_id)
+    sink.windows.wait_idle()
     return {k.replace(topic, "T"): v for k, v in snapshot(sink.client, match=f"*{topic}*").items()}
 
 
-def new_sink(redis_url: str, scope: str | None = None) -> RedisRollupSink:
-    return RedisRollupSink(redis_url, scope or f"test_{uuid.uuid4().hex[:8]}")
+def new_sink(redis_url: str, scope: str | None = None, background: bool = False) -> RedisRollupSink:
+    return RedisRollupSink(redis_url, scope or f"test_{uuid.uuid4().hex[:8]}", merge_in_background=background)
 
 
-def test_a_merged_batch_leaves_no_staged_copy(redis_url: str):
-    sink = new_sink(redis_url)
-    run(sink, f"east.t{uuid.uuid4().hex[:6]}")
-    assert windows_merged(sink.client, sink.query_name, None)
-    assert sink.client.exists(layout.staged_batch_key(sink.batch_scope, 2)) == 0  # deleted once merged
+def test_windows_merged_in_the_thread_equal_windows_merged_at_once(redis_url: str):
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    later, now = new_sink(redis_url, background=True), new_sink(redis_url)
+    assert run(later, topics[0]) == run(now, topics[1])
+    assert windows_merged(later.client, later.query_name, None)
+    assert later.client.exists(layout.staged_batch_key(later.batch_scope, 2)) == 0  # deleted once merged
+    later.close(30)
 
 
 def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
     expected = run(new_sink(redis_url), topics[1])
     crashed = new_sink(redis_url)
-    crashed.windows.merge_committed = lambda *_: None  # type: ignore[method-assign]  # the process dies before it merges
+    crashed.windows.submit = lambda *_: None  # type: ignore[method-assign]  # the process dies before it merges
     for batch_id in range(2):
         crashed.write(batch(topics[0], 4 * batch_id), batch_id)
     assert not windows_merged(crashed.client, crashed.query_name, None)
