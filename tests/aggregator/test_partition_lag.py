@@ -97,7 +97,7 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
             write_through(sink, parts, batch_id, now)
             monkeypatch.setattr(partition_lag, "judge_batch", judge)
         assert snapshot(arrays.client) == snapshot(oracle.client)
-        assert arrays.verdicts.known == oracle.verdicts.known
+        assert arrays.verdicts.records() == oracle.verdicts.records()
     assert fallbacks[1] > 0 and fallbacks[0] < fallbacks[1]  # the arrays judged reports
     for sink in (arrays, oracle):
         sink.client.flushdb()
