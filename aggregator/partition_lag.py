@@ -107,8 +107,8 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
         history.merge_rows(metric, partials.get(metric, _EMPTY))
     covered = history.covered(rows, low)
 
-    seconds, exact = _lag_seconds(history, records, is_partition, rows, ts, high, low_lag)
-    verdicts = _verdicts(history, records, periods, rows, ts, high, low_verdict, is_partition)
+    seconds, exact, verdicts = _judged_arrays(history, records, periods, is_partition, rows, ts, high,
+                                              low_lag, low_verdict)
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
     _add_columns(judged, np.flatnonzero(fast & is_partition), subjects, records, periods, ts, seconds,
@@ -123,6 +123,30 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
 
 
 _EMPTY = pa.table({})
+# Reports judged as arrays at once: each array is rows x ~61 windows, so 100,000 reports at once held
+# ~10 such arrays of ~50 MB each at the batch's peak; a chunk's are ~8 MB.
+CHUNK_ROWS = 16_384
+
+
+def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int],
+                   is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
+                   low_lag: np.ndarray, low_verdict: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
+    """Lag in seconds (and whether exact) and verdicts of every report, CHUNK_ROWS reports at a time (each
+    row's answer reads only its own row)."""
+    parts = []
+    for lo in range(0, len(rows), CHUNK_ROWS):
+        at = slice(lo, lo + CHUNK_ROWS)
+        seconds, exact = _lag_seconds(history, records[at], is_partition[at], rows[at], ts[at], high[at],
+                                      low_lag[at])
+        verdicts = _verdicts(history, records[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
+                             is_partition[at])
+        parts.append((seconds, exact, verdicts))
+    if len(parts) == 1:
+        return parts[0]
+    joined = lag_arrays.Verdicts(**{name: np.concatenate([getattr(v, name) for _, _, v in parts])
+                                    for name in lag_arrays.Verdicts.__dataclass_fields__})
+    return np.concatenate([s for s, _, _ in parts]), np.concatenate([e for _, e, _ in parts]), joined
 
 
 def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_partition: np.ndarray,
