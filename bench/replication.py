@@ -197,7 +197,7 @@ class Bench:
                 while True:
                     try:
                         producer.produce(f"{name}.{message.topic()}", message.value(), message.key(),
-                                         message.partition(), timestamp=message.timestamp()[1],
+                                         cast(int, message.partition()), timestamp=message.timestamp()[1],
                                          headers=message.headers())
                         break
                     except BufferError:
@@ -427,11 +427,12 @@ def main() -> None:
     try:
         if args.scale:
             from bench.replication_scale import ScaleBench, measure_scale
-            bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
-                               args.compare_driver)
-            bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
-            line = measure_scale(bench, args.latency_seconds, [int(v) for v in args.tasks_max.split(",")],
-                                 args.repeat, args.first_repetition)
+            scale_bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
+                                     args.compare_driver)
+            scale_bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
+            line = measure_scale(scale_bench, args.latency_seconds,
+                                 [int(v) for v in args.tasks_max.split(",")], args.repeat,
+                                 args.first_repetition)
         else:
             bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
             bench.preload()
