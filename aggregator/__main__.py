@@ -41,8 +41,8 @@ STOP_TIMEOUT_S = 9.0
 # Each query's stop waits this long for its running batch (spark.sql.streaming.stopTimeout), then the
 # batch is abandoned: Spark replays it on the next start and the sink skips what Redis has.
 QUERY_STOP_TIMEOUT_MS = 4000
-# What is left of the deadline after the queries stopped goes to the merge children finishing the batches
-# already handed to them, so Redis is left at a batch boundary; the Spark context stops last.
+# What is left of the deadline after the queries stopped goes to the sinks finishing a batch whose query's
+# stop gave up on it (its merge), so Redis is left at a batch boundary; the Spark context stops last.
 SPARK_STOP_RESERVE_S = 2.0
 
 LOG = logging.getLogger("aggregator")
@@ -130,7 +130,6 @@ def watch_clusters(config: SrmConfig, specs: list[RollupQuerySpec], stopping: th
 
 
 def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = None) -> None:
-    from aggregator.merge_child import join_window_writers
     from aggregator.query import close_sinks
     from aggregator.supervisor import STALL_INTERVALS, QuerySupervisor
 
@@ -154,8 +153,7 @@ def supervise(spark, specs: list[RollupQuerySpec], config: SrmConfig | None = No
     deadline = time.monotonic() + STOP_TIMEOUT_S
     try:
         supervisor.stop_all()
-        close_sinks(spark)
-        join_window_writers(max(0.0, deadline - SPARK_STOP_RESERVE_S - time.monotonic()))
+        close_sinks(spark, max(0.0, deadline - SPARK_STOP_RESERVE_S - time.monotonic()))
         spark.stop()
     except Exception as exc:  # a SIGTERM to the process group reached the JVM too, and it went first
         LOG.warning("the Spark side ended before the queries were stopped (%s); Spark replays the "

@@ -7,6 +7,7 @@ aggregated and merged into Redis by the foreachBatch sink, which also keeps the 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -142,7 +143,7 @@ def kafka_columns(kafka: DataFrame) -> DataFrame:
 
 
 class _SinkCloser(StreamingQueryListener):
-    """Ends a sink's window writer process when its query ends (stopped, or failed and restarted by the
+    """Lets a sink drop what it keeps when its query ends (stopped, or failed and restarted by the
     supervisor as a new query with a new sink)."""
 
     def __init__(self) -> None:
@@ -209,12 +210,14 @@ def _sinks_of(spark: SparkSession) -> dict[str, RedisRollupSink]:
     return closer.sinks
 
 
-def close_sinks(spark: SparkSession) -> None:
-    """Ends every sink's window writer once the queries are stopped, not waiting for the listener's
-    event: a merge child ignores stop signals and ends when its sink closes the pipe, after its merge."""
+def close_sinks(spark: SparkSession, wait_s: float = 0.0) -> None:
+    """Once the queries are stopped, lets every sink finish a batch its query's stop gave up on (up to
+    `wait_s` in all: Redis is left at a batch boundary) and drop what it keeps, not waiting for the
+    listener's event."""
+    deadline = time.monotonic() + wait_s
     sinks = _sinks_of(spark)
     for key in list(sinks):
-        sinks.pop(key).close()
+        sinks.pop(key).close(max(0.0, deadline - time.monotonic()))
 
 
 def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:

@@ -42,8 +42,9 @@ LOG = logging.getLogger(__name__)
 CHECK_INTERVAL_S = 5.0
 # Redis calls of the check: short, so the supervisor's loop does not wait on a hung Redis for long.
 CHECK_TIMEOUT_S = 2.0
-# A stopped query's merge child finishes the merge it is in before the target's keys are cleared.
-CHILD_WAIT_S = 30.0
+# A stopped query's sink finishes the batch it is in (a query's stop may give up on it) before the target's
+# keys are cleared.
+BATCH_WAIT_S = 30.0
 
 
 def checkpoint_location(spec: RollupQuerySpec) -> str:
@@ -166,7 +167,7 @@ class Rebuild:
             if query.isActive:
                 query.stop()
             if sink is not None:
-                sink.close(CHILD_WAIT_S)
+                sink.close(BATCH_WAIT_S)
             self.stopped = True
         if not self.cleared:
             cleared = clear_target(client, self.spec)

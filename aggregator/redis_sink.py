@@ -7,10 +7,11 @@ a batch's partial windows (staged, see window_writer), index updates, invalid-re
 state (batch id and newest event ts) go in a single MULTI: Redis holds either all of them or none, and a
 batch Spark replays after a crash is skipped when its id is not above the stored one. Spark replays a
 batch with the offsets it logged, so a run killed mid-batch and restarted leaves Redis as an
-uninterrupted run does. The staged windows are merged into the windows of every size by the window writer
-(for the streaming query a child process, while Spark reads the next batch), in batch order, exactly once
-(a crash leaves them staged; they are merged on restart). Latest values are idempotent and go first, in
-their own transactions (_write_latest): the values, then the lag verdicts derived from them.
+uninterrupted run does. The staged windows are then merged into the windows of every size (window_writer;
+for the streaming query by the sink's merge thread, merge_thread, while Spark runs the next batch), in
+batch order, exactly once (a crash leaves them staged; they are merged on restart). Latest values are
+idempotent and go first, in their own transactions (_write_latest): the values, then the lag verdicts
+derived from them.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -54,12 +55,13 @@ from aggregator.history_start import HistoryStart
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.latest_writes import LatestColumns, LatestWriter
-from aggregator.merge_child import BackgroundWindowWriter
+from aggregator.merge_thread import MergeThread
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.subject_cap import SubjectBook
+from aggregator.verdict_summaries import TS, VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -122,8 +124,9 @@ class RedisRollupSink:
         self.batch_scope = query_name
         self._bound = threading.Event()
         self._client: redis.Redis | None = None
-        self.merge_in_background = merge_in_background  # windows merged while Spark reads the next batch
-        self._windows: WindowWriter | BackgroundWindowWriter | None = None
+        self.merge_in_background = merge_in_background  # windows merged while Spark runs the next batch
+        self._windows: WindowWriter | MergeThread | None = None
+        self._in_batch = threading.Lock()  # held while a batch runs (close waits for it)
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
         self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
@@ -147,24 +150,29 @@ class RedisRollupSink:
         return self._client
 
     @property
-    def windows(self) -> WindowWriter | BackgroundWindowWriter:
-        """Merges the staged windows (window_writer); on first use, first those a crash left staged."""
+    def windows(self) -> WindowWriter | MergeThread:
+        """Merges the staged windows (window_writer), at once or in a thread (merge_thread); on first use,
+        first those a crash left staged."""
         if self._windows is None:
             committed = self.state().batch_id
             if self.merge_in_background:
-                self._windows = BackgroundWindowWriter(self.redis_url, self.batch_scope, committed)
+                self._windows = MergeThread(self.client, self.batch_scope, committed)
             else:
                 self._windows = WindowWriter(self.client, self.batch_scope)
                 self._windows.recover(committed)
         return self._windows
 
     def close(self, wait_s: float = 0.0) -> None:
-        """Ends a background window writer (its query ended), waiting up to `wait_s` for it to finish the
-        merges it was handed; a later batch would start another. What the sink keeps of Redis goes too:
-        an ended query's sink may stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go,
-        and at 100,000 partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
-        if isinstance(self._windows, BackgroundWindowWriter):
-            self._windows.close(wait_s)
+        """Its query ended: waits up to `wait_s` in all for a batch still running (a query's stop may give
+        up on its batch, whose Python goes on) and for the merge thread to merge what it was handed (it ends
+        after that, waited for or not), then forgets what the sink keeps of Redis. An ended query's sink may
+        stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and at 100,000
+        partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
+        deadline = time.monotonic() + wait_s
+        if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
+            self._in_batch.release()
+        if isinstance(self._windows, MergeThread):
+            self._windows.close(max(0.0, deadline - time.monotonic()))
         self._windows = None
         self._forget()
         self.last_collected = None
@@ -172,6 +180,10 @@ class RedisRollupSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
+        with self._in_batch:
+            self._run(batch, batch_id)
+
+    def _run(self, batch: DataFrame, batch_id: int) -> None:
         self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
         self.last_collected = None  # not held while the next batch's partials arrive
         state = self.state()
@@ -230,10 +242,9 @@ class RedisRollupSink:
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
         """Commit one batch's partial windows and latest records to Redis, once: latest values, then its
-        windows staged with the batch id, then merged (at once, or in the background with
-        `merge_in_background`). Rows of one metric each are taken too (window_partials.of_windows).
-        With `require_state` (a batch after the checkpoint's first), a sink state gone from Redis
-        before the commit leaves the batch unwritten and sets `state_lost`."""
+        windows staged with the batch id, then merged. Rows of one metric each are taken too
+        (window_partials.of_windows). With `require_state` (a batch after the checkpoint's first), a sink
+        state gone from Redis before the commit leaves the batch unwritten and sets `state_lost`."""
         began = time.monotonic()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
@@ -263,8 +274,8 @@ class RedisRollupSink:
         for series in plan.history:
             self.history.expire(series)
         windows.submit(batch_id, batch.windows)
-        LOG.debug("%s: batch %d: %d latest values, windows staged in %.0f ms (plan %.0f, latest values %.0f, "
-                  "staged %.0f, windows handed over %.0f)", self.query_name, batch_id, written,
+        LOG.debug("%s: batch %d: %d latest values, windows merged in %.0f ms (plan %.0f, latest values %.0f, "
+                  "staged %.0f, merged %.0f)", self.query_name, batch_id, written,
                   (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
@@ -289,7 +300,7 @@ class RedisRollupSink:
         # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
         self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(judged.verdicts, _now_ms(), judged.verdict_text)
+        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
         # Lag in seconds is derived here, so its windows join the batch's here.
         samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
         samples += judged.sample_tables
@@ -301,22 +312,22 @@ class RedisRollupSink:
                   (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
-    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int,
-                        texts: Mapping[partition_verdicts.Pair, Mapping[str, str]] | None = None) -> int:
-        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values.
-        `texts`: the JSON of verdicts already rendered (partition_lag), per replication and field."""
+    def _write_verdicts(self, parts: Mapping[partition_verdicts.Pair, list[VerdictColumns]],
+                        now_ms: int) -> int:
+        """The batch's verdicts (per replication, in parts of distinct fields) and the summary at `now_ms` of
+        every replication kept; how many values."""
+        updates = {pair: VerdictColumns.joined(columns) for pair, columns in parts.items()}
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
-        summaries = self.verdicts.summaries(updates, now_ms)
+        updated = self.verdicts.updated(updates)
         values = LatestColumns()
         for pair, fresh in updates.items():
-            rendered = (texts or {}).get(pair, {})
-            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh,
-                       [int(v["ts"]) for v in fresh.values()],
-                       [rendered.get(name) or layout.encode_latest(v) for name, v in fresh.items()])
-        values.add_values((layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items())
+            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh.fields,
+                       fresh.ints[:, TS].tolist(), fresh.text)
+        values.add_values((layout.replication_status_key(t, s), "lag", columns.summary(now_ms))
+                          for (t, s), columns in updated.items())
         self.latest_writer.write(self.client, values)
-        self.verdicts.commit(updates)
+        self.verdicts.commit(updated)
         return len(values)
 
     def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,

@@ -9,9 +9,9 @@ with a doubling back-off, one line per attempt; other failures are retried every
 A query can also hang rather than fail (a Redis call without an answer, a stuck source). One whose
 current batch has made no progress for ``stall_intervals`` trigger intervals while input is waiting is
 restarted: its sink's Redis connections are cut and the query stopped, so the batch fails and is replayed
-from the checkpoint by the new query (the sink skips what Redis has). Restarts of queries and of merge
-children (merge_child) are counted in Redis (redis_layout.aggregator_restarts_key) for the service's
-/metrics; counts Redis did not take yet (it may be what failed) are kept and written later.
+from the checkpoint by the new query (the sink skips what Redis has). Restarts of queries are counted in
+Redis (redis_layout.aggregator_restarts_key) for the service's /metrics; counts Redis did not take yet
+(it may be what failed) are kept and written later.
 
 A query whose state is gone from Redis while its checkpoint has progress (Redis flushed or replaced) is
 rebuilt from Kafka on a new checkpoint (rebuild), checked every few seconds and before each restart.
@@ -35,7 +35,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import merge_child, rebuild, window_layout_upgrade
+from aggregator import rebuild, window_layout_upgrade
 from aggregator.query import RollupQuerySpec, sink_of, start_rollup_query
 from aggregator.redis_sink import RedisRollupSink
 from clients import redis_connection
@@ -102,7 +102,6 @@ class QuerySupervisor:
         """Restart the queries that stopped and whose back-off is over; returns their names."""
         restarted = []
         now = time.monotonic()
-        self._count_child_restarts()
         for spec in self.specs:
             name = spec.query_name
             query = self.queries.get(name)
@@ -236,12 +235,6 @@ class QuerySupervisor:
         if sink is not None:
             sink.client.connection_pool.disconnect()
         threading.Thread(target=_stop_quietly, args=(name, query), name=f"stop-{name}", daemon=True).start()
-
-    def _count_child_restarts(self) -> None:
-        targets = {spec.query_name: spec.target for spec in self.specs}
-        for name, times in merge_child.take_child_restarts().items():
-            if name in targets:
-                self._count(targets[name], "merge_child", times)
 
     def _count(self, target: str, kind: str, times: int = 1) -> None:
         if self.counter is not None:

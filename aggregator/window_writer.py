@@ -1,20 +1,19 @@
-"""Merges committed batches' partial windows into the stored windows of every size, one batch behind.
+"""Merges committed batches' partial windows into the stored windows of every size, exactly once.
 
-Spark starts the next micro-batch only when the sink returns, and merging a batch's windows (~0.6 s for
-15k series whatever the batch's size, ~1-2 s for a 200k-record batch) was most of a batch's time. So the
-sink stages the batch's partial windows (Arrow IPC, one Redis string; `stage`) in the MULTI that records
-the batch as committed, and a WindowWriter merges them: at once (tests, tools) or in a child process
-(merge_child.BackgroundWindowWriter: the streaming query) while Spark reads the next batch.
+Merging is not idempotent, so the sink stages the batch's partial windows (Arrow IPC, one Redis string;
+`stage`) in the MULTI that records the batch as committed, then a WindowWriter merges them from the copy in
+hand (`submit`): at once (tests, tools) or in the sink's merge thread (merge_thread: the streaming query)
+while Spark runs the next batch. A crash in between leaves them staged, and they are merged when a writer of
+the same query starts (`recover`), before its first batch.
 
 Batches are merged in order. Redis runs a MULTI whole, blocking every other client meanwhile (the sink's
 next commit, the service's reads): one MULTI for the ~50k keys of 2,000 partitions blocked Redis ~0.5 s,
 and ~1.2 s for a 200k-record batch. So a merge goes in MERGE_PARTS transactions, the topics split between
 them by a hash of their name; each records its part as done (redis_layout.merging_batches_key) and the
-last one also deletes the staged copies and advances the applied batch id (applied_batch_key). A batch
-staged but not merged when the process died is merged when a writer of the same query starts (recover);
-a merge cut off part-way is finished as it was grouped, its parts done skipped. Merging is not
-idempotent, so the applied id and the parts done are WATCHed: what another writer merged meanwhile (a
-query restarted in the same process) is not merged twice.
+last one also deletes the staged copies and advances the applied batch id (applied_batch_key). A merge
+cut off part-way is finished as it was grouped, its parts done skipped. The applied id and the parts done
+are WATCHed: what another writer merged meanwhile (a query restarted in the same process, whose old sink
+was still in a batch) is not merged twice.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def stage(pipe: redis.client.Pipeline, scope: str, batch_id: int, windows: pa.Ta
 
 
 class WindowWriter:
-    """Merges staged batches at once, in the caller's process."""
+    """Merges staged batches, in the caller's thread."""
 
     # How a batch's partials are numbered and sized for the merge (a test merges with the old ones).
     number = staticmethod(numbered_partials)
@@ -73,15 +72,6 @@ class WindowWriter:
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
         self._replace = client.register_script(REPLACE_WINDOWS_LUA)
-
-    def submit(self, batch_id: int, windows: pa.Table) -> None:
-        self.apply(batch_id, windows)
-
-    def wait_idle(self) -> None:
-        """Every submitted batch is merged when submit returns."""
-
-    def raise_failure(self) -> None:
-        """A failed merge raised from submit."""
 
     def recover(self, committed: int | None) -> None:
         """Merge, now, the batches up to `committed` that were staged but never merged: first a merge cut
@@ -110,6 +100,17 @@ class WindowWriter:
                         self.scope, missing)
         staged = zip(batch_ids, blobs, strict=True)
         self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None], staged=True)
+
+    def submit(self, batch_id: int, windows: pa.Table) -> None:
+        """Merge a batch the caller has just committed and staged, from the windows in hand: if Redis lost
+        the query's state since (flushed), nothing is merged into it."""
+        self.apply_all([(batch_id, windows)], staged=True)
+
+    def wait_idle(self) -> None:
+        """Every batch is merged when submit returns."""
+
+    def raise_failure(self) -> None:
+        """A failed merge raised from submit."""
 
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""

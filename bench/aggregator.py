@@ -1,18 +1,18 @@
 """Aggregator throughput, freshness and driver load on a real Kafka broker, Redis and local[2] Spark.
 
 1. Throughput: S series x P periods of synthetic raw metrics are produced first, then one query
-   drains them in batches of --max-offsets. A batch is done when its windows are merged in Redis (by
-   the merge child, a batch or more behind the query: aggregator.merge_child), so the batches leave a
-   pipeline: sustained raw records/s = rows of the batches after the warm-up ones / time from the first
-   of them starting to the last one merged. The query's first batches (JVM warm-up, every series
-   numbered and read) are left out; the pipeline's drain (the last merge) is counted. Before, the time
-   ran from the merge of the last warm-up batch: a merge child that fell behind there and caught up
-   by the end (it merges the batches waiting together) made that figure up to ~40 % too high.
+   drains them in batches of --max-offsets. A batch is done when its windows are merged in Redis (the
+   applied batch id: aggregator.window_writer; the sink merges them before it returns, and before it
+   had a child process for it, a batch or more behind the query), so: sustained raw records/s = rows of
+   the batches after the warm-up ones / time from the first of them starting to the last one merged. The
+   query's first batches (JVM warm-up, every series numbered and read) are left out; the last merge is
+   counted. Before, the time ran from the merge of the last warm-up batch: a merge child that fell
+   behind there and caught up by the end made that figure up to ~40 % too high.
 2. Driver load, measured in the same run: `driver_bytes_per_record` is the Arrow bytes the driver process
    collects from Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this process (the
-   Spark driver's Python side, where foreachBatch runs) plus its merge child
-   (aggregator.merge_child), over the same span as the records/s, less the
-   bench's own polling thread. The JVM is left out: in local[2] it hosts the executors too.
+   Spark driver's Python side, where foreachBatch runs) plus its children (an aggregator before had a
+   merge child), over the same span as the records/s, less the bench's own polling thread. The JVM is
+   left out: in local[2] it hosts the executors too.
    `driver_cpu_growth` = CPU per batch of the throughput run / CPU per batch of a run with the same series,
    the same batch count and the same event-time span per batch, but a quarter of the records per series (a
    report every 4 periods instead of every period). The driver's peak RSS (VmHWM) is printed after the
@@ -20,11 +20,11 @@
 3. Freshness: records are produced live at RATE records/s (ts = now); a probe partition's latest
    value is polled in Redis, freshness = when its new `ts` became readable - that ts. The first
    --warm-up seconds of live input are not counted: the query's first batch with input starts the
-   executors' Python workers and the merge child and reads every series (3-4 s), and the input that
+   executors' Python workers and reads every series (3-4 s), and the input that
    piles up meanwhile took ~10 s to drain (before, a fifth of a 30 s run was skipped and the drain
    set the p99).
 4. Where the CPU goes (bench/process_cpu.py): each part's CPU (the Spark JVM and its threads, the Python
-   workers, the driver, its merge child, Redis, the broker) per steady throughput batch and
+   workers, the driver, Redis, the broker) per steady throughput batch and
    in cores over the measured freshness span: on 2 cores the parts compete, so the limiting stage is often
    the machine, not one part. The freshness line ends with the CPU the hypervisor gave other guests over
    the span (host steal): a run slowed by its host, not by its own parts, shows there.
@@ -69,6 +69,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -217,16 +218,17 @@ class DriverLoad:
         before and after the map side moved to the executors)."""
         original = ClassicDataFrame.toArrow
 
-        def counted(frame: ClassicDataFrame):
+        def counted(frame: ClassicDataFrame) -> pa.Table:
             table = original(frame)
             DriverLoad.collected_total += table.nbytes
             return table
 
-        ClassicDataFrame.toArrow = counted
+        # A deliberate patch of Spark's method, which mypy refuses (and misreads counted's self).
+        ClassicDataFrame.toArrow = counted  # type: ignore[method-assign, assignment]
 
     def cpu_seconds(self) -> float:
         used = ticks(Path("/proc/self/stat")) - self.bench_threads.ticks()
-        # The children (the merge child) are looked up once a second, not at every sample: a
+        # The children (an older aggregator's merge child) are looked up once a second, not at every sample: a
         # scan of /proc took 1-2 ms, and the clock samples every 50 ms.
         if time.monotonic() - self._children_at > 1.0:
             self._children, self._children_at = children(os.getpid()), time.monotonic()
@@ -261,7 +263,7 @@ class MergeClock:
         self.load.bench_threads.tids.add(tid)
         try:
             while not self._stop.is_set():
-                raw = self.client.get(self.key)
+                raw = cast(bytes | None, self.client.get(self.key))
                 if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
                     self.seen.append((time.time(), int(raw), self.load.cpu_seconds()))
                 if not self.cpu or time.time() - self.cpu[-1][0] >= self.CPU_EVERY_S:
@@ -319,7 +321,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
         query.stop()
     rows = sum(p["numInputRows"] for p in batches)
     # Warm-up, reported apart: the first batch pays for JVM code warm-up and for numbering and reading
-    # every series; its merge (window_writer's child, one batch behind) runs during the second batch.
+    # every series.
     steady = batches[WARM_UP_BATCHES:] or batches
     began = datetime.fromisoformat(steady[0]["timestamp"]).timestamp()
     for p in batches:
@@ -367,7 +369,7 @@ def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, ra
 
     def poll() -> None:
         while not stop.is_set():
-            raw = client.hget(probe_key, "0")
+            raw = cast(bytes | None, client.hget(probe_key, "0"))
             if raw is not None:
                 ts = int(layout.decode_latest(raw)["ts"])
                 seen.setdefault(ts, time.time() * 1000)

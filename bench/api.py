@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 # Run as `python bench/api.py`: the repository root must come before bench/, whose aggregator.py
 # (the aggregator's bench) would otherwise shadow the aggregator package.
@@ -142,8 +143,9 @@ def stage_breakdown(url: str, now_ms: int) -> str:
     environs = [EnvironBuilder(path=path, query_string=query).get_environ()
                 for path, query in (p.split("?") for p in sample)]
 
-    def start_response(status: str, headers: list, exc_info: object = None) -> None:
+    def start_response(status: str, headers: list, exc_info: object = None) -> Callable[[bytes], object]:
         assert status.startswith("200"), status
+        return lambda body: None  # PEP 3333's write(): the app answers through its iterable instead
 
     requests = [lambda e=e: b"".join(app(dict(e), start_response)) for e in environs]
     _timed(requests)  # warm-up: imports, connection
@@ -157,7 +159,7 @@ def stage_breakdown(url: str, now_ms: int) -> str:
         keys = [layout.series_key(layout.SeriesId(TARGET, s, f"{s}.{t}", layout.WHOLE_TOPIC, METRIC), "1m")
                 for s, t in subjects]
         fields = layout.window_fields("1m", since, now_ms)
-        replies = [layout.held(reader.client.hmget(key, fields)) for key in keys]
+        replies = [layout.held(cast(list, reader.client.hmget(key, fields))) for key in keys]
         columns = [window_columns(reply, METRIC) for reply in replies]
         identity = {"source": "s", "target": TARGET, "upstreamTopic": "t", "topic": "s.t", "from": since,
                     "to": now_ms}
@@ -191,12 +193,19 @@ def run_wrk(base: str, sample: list[str], workdir: Path, connections: int, durat
         check=True,
     ).stdout
     print(out.strip())
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rps = float(_wrk_line(out, r"Requests/sec:\s+([\d.]+)").group(1))
     return rps, _wrk_ms(out, "50%"), _wrk_ms(out, "99%")
 
 
+def _wrk_line(out: str, pattern: str) -> re.Match[str]:
+    found = re.search(pattern, out)
+    if found is None:
+        raise RuntimeError(f"wrk printed no line matching {pattern!r}:\n{out}")
+    return found
+
+
 def _wrk_ms(out: str, percentile: str) -> float:
-    value, unit = re.search(rf"{percentile}\s+([\d.]+)(us|ms|s)", out).groups()
+    value, unit = _wrk_line(out, rf"{percentile}\s+([\d.]+)(us|ms|s)").groups()
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
@@ -334,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
         wait_for_port(port, 60, service.process)
         sample = paths(now_ms, 2000)
+        assert service.process is not None and server.process is not None  # started above
         meter = CpuMeter(service.process.pid, server.process.pid)
         before = meter.sample()
         if shutil.which("wrk"):

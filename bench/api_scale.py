@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import redis
@@ -165,7 +166,7 @@ def fill(url: str, now_ms: int, history_step_h: int, live_min: int, topics: int 
         batch_id += 1
     live_s = time.monotonic() - live_began
     client = redis.Redis.from_url(url)
-    memory = client.info("memory")["used_memory"] / 2**20
+    memory = cast(dict, client.info("memory"))["used_memory"] / 2**20
     keys = client.dbsize()
     client.close()
     sink.close()
@@ -252,6 +253,7 @@ def run(args, run_python_load) -> int:  # bench/api.py's namespace and load gene
             rps, p50, p99 = run_python_load(port, paths, args.connections, args.duration)
             print(f"{name}: {rps:.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms")
             figures[f"p99_ms_{name}"] = p99
+        assert service.process is not None  # started above
         rss = worker_peak_rss_mb(service.process.pid)
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         worst = max(figures.values())

@@ -16,6 +16,7 @@ Targets (reported, never asserted): all-sites <= 1.3x single-site; a dead site a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import multiprocessing
 import os
@@ -85,7 +86,7 @@ def run_delay_lines(routes: dict[int, int], delay_s: float) -> None:
             await asyncio.gather(_delayed_copy(reader, up_writer, delay_s),
                                  _delayed_copy(up_reader, writer, delay_s), return_exceptions=True)
 
-        servers = [await asyncio.start_server(lambda r, w, u=upstream: handler(u, r, w), "127.0.0.1", port)
+        servers = [await asyncio.start_server(functools.partial(handler, upstream), "127.0.0.1", port)
                    for port, upstream in routes.items()]
         await asyncio.gather(*(server.serve_forever() for server in servers))
 
@@ -222,9 +223,11 @@ def main() -> int:
         dead_ms = median_ms(asking_endpoint(http, base, "all", 3))
         print(f"all sites with west killed: median {dead_ms:.2f} ms (extra {dead_ms - all_ms:.1f} ms)")
 
-        os.killpg(processes["north"].process.pid, signal.SIGSTOP)
+        north = processes["north"].process
+        assert north is not None  # started above
+        os.killpg(north.pid, signal.SIGSTOP)
         hung_ms = median_ms(asking_endpoint(http, base, "all", 2), 10)
-        os.killpg(processes["north"].process.pid, signal.SIGCONT)
+        os.killpg(north.pid, signal.SIGCONT)
         print(f"all sites with west killed and north hung: median {hung_ms:.2f} ms (the hung site adds "
               f"{hung_ms - dead_ms:.1f} ms; its timeout is {TIMEOUT_S * 1000:.0f} ms)")
         ratio, bound_ms = all_ms / single_ms, TIMEOUT_S * 1000 + 50
@@ -242,7 +245,7 @@ def main() -> int:
             delay_line.terminate()
             delay_line.join(10)
         for process in processes.values():
-            if process.running:
+            if process.process is not None and process.running:
                 os.killpg(process.process.pid, signal.SIGCONT)
             process.stop()
         redis.cleanup()

@@ -79,8 +79,8 @@ def command(entry: Path) -> list[bytes]:
 
 
 def children(pid: int) -> list[int]:
-    """Child processes but the JVM (the Spark driver's window writer; in local mode the JVM is a child
-    too, and it runs the executors)."""
+    """Child processes but the JVM (the bench's input producer; in local mode the JVM is a child too, and
+    it runs the executors)."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -104,15 +104,9 @@ def part_of(pid: int, driver: int) -> str | None:
         return "redis"
     if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
         return "python workers"
-    # The driver's own children: the sink's merge child (aggregator.merge_child names it) or the bench's
-    # input producer (a pool worker). Imported here:
-    # bench/api.py reads /proc through this module too and has no aggregator to load.
-    from aggregator import merge_child
-
-    name = next((child.name for child in multiprocessing.active_children() if child.pid == pid), None)
-    if name is None:
-        return None
-    return "merge child" if name.startswith(merge_child.CHILD_PREFIX) else "input producer"
+    # The driver's own children: the bench's input producer (a pool worker); the aggregator has none.
+    known = any(child.pid == pid for child in multiprocessing.active_children())
+    return "input producer" if known else None
 
 
 class BenchThreads:
@@ -214,7 +208,7 @@ class CpuBudget:
 
 
 # The parts that make up an aggregator (the input producer, Redis and the broker are the bench's).
-AGGREGATOR_PARTS = ("driver", "spark JVM", "python workers", "merge child")
+AGGREGATOR_PARTS = ("driver", "spark JVM", "python workers")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 

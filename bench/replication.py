@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -169,7 +170,7 @@ class Bench:
                 while True:
                     try:
                         producer.produce(f"{name}.{message.topic()}", message.value(), message.key(),
-                                         message.partition(), timestamp=message.timestamp()[1],
+                                         cast(int, message.partition()), timestamp=message.timestamp()[1],
                                          headers=message.headers())
                         break
                     except BufferError:
@@ -339,10 +340,10 @@ def main() -> None:
     try:
         if args.scale:
             from bench.replication_scale import ScaleBench, measure_scale
-            bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
-                               args.compare_driver)
-            line = measure_scale(bench, args.latency_seconds, [int(v) for v in args.tasks_max.split(",")],
-                                 args.repeat)
+            scale_bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
+                                     args.compare_driver)
+            line = measure_scale(scale_bench, args.latency_seconds,
+                                 [int(v) for v in args.tasks_max.split(",")], args.repeat)
         else:
             bench = Bench(bootstraps["east"], bootstraps["west"], args.records, workdir)
             bench.preload()

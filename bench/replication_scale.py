@@ -339,7 +339,8 @@ class ProgressTracker:
     """The committed progress of one replication (MM2's Connect offsets): records copied so far."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic, self.last = topic, {}
+        self.topic = topic
+        self.last: dict[int, int] = {}  # partition -> the offset its newest progress record names
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-progress-{topic}",
                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
         self.assigned = False
@@ -355,11 +356,12 @@ class ProgressTracker:
         while True:
             messages = self.consumer.consume(10_000, timeout=0.2)
             for message in messages:
-                if message.error() is not None or message.key() is None or message.value() is None:
+                key, value = message.key(), message.value()
+                if message.error() is not None or key is None or value is None:
                     continue
                 try:
-                    partition = json.loads(message.key())[1]["partition"]
-                    self.last[partition] = json.loads(message.value())["offset"]
+                    partition = json.loads(key)[1]["partition"]
+                    self.last[partition] = json.loads(value)["offset"]
                 except (ValueError, KeyError, IndexError, TypeError):
                     continue
             if len(messages) < 10_000:

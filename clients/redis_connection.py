@@ -1,7 +1,7 @@
 """The one way the parts open Redis: with connect and socket timeouts, so a hung Redis fails a call.
 
 Without a socket timeout a SIGSTOPped or blackholed Redis blocks a reply read for good: the aggregator's
-sink and merge child would hang forever instead of failing and being restarted. Timeouts given in the
+sink would hang forever instead of failing and being restarted. Timeouts given in the
 URL's query string (`?socket_timeout=…&socket_connect_timeout=…`, redis-py's names, seconds) win over
 the settings `redis.connect.timeout.ms` and `redis.socket.timeout.ms`.
 """
@@ -29,7 +29,7 @@ def connect(url: str, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
 
 
 def url_with_timeouts(url: str, connect_timeout_s: float, socket_timeout_s: float) -> str:
-    """The URL carrying the timeouts, for processes that get only a URL (the merge child); timeouts the
+    """The URL carrying the timeouts, for parts that get only a URL (the aggregator's sinks); timeouts the
     URL names already are kept."""
     base, _, query = url.partition("?")
     params = [p for p in query.split("&") if p]

@@ -439,9 +439,9 @@ CLUSTER_PROBE_TTL_MS = 60_000
 
 def aggregator_restarts_key(target: str) -> str:
     """Hash of running totals of what the aggregator restarted for target cluster `target`: field
-    `query` (its rollup query, after it failed or stalled) and `merge_child` (its window-merge child
-    process, after it stopped answering). HINCRBY by the aggregator's supervisor; the service exposes them
-    as Prometheus counters. No TTL: a counter that vanished would read as a reset."""
+    `query` (its rollup query, after it failed or stalled; an older aggregator also counted `merge_child`,
+    its window-merge child process, now gone). HINCRBY by the aggregator's supervisor; the service exposes
+    them as Prometheus counters. No TTL: a counter that vanished would read as a reset."""
     return f"{PREFIX}:aggregator:{{{_part(target)}}}:restarts"
 
 

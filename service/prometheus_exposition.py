@@ -193,18 +193,13 @@ class ServedMetrics(Collector):
             "srm_aggregator_query_restarts", "rollup query restarts (after it failed or stalled)",
             labels=["target"],
         )
-        children = CounterMetricFamily(
-            "srm_aggregator_merge_child_restarts", "window-merge child processes restarted (stopped "
-            "answering)", labels=["target"],
-        )
         targets = self.reader.targets()
         pipe = self.reader.client.pipeline(transaction=False)
         for target in targets:
-            pipe.hmget(layout.aggregator_restarts_key(target), ["query", "merge_child"])
-        for target, (query, child) in zip(targets, pipe.execute(), strict=True):
+            pipe.hget(layout.aggregator_restarts_key(target), "query")
+        for target, query in zip(targets, pipe.execute(), strict=True):
             queries.add_metric([target], int(query or 0))
-            children.add_metric([target], int(child or 0))
-        return iter((queries, children))
+        return iter((queries,))
 
     def _topics(self, replications: list) -> Iterator[Metric]:
         family = GaugeMetricFamily(

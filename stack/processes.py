@@ -67,15 +67,19 @@ class ManagedProcess:
             self.kill()
 
     def _group_alive(self) -> bool:
+        if self.process is None:  # never started: no group
+            return False
         try:
-            os.killpg(self.process.pid, 0)  # type: ignore[union-attr]
+            os.killpg(self.process.pid, 0)
         except ProcessLookupError:
             return False
         return True
 
     def _signal_group(self, sig: signal.Signals) -> None:
+        if self.process is None:
+            return
         try:
-            os.killpg(self.process.pid, sig)  # type: ignore[union-attr]
+            os.killpg(self.process.pid, sig)
         except ProcessLookupError:
             pass
 

@@ -83,7 +83,7 @@ def test_bad_settings_name_the_key_without_a_traceback(tmp_path: Path, capsys, l
 
 @pytest.mark.usefixtures("external_processes")
 def test_aggregator_processes_keep_arrows_freed_pages():
-    """Every aggregator process (the driver, spark-submit's, the window writer child) imports the package
+    """Every aggregator process (the driver, spark-submit's) imports the package
     before pyarrow, whose allocator reads the setting once, when it loads."""
     env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
     probe = ("import sys, os, aggregator; "

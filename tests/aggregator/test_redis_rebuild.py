@@ -24,7 +24,6 @@ from streaming_input import (
 )
 
 from aggregator import rebuild
-from aggregator.merge_child import join_window_writers
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.redis_sink import windows_merged
 from aggregator.supervisor import QuerySupervisor
@@ -88,7 +87,6 @@ def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:
 
 def stop(supervisor: QuerySupervisor) -> None:
     supervisor.stop_all()
-    join_window_writers(30)
 
 
 @pytest.mark.integration
@@ -167,7 +165,6 @@ def test_a_flushed_redis_is_rebuilt_from_kafka_retention_as_an_uninterrupted_run
             wait_merged(reference.url, query)
         finally:
             query.stop()
-            join_window_writers(30)
         uninterrupted = rollups(redis.Redis.from_url(reference.url), source)
         assert total(redis.Redis.from_url(reference.url), source) == kept_sum + late_sum + more_sum
         assert len(uninterrupted) > 20 and after_restart == uninterrupted

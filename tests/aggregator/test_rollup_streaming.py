@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from pathlib import Path
 
@@ -130,21 +129,6 @@ def test_late_records_within_the_watermark_count_later_ones_do_not(spark, kafka_
     assert [(m.start_ms, m.sum) for m in members(client, series, "10s")] == [(T0 + 80_000, 2),
                                                                             (T0 + 100_000, 1)]
     assert int(client.get(layout.late_records_key("west", source))) == 1  # counted apart, in no window
-
-
-def test_a_stopped_query_ends_its_window_writer_process(spark, kafka_clusters, redis_url, tmp_path):
-    source, west = new_source(), kafka_clusters["west"]
-    create_topic(west, metrics_topic(source))
-    produce(west, source, [partition_report(source, T0, 0, 1, end=1, lag=0)])
-    query = start_rollup_query(spark, spec(tmp_path, west, redis_url, source))
-    query.processAllAvailable()
-
-    def writers() -> list[str]:
-        return [p.name for p in multiprocessing.active_children() if str(query.id) in p.name]
-
-    assert writers(), "the query merges its windows in a child process"
-    query.stop()
-    wait_until(lambda: not writers(), 90, "the window writer process ending")
 
 
 def test_the_sink_closer_hears_a_query_end_but_takes_no_progress_report_into_python(

@@ -1,4 +1,4 @@
-"""The sink and the merge child facing a Redis that lost the query's state (flushed between or during
+"""The sink and its window merge facing a Redis that lost the query's state (flushed between or during
 batches), on real Redis: nothing is written into the emptied Redis, and the rebuild's first batch says
 where the rebuilt history starts."""
 
@@ -69,7 +69,7 @@ def test_staged_batches_are_not_merged_into_a_redis_that_lost_their_state(redis_
     stage(pipe, sink.batch_scope, 1, batch(target, topic, 4).windows)
     pipe.execute()
     windows = batch(target, topic, 4).windows
-    forget(client, target, sink)  # after the merge child read the staged copy
+    forget(client, target, sink)  # after the writer read the staged copy (a restart's recover)
     WindowWriter(client, sink.batch_scope).apply_all([(1, windows)], staged=True)
     assert snapshot(client, match=f"*{target}*") == {}
 

@@ -1,11 +1,8 @@
-"""Watchdogs: a hung Redis, a stalled query and a merge child that stops answering are recovered from,
-counted, and the counts reach the service's /metrics."""
+"""Watchdogs: a hung Redis and a stalled query are recovered from, counted, and the counts reach the
+service's /metrics."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import time
 from dataclasses import dataclass, field
 
@@ -21,7 +18,6 @@ from streaming_input import (
     wait_until,
 )
 
-from aggregator import merge_child
 from aggregator import supervisor as supervisor_module
 from aggregator.query import RollupQuerySpec, start_rollup_query
 from aggregator.supervisor import QuerySupervisor, RestartCounter, trigger_seconds
@@ -131,47 +127,6 @@ def test_redis_stopped_for_twelve_socket_timeouts_then_recovered_within_30_s_wit
         server.cleanup()
     assert interrupted == uninterrupted_rollups(spark, bootstrap, source, tmp_path)
     print(f"recovered {recovered_s:.1f} s after SIGCONT; {restarts} query restart(s)")
-
-
-@pytest.mark.integration
-def test_a_merge_child_that_stops_answering_is_replaced_and_counted(spark, kafka_clusters, tmp_path,
-                                                                    monkeypatch):
-    # Longer than the merge interval: a child waiting to merge is not a stuck one.
-    monkeypatch.setattr(merge_child, "ANSWER_TIMEOUT_S", merge_child.MERGE_INTERVAL_S + 4.0)
-    bootstrap, source = kafka_clusters["east"], new_source()
-    create_topic(bootstrap, metrics_topic(source))
-    produce(bootstrap, source, [report(source, T0, 1)])
-    server = RedisServer(tmp_path / "redis").start()
-    client = redis.Redis.from_url(server.url)
-    supervisor = QuerySupervisor(spark, [spec_for(bootstrap, server.url, source, str(tmp_path / "ckpt"))],
-                                 backoff_s=0.5).start_all()
-    try:
-        wait_until(lambda: total(client, source) == 1, what="first rollups")
-        children = [c for c in multiprocessing.active_children()
-                    if c.name.startswith(f"{merge_child.CHILD_PREFIX}rollup_east:")]
-        assert len(children) == 1
-        os.kill(children[0].pid, signal.SIGSTOP)
-        began = time.monotonic()
-        sent = 0
-
-        def caught_up() -> bool:
-            nonlocal sent
-            if sent < 20:
-                produce(bootstrap, source, [report(source, T0 + (sent + 1) * 10_000, 2)])
-                sent += 1
-            supervisor.check()
-            replaced = bool(restart_counts(server.url).get(b"merge_child"))
-            return replaced and total(client, source) == 1 + 2 * sent
-
-        wait_until(caught_up, 90, "windows merged by a new child")
-        assert not children[0].is_alive()  # the stopped one was killed, not left behind
-        assert time.monotonic() - began < 60
-        counts = restart_counts(server.url)
-        assert counts[b"merge_child"] == b"1" and b"query" not in counts  # the query itself went on
-        assert supervisor.restarts == {}
-    finally:
-        supervisor.stop_all()
-        server.cleanup()
 
 
 # --- the stall watchdog's rules, on stand-in queries ------------------------------------------------

@@ -1,5 +1,6 @@
-"""Windows merged one batch behind the query (window_writer), on real Redis: the same windows as merged
-at once, a crash between staging and merging repaired on restart, and never a batch merged twice."""
+"""Windows staged with the batch's commit, then merged (window_writer), on real Redis: the same windows
+merged in the sink's merge thread as at once, a crash between staging and merging repaired on restart,
+and never a batch merged twice."""
 
 from __future__ import annotations
 
@@ -42,23 +43,24 @@ def run(sink: RedisRollupSink, topic: str, batches: range = range(3)) -> dict:
     return {k.replace(topic, "T"): v for k, v in snapshot(sink.client, match=f"*{topic}*").items()}
 
 
-def new_sink(redis_url: str, scope: str | None = None, background: bool = True) -> RedisRollupSink:
+def new_sink(redis_url: str, scope: str | None = None, background: bool = False) -> RedisRollupSink:
     return RedisRollupSink(redis_url, scope or f"test_{uuid.uuid4().hex[:8]}", merge_in_background=background)
 
 
-def test_windows_merged_later_equal_windows_merged_at_once(redis_url: str):
+def test_windows_merged_in_the_thread_equal_windows_merged_at_once(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    later, now = new_sink(redis_url), new_sink(redis_url, background=False)
+    later, now = new_sink(redis_url, background=True), new_sink(redis_url)
     assert run(later, topics[0]) == run(now, topics[1])
     assert windows_merged(later.client, later.query_name, None)
     assert later.client.exists(layout.staged_batch_key(later.batch_scope, 2)) == 0  # deleted once merged
+    later.close(30)
 
 
 def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    expected = run(new_sink(redis_url, background=False), topics[1])
+    expected = run(new_sink(redis_url), topics[1])
     crashed = new_sink(redis_url)
-    crashed.windows.submit = lambda *_: None  # the process dies before its window writer merges anything
+    crashed.windows.submit = lambda *_: None  # type: ignore[method-assign]  # the process dies before it merges
     for batch_id in range(2):
         crashed.write(batch(topics[0], 4 * batch_id), batch_id)
     assert not windows_merged(crashed.client, crashed.query_name, None)
@@ -69,7 +71,7 @@ def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redi
 
 def test_a_batch_merged_by_another_writer_is_not_merged_again(redis_url: str):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    sink = new_sink(redis_url, background=False)
+    sink = new_sink(redis_url)
     sink.write(batch(topic, 0), 0)
     before = snapshot(sink.client, match=f"*{topic}*")
     # e.g. the writer of a query stopped and started again in the same process, still busy with it
@@ -84,7 +86,7 @@ def test_staged_partials_round_trip_through_arrow_ipc():
 
 def test_batches_merged_together_equal_batches_merged_one_by_one(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    together, one_by_one = new_sink(redis_url, background=False), new_sink(redis_url, background=False)
+    together, one_by_one = new_sink(redis_url), new_sink(redis_url)
     # Overlapping windows (batch 1 repeats three of batch 0's): merged together they must add up the same.
     together.windows.apply_all([(0, batch(topics[0], 0).windows), (1, batch(topics[0], 5).windows)])
     one_by_one.windows.apply(0, batch(topics[1], 0).windows)
@@ -98,7 +100,7 @@ def test_batches_merged_together_equal_batches_merged_one_by_one(redis_url: str)
 
 
 def test_staging_the_next_batch_does_not_abort_a_merge_in_progress(redis_url: str):
-    sink = new_sink(redis_url, background=False)
+    sink = new_sink(redis_url)
     sink.write(batch("east.orders", 0), 0)
     applied = layout.applied_batch_key(sink.batch_scope)
     with sink.client.pipeline(transaction=True) as merge:
@@ -131,7 +133,7 @@ def test_a_merge_is_cut_into_parts_by_topic():
 def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_twice(redis_url: str,
                                                                                      monkeypatch):
     prefixes = [f"east.t{uuid.uuid4().hex[:6]}-" for _ in range(2)]
-    whole, cut = new_sink(redis_url, background=False), new_sink(redis_url, background=False)
+    whole, cut = new_sink(redis_url), new_sink(redis_url)
     for batch_id in range(2):
         whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
     cut.write(topics_batch(prefixes[1], 24, 0), 0)
@@ -175,10 +177,10 @@ def test_a_key_written_again_past_its_retention_keeps_only_its_retention(redis_u
     """Kept windows (the same writer: a grid longer than the hash) or read back (a new writer: the key's
     newest window) bound the trim; either way the old windows go and the newest field follows."""
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    first = new_sink(redis_url, background=False)
+    first = new_sink(redis_url)
     first.write(batch(topic, 0), 0)
     gap = (layout.WINDOWS["10s"].retention_ms + 20 * 60_000) // 10_000  # windows
-    later = new_sink(redis_url, background=False) if restarted else first
+    later = new_sink(redis_url) if restarted else first
     later.write(batch(topic, gap), 1 if later is first else 0)
     for window, kept in (("10s", range(gap, gap + 8)), ("1m", [*range(0, 8), *range(gap, gap + 8)])):
         key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), window)
@@ -191,7 +193,7 @@ def test_a_key_written_again_past_its_retention_keeps_only_its_retention(redis_u
 
 def test_a_key_written_on_and_on_is_trimmed_to_its_retention_by_its_grid(redis_url: str):
     topic = f"east.t{uuid.uuid4().hex[:6]}"
-    sink = new_sink(redis_url, background=False)
+    sink = new_sink(redis_url)
     for batch_id, first in enumerate(range(0, 2_400, 400)):
         sink.write(batch(topic, first, 400), batch_id)
     key = layout.series_key(layout.SeriesId("west", "east", topic, 1, "record_count"), "10s")
