@@ -11,7 +11,6 @@ batch's partials merged in, as the sink did for every report before.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,13 +21,14 @@ import numpy as np
 import pyarrow as pa
 import redis
 
-from aggregator import lag_arrays, latest_values, partition_verdicts
+from aggregator import lag_arrays, latest_values, partition_verdicts, verdict_summaries
 from aggregator.batch_plan import Subject
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns
 from aggregator.latest_value_reads import latest_value
 from aggregator.latest_writes import LatestColumns, json_column
 from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, partition_keys, window_number
+from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored, series_id
 from contract import redis_layout as layout
 
@@ -42,12 +42,12 @@ TABLE_WINDOWS = DEFAULT_TABLE_CAPACITY + 1
 class Judged:
     latest: list[LatestValue] = field(default_factory=list)
     samples: list[LagSample] = field(default_factory=list)
-    verdicts: partition_verdicts.VerdictUpdates = field(default_factory=dict)
+    # The partitions' verdicts per replication (their records and JSON as columns), one part a path.
+    verdicts: dict[tuple[str, str], list[VerdictColumns]] = field(default_factory=dict)
     fallback: int = 0  # reports derived a report at a time
-    # What the arrays derive, as columns: the values already JSON, the verdicts' JSON beside their records
-    # (per replication and field), the lag-in-seconds samples as partial windows.
+    # What the arrays derive, as columns: the values already JSON, the lag-in-seconds samples as partial
+    # windows.
     latest_columns: LatestColumns = field(default_factory=LatestColumns)
-    verdict_text: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     sample_tables: list[pa.Table] = field(default_factory=list)
 
 
@@ -107,8 +107,8 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
         history.merge_rows(metric, partials.get(metric, _EMPTY))
     covered = history.covered(rows, low)
 
-    seconds, exact = _lag_seconds(history, records, is_partition, rows, ts, high, low_lag)
-    verdicts = _verdicts(history, records, periods, rows, ts, high, low_verdict, is_partition)
+    seconds, exact, verdicts = _judged_arrays(history, records, periods, is_partition, rows, ts, high,
+                                              low_lag, low_verdict)
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
     _add_columns(judged, np.flatnonzero(fast & is_partition), subjects, records, periods, ts, seconds,
@@ -123,6 +123,30 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
 
 
 _EMPTY = pa.table({})
+# Reports judged as arrays at once: each array is rows x ~61 windows, so 100,000 reports at once held
+# ~10 such arrays of ~50 MB each at the batch's peak; a chunk's are ~8 MB.
+CHUNK_ROWS = 16_384
+
+
+def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int],
+                   is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
+                   low_lag: np.ndarray, low_verdict: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
+    """Lag in seconds (and whether exact) and verdicts of every report, CHUNK_ROWS reports at a time (each
+    row's answer reads only its own row)."""
+    parts = []
+    for lo in range(0, len(rows), CHUNK_ROWS):
+        at = slice(lo, lo + CHUNK_ROWS)
+        seconds, exact = _lag_seconds(history, records[at], is_partition[at], rows[at], ts[at], high[at],
+                                      low_lag[at])
+        verdicts = _verdicts(history, records[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
+                             is_partition[at])
+        parts.append((seconds, exact, verdicts))
+    if len(parts) == 1:
+        return parts[0]
+    joined = lag_arrays.Verdicts(**{name: np.concatenate([getattr(v, name) for _, _, v in parts])
+                                    for name in lag_arrays.Verdicts.__dataclass_fields__})
+    return np.concatenate([s for s, _, _ in parts]), np.concatenate([e for _, e, _ in parts]), joined
 
 
 def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_partition: np.ndarray,
@@ -179,6 +203,8 @@ _VERDICT_KEYS = ("allowed_lag", "complete", "current_lag", "end", "lag_seconds",
 _REASON = [str(r) for r in lag_arrays.REASONS]
 _STATUS = [str(lag_arrays.STATUS_OF[r]) for r in lag_arrays.REASONS]
 _REASON_JSON = json_column(_REASON)
+_REASON_CODES = verdict_summaries.reason_codes(_REASON)  # lag_arrays' codes -> the kept columns'
+_STATUS_CODES = verdict_summaries.status_codes(_STATUS)
 _STATUS_JSON = json_column(_STATUS)
 partition_key = lru_cache(maxsize=1 << 16)(layout.partition_latest_key)
 group_key = lru_cache(maxsize=1 << 16)(layout.group_latest_key)
@@ -231,8 +257,8 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
 def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: list[str], topic: list[str],
                   partition: list[str], records: list[dict[str, Any]], periods: list[int], ts: list[int],
                   seconds: list[float | None], v: lag_arrays.Verdicts) -> None:
-    """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as records and
-    as JSON, per replication."""
+    """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as JSON and as
+    the columns a summary reads, per replication: no record a verdict."""
     observed = v.observed[at]
     if not observed.any():
         return
@@ -243,28 +269,30 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: lis
     policies = [partition_verdicts._policy(periods[i]) for i in at.tolist()]
     lookback = [partition_verdicts._lookback(periods[i]) for i in at.tolist()]
     code = v.reason[at].tolist()
-    reason, status = [_REASON[c] for c in code], [_STATUS[c] for c in code]
     complete = (v.count[at] / policies[0].intervals).tolist()  # one rule set a batch (_verdicts)
     current, start, end = (_integers(c[at]) for c in (v.current_lag, v.start, v.end))
     report_topic = [str(r["topic"]) for r in records]
     report_partition = [int(r["partition"]) for r in records]
     allowed = [p.allowed_lag for p in policies]
     stop_after = [p.stop_after_ms for p in policies]
-    columns = (allowed, complete, current, end, seconds, lookback, report_partition, reason, start, status,
-               stop_after, report_topic, ts)
-    verdict_records = list(map(dict, map(zip, itertools.repeat(_VERDICT_KEYS), zip(*columns, strict=True))))
     start_json, end_json = (json_column([x for o in c for x in o]) for c in (start, end))
     text = list(map(_VERDICT.format, json_column(allowed), json_column(complete), json_column(current),
                     *(end_json[k::3] for k in range(3)), json_column(seconds), json_column(lookback),
                     json_column(report_partition), [_REASON_JSON[c] for c in code],
                     *(start_json[k::3] for k in range(3)), [_STATUS_JSON[c] for c in code],
                     json_column(stop_after), json_column(report_topic), json_column(ts)))
-    fields = list(map(_field, topic, partition))
+    ints = np.ascontiguousarray(np.array(
+        [ts, current, [o[0] for o in start], [o[0] for o in end], lookback, stop_after, allowed], np.int64).T)
+    columns = VerdictColumns(
+        list(map(_field, topic, partition)), text, report_topic, report_partition, ints,
+        _STATUS_CODES[v.reason[at]], _REASON_CODES[v.reason[at]], np.array(complete, np.float64),
+        np.array([math.nan if x is None else x for x in seconds], np.float64),
+        np.abs(ints[:, 1:]).max(axis=1) >= verdict_summaries.EXACT_BELOW)
     pairs = list(zip(target, source, strict=True))
+    one = len(set(pairs)) == 1
     for pair in dict.fromkeys(pairs):
-        which = range(len(pairs)) if len(set(pairs)) == 1 else [k for k, p in enumerate(pairs) if p == pair]
-        judged.verdicts.setdefault(pair, {}).update((fields[k], verdict_records[k]) for k in which)
-        judged.verdict_text.setdefault(pair, {}).update((fields[k], text[k]) for k in which)
+        mine = columns if one else columns.taken([k for k, p in enumerate(pairs) if p == pair])
+        judged.verdicts.setdefault(pair, []).append(mine)
 
 
 def _integers(column: np.ndarray) -> list[Any]:
@@ -317,5 +345,6 @@ def _one_at_a_time(judged: Judged, reports: list[tuple[Subject, dict[str, Any]]]
         if kind == "partition":
             for pair, fresh in partition_verdicts.batch_verdicts(
                     [(subject, record, value[2].get("lag_seconds"))], history.view).items():
-                judged.verdicts.setdefault(pair, {}).update(fresh)
+                judged.verdicts.setdefault(pair, []).append(
+                    VerdictColumns.of_records(list(fresh), list(fresh.values())))
 

@@ -6,8 +6,9 @@ lookback before its report, as the batch leaves them (the sink's window history,
 evaluated at the report's `ts`: pure, so a replayed batch gives the same verdict.
 
 The summary of a replication needs every partition's verdict, while a batch holds a few partitions' reports:
-`ReplicationVerdicts` keeps them per replication, loaded from Redis the first time a replication is met in
-this process (one hash, redis_layout.lag_verdicts_key), then following what the sink writes. One query is
+`ReplicationVerdicts` keeps them per replication as columns (verdict_summaries), loaded from Redis the first
+time a replication is met in this process (one hash, redis_layout.lag_verdicts_key), then following what the
+sink writes. One query is
 the only writer of its target's keys.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import redis
 
-from aggregator import verdict_summaries
+from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import series_id
 from contract import lag_verdicts
 from contract import redis_layout as layout
@@ -113,9 +114,10 @@ def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any
 
 @dataclass
 class ReplicationVerdicts:
-    """Every partition's newest verdict per replication, as Redis holds them once the batch commits."""
+    """Every partition's newest verdict per replication, as Redis holds them once the batch commits, as
+    columns (verdict_summaries.VerdictColumns)."""
 
-    known: dict[Pair, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    known: dict[Pair, VerdictColumns] = field(default_factory=dict)
 
     def missing(self, pairs: Iterable[Pair]) -> list[Pair]:
         return sorted({p for p in pairs if p not in self.known})
@@ -133,7 +135,7 @@ class ReplicationVerdicts:
 
     def load(self, pair: Pair, stored: Mapping[bytes | str, bytes | str]) -> list[str]:
         """What Redis holds for a replication; returns the problems met (records skipped)."""
-        verdicts, problems = {}, []
+        names, records, texts, problems = [], [], [], []
         for raw_field, raw in stored.items():
             name = raw_field.decode() if isinstance(raw_field, bytes) else raw_field
             try:
@@ -142,31 +144,27 @@ class ReplicationVerdicts:
             except ValueError as exc:
                 problems.append(f"{name}: {exc}")
                 continue
-            verdicts[name] = record
-        self.known[pair] = verdicts
+            names.append(name)
+            records.append(record)
+            texts.append(raw.decode() if isinstance(raw, bytes) else raw)
+        self.known[pair] = VerdictColumns.of_records(names, records, texts)
         return problems
 
-    def summaries(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]],
-                  at_ms: int) -> dict[Pair, dict[str, Any]]:
-        """The summary at `at_ms` of every replication kept or updated, with `updates` (field -> verdict)
-        applied where they are not older than what is kept: those not in the batch too, so that a
-        replication whose reports stopped is judged at the clock (its partitions turn STOP) while the
-        aggregator runs. Call commit() with the same updates once they are in Redis."""
-        out = {}
-        for pair in sorted(set(self.known) | set(updates)):
-            merged = dict(self.known.get(pair, {}))
-            for name, record in updates.get(pair, {}).items():
-                if name not in merged or int(merged[name]["ts"]) <= int(record["ts"]):
-                    merged[name] = record
-            out[pair] = verdict_summaries.summary_record(list(merged.values()), at_ms)
-        return out
+    def updated(self, updates: Mapping[Pair, VerdictColumns]) -> dict[Pair, VerdictColumns]:
+        """Every replication kept or updated, with `updates` applied where they are not older than what is
+        kept (the summaries are made of these: those not in the batch too, so that a replication whose
+        reports stopped is judged at the clock, its partitions turning STOP, while the aggregator runs).
+        Call commit() with the answer once the updates are in Redis."""
+        empty = VerdictColumns.empty()
+        return {pair: self.known.get(pair, empty).updated(updates.get(pair, empty))
+                for pair in sorted(set(self.known) | set(updates))}
 
-    def commit(self, updates: Mapping[Pair, Mapping[str, dict[str, Any]]]) -> None:
-        for pair, fresh in updates.items():
-            kept = self.known.setdefault(pair, {})
-            for name, record in fresh.items():
-                if name not in kept or int(kept[name]["ts"]) <= int(record["ts"]):
-                    kept[name] = record
+    def commit(self, updated: Mapping[Pair, VerdictColumns]) -> None:
+        self.known.update(updated)
+
+    def records(self) -> dict[Pair, dict[str, dict[str, Any]]]:
+        """Every verdict kept as a record, per replication and field (as Redis holds them)."""
+        return {pair: columns.records() for pair, columns in self.known.items()}
 
     def clear(self) -> None:
         self.known.clear()

@@ -61,6 +61,7 @@ from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.subject_cap import SubjectBook
+from aggregator.verdict_summaries import TS, VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
@@ -162,11 +163,11 @@ class RedisRollupSink:
         return self._windows
 
     def close(self, wait_s: float = 0.0) -> None:
-        """Forgets what the sink keeps of Redis (its query ended), the merge's copy of the stored windows
-        with it, after waiting up to `wait_s` for a batch still running (a query's stop may give up on its
-        batch, whose Python goes on): an ended query's sink may stay referenced (by Spark's foreachBatch
-        wrapper) until the JVM lets it go, and at 100,000 partitions its offset history alone is ~0.45 GB; a
-        later batch reads it again."""
+        """Its query ended: waits up to `wait_s` in all for a batch still running (a query's stop may give
+        up on its batch, whose Python goes on) and for the merge thread to merge what it was handed (it ends
+        after that, waited for or not), then forgets what the sink keeps of Redis. An ended query's sink may
+        stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and at 100,000
+        partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
         deadline = time.monotonic() + wait_s
         if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
             self._in_batch.release()
@@ -299,7 +300,7 @@ class RedisRollupSink:
         # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
         self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(judged.verdicts, _now_ms(), judged.verdict_text)
+        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
         # Lag in seconds is derived here, so its windows join the batch's here.
         samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
         samples += judged.sample_tables
@@ -311,22 +312,22 @@ class RedisRollupSink:
                   (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
-    def _write_verdicts(self, updates: partition_verdicts.VerdictUpdates, now_ms: int,
-                        texts: Mapping[partition_verdicts.Pair, Mapping[str, str]] | None = None) -> int:
-        """The batch's verdicts and the summary at `now_ms` of every replication kept; how many values.
-        `texts`: the JSON of verdicts already rendered (partition_lag), per replication and field."""
+    def _write_verdicts(self, parts: Mapping[partition_verdicts.Pair, list[VerdictColumns]],
+                        now_ms: int) -> int:
+        """The batch's verdicts (per replication, in parts of distinct fields) and the summary at `now_ms` of
+        every replication kept; how many values."""
+        updates = {pair: VerdictColumns.joined(columns) for pair, columns in parts.items()}
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
-        summaries = self.verdicts.summaries(updates, now_ms)
+        updated = self.verdicts.updated(updates)
         values = LatestColumns()
         for pair, fresh in updates.items():
-            rendered = (texts or {}).get(pair, {})
-            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh,
-                       [int(v["ts"]) for v in fresh.values()],
-                       [rendered.get(name) or layout.encode_latest(v) for name, v in fresh.items()])
-        values.add_values((layout.replication_status_key(t, s), "lag", v) for (t, s), v in summaries.items())
+            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh.fields,
+                       fresh.ints[:, TS].tolist(), fresh.text)
+        values.add_values((layout.replication_status_key(t, s), "lag", columns.summary(now_ms))
+                          for (t, s), columns in updated.items())
         self.latest_writer.write(self.client, values)
-        self.verdicts.commit(updates)
+        self.verdicts.commit(updated)
         return len(values)
 
     def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,

@@ -1,28 +1,47 @@
-"""A replication's summary of its partitions' verdicts (contract.lag_verdicts.summary_record) as array
-operations over the verdicts' columns: the sink summarises every replication it keeps at every batch, and
-over 100,000 partitions the summary a verdict at a time (each parsed and aged as an object) cost ~1 s.
+"""A replication's partition verdicts as columns, and its summary of them (contract.lag_verdicts.
+summary_record) as array operations over those columns.
 
-The columns are read out of the verdict records once (a list comprehension a field); the aging (STOP once
-a silence passes its bound), the worst partition, the most lagging one, the total lag and the first
-moment a verdict can change are numpy; only the problems (the partitions at WARN or worse, which the
-summary lists whole) are records again. A record with an integer past 2^53 (exact only in Python) is
-summarised by summary_record itself. tests/aggregator/test_verdict_summaries.py checks both agree.
+The sink keeps every partition's newest verdict of each replication it writes and summarises every
+replication it keeps at every batch (a replication whose reports stopped is judged at the clock). Over
+100,000 partitions, verdicts kept as records (a dict of 13 fields a partition, built for each report,
+merged into a dict a replication, summarised a record at a time) cost ~2.5 s of the driver's Python a
+batch and ~1 KB a partition. Here a replication's verdicts are columns, a row a verdict field
+(`<topic>|<partition>`), beside each verdict's JSON as written: a batch's verdicts replace rows by `ts`
+(newest wins) as array operations; the summary's aging (STOP once a silence passes its bound), worst
+partition, most lagging one, total lag and first moment a verdict can change are numpy; only the problems
+(the partitions at WARN or worse, which the summary lists whole) and the most lagging partition become
+records again, parsed from their JSON. A replication holding an integer past 2^53 (exact only in Python)
+is summarised by lag_verdicts.summary_record over its records.
+tests/aggregator/test_verdict_summaries.py checks both agree.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import orjson
 
 from contract import lag_verdicts
+from contract import redis_layout as layout
 from contract.lag_evaluation import _SEVERITY, Reason, Status
 
 EXACT_BELOW = 2**53
 _NONE = -(2**62)  # an absent observation's ts (never compared: masked)
-_SEVERITY_OF = {str(reason): severity for reason, severity in _SEVERITY.items()}
+_NEVER = np.iinfo(np.int64).max
+REASONS = tuple(str(r) for r in Reason)  # a verdict's reason and status as codes into these
+STATUSES = tuple(str(s) for s in Status)
+_REASON_CODE = {r: code for code, r in enumerate(REASONS)}
+_STATUS_CODE = {s: code for code, s in enumerate(STATUSES)}
+_SEVERITY_OF_CODE = np.array([_SEVERITY[Reason(r)] for r in REASONS])
+_STOP, _ERR, _OK = _REASON_CODE[str(Reason.STOP)], _STATUS_CODE[str(Status.ERR)], _STATUS_CODE[str(Status.OK)]
+# The integer columns (`ints`): the verdict's ts, current lag, its oldest and newest observation's ts
+# (_NONE without), its lookback, STOP bound and allowed lag.
+TS, CURRENT, START, END, LOOKBACK, STOP_AFTER, ALLOWED = range(7)
+_ARRAYS = ("ints", "status", "reason", "complete", "seconds", "inexact")  # VerdictColumns' arrays, in order
 
 
 def _ts(observation: Any) -> int:
@@ -35,70 +54,185 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
-def _partition_order(records: Sequence[Mapping[str, Any]], kept: np.ndarray) -> list[int]:
-    """The kept records' positions in partition order (topic, then partition), as the evaluation lists
-    them: one stable lexsort (numpy compares str by code point, as Python does, but drops trailing NULs), or
-    Python's sort where a topic holds a NUL or a partition number does not fit int64."""
-    topics = [str(r["topic"]) for r in records]
-    partitions = [int(r["partition"]) for r in records]
-    try:
-        if "\x00" in "".join(topics):
-            raise OverflowError
-        order = np.lexsort((np.array(partitions, np.int64), np.array(topics, str)))
-    except OverflowError:
-        order = np.array(sorted(range(len(records)), key=lambda i: (topics[i], partitions[i])), np.int64)
-    return order[kept[order]].tolist()
+def reason_codes(reasons: Sequence[str]) -> np.ndarray:
+    return np.array([_REASON_CODE[r] for r in reasons], np.int8)
+
+
+def status_codes(statuses: Sequence[str]) -> np.ndarray:
+    return np.array([_STATUS_CODE[s] for s in statuses], np.int8)
+
+
+@dataclass
+class VerdictColumns:
+    """Verdicts of one replication, a row each: its field, its JSON as written, and the columns the
+    summary reads. `inexact`: a row holding an integer past 2^53 (its int columns are then not used)."""
+
+    fields: list[str]
+    text: list[str]
+    topic: list[str]
+    partition: list[int]
+    ints: np.ndarray  # (n, 7) int64: TS .. ALLOWED
+    status: np.ndarray  # int8 codes into STATUSES
+    reason: np.ndarray  # int8 codes into REASONS
+    complete: np.ndarray  # float64
+    seconds: np.ndarray  # float64 lag in seconds, NaN for none
+    inexact: np.ndarray  # bool
+    _index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _order: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    @classmethod
+    def empty(cls) -> VerdictColumns:
+        return cls([], [], [], [], np.empty((0, 7), np.int64), np.empty(0, np.int8), np.empty(0, np.int8),
+                   np.empty(0), np.empty(0), np.empty(0, bool))
+
+    @classmethod
+    def of_records(cls, fields: Sequence[str], records: Sequence[Mapping[str, Any]],
+                   texts: Sequence[str] | None = None) -> VerdictColumns:
+        """Verdict records (lag_verdicts.verdict_record, or as read back: verdict_of accepts them) with their
+        JSON as written (`texts`; encoded here when not given)."""
+        rows = [(int(r["ts"]), int(r["current_lag"]), _ts(r.get("start")), _ts(r.get("end")),
+                 int(r.get("lookback_ms") or 0), int(r.get("stop_after_ms") or 0),
+                 int(r.get("allowed_lag") or 0)) for r in records]
+        inexact = [max(abs(x) for x in row if x != _NONE) >= EXACT_BELOW for row in rows]
+        ints = np.array([(min(max(row[TS], -_NEVER), _NEVER),) + (0,) * 6 if bad else row
+                         for row, bad in zip(rows, inexact, strict=True)], np.int64).reshape(-1, 7)
+        text = list(texts) if texts is not None else [layout.encode_latest(dict(r)) for r in records]
+        return cls(
+            list(fields), text, [str(r["topic"]) for r in records], [int(r["partition"]) for r in records],
+            ints,
+            status_codes([str(r["status"]) for r in records]),
+            reason_codes([str(r["reason"]) for r in records]),
+            np.array([float(r["complete"]) for r in records], np.float64),
+            np.array([_seconds(r.get("lag_seconds")) for r in records], np.float64), np.array(inexact, bool))
+
+    def record(self, row: int) -> dict[str, Any]:
+        try:
+            record = orjson.loads(self.text[row])
+        except orjson.JSONDecodeError:  # what orjson refused to write went through json (encode_latest)
+            return layout.decode_latest(self.text[row])
+        return record if isinstance(record, dict) else layout.decode_latest(self.text[row])
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """field -> verdict record, as Redis holds them."""
+        return {name: self.record(row) for row, name in enumerate(self.fields)}
+
+    def index(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {name: row for row, name in enumerate(self.fields)}
+        return self._index
+
+    def taken(self, rows: Sequence[int]) -> VerdictColumns:
+        """The verdicts at `rows`, in that order."""
+        at = np.asarray(rows, np.int64)
+        return VerdictColumns(
+            [self.fields[k] for k in rows], [self.text[k] for k in rows], [self.topic[k] for k in rows],
+            [self.partition[k] for k in rows], self.ints[at], self.status[at], self.reason[at],
+            self.complete[at], self.seconds[at], self.inexact[at])
+
+    @staticmethod
+    def joined(parts: Sequence[VerdictColumns]) -> VerdictColumns:
+        """Verdicts of distinct fields, one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        return VerdictColumns(
+            [x for p in parts for x in p.fields], [x for p in parts for x in p.text],
+            [x for p in parts for x in p.topic], [x for p in parts for x in p.partition],
+            **{c: np.concatenate([getattr(p, c) for p in parts]) for c in _ARRAYS})
+
+    def updated(self, fresh: VerdictColumns) -> VerdictColumns:
+        """These verdicts with `fresh` (distinct fields) applied where not older (newest `ts` wins, equal
+        replaces): a new object, these stay as they are (the summary is made before the write, kept after)."""
+        if not len(fresh):
+            return self
+        index = self.index()
+        at = np.fromiter((index.get(name, -1) for name in fresh.fields), np.int64, len(fresh))
+        known = at >= 0
+        replaced = np.flatnonzero(known)
+        replaced = replaced[self.ints[at[replaced], TS] <= fresh.ints[replaced, TS]]
+        added = np.flatnonzero(~known)
+        out = replace(self, text=list(self.text), **{c: getattr(self, c).copy() for c in _ARRAYS})
+        out._index, out._order = index, self._order
+        if len(replaced):
+            rows, new = at[replaced], replaced.tolist()
+            for c in _ARRAYS:
+                getattr(out, c)[rows] = getattr(fresh, c)[replaced]
+            moved = False
+            for row, k in zip(rows.tolist(), new, strict=True):
+                out.text[row] = fresh.text[k]
+                was, now = (self.topic[row], self.partition[row]), (fresh.topic[k], fresh.partition[k])
+                moved = moved or was != now
+            if moved:  # a record that named another partition than its field (read back from Redis)
+                out.topic, out.partition = list(self.topic), list(self.partition)
+                for row, k in zip(rows.tolist(), new, strict=True):
+                    out.topic[row], out.partition[row] = fresh.topic[k], fresh.partition[k]
+                out._order = None
+        if len(added):
+            extra = fresh.taken(added.tolist())
+            out = VerdictColumns.joined([out, extra])
+            out._index = dict(index)
+            out._index.update((name, len(self) + k) for k, name in enumerate(extra.fields))
+        return out
+
+    def order(self) -> np.ndarray:
+        """Every row in partition order (topic, then partition), as the evaluation lists them: one stable
+        lexsort (numpy compares str by code point, as Python does, but drops trailing NULs), or Python's
+        sort where a topic holds a NUL or a partition number does not fit int64. Kept until rows change."""
+        if self._order is None:
+            try:
+                if any("\x00" in t for t in self.topic):
+                    raise OverflowError
+                self._order = np.lexsort((np.array(self.partition, np.int64), np.array(self.topic, str)))
+            except OverflowError:
+                key = list(zip(self.topic, self.partition, strict=True))
+                self._order = np.array(sorted(range(len(key)), key=key.__getitem__), np.int64)
+        return self._order
+
+    def summary(self, at_ms: int) -> dict[str, Any]:
+        """lag_verdicts.summary_record of these verdicts at `at_ms`."""
+        if not len(self) or self.inexact.any():
+            return lag_verdicts.summary_record(list(self.records().values()), at_ms)
+        ints = self.ints
+        start, end, lookback = ints[:, START], ints[:, END], ints[:, LOOKBACK]
+        within = (end == _NONE) | (end >= at_ms - lookback)
+        order = self.order()
+        rows = order[within[order]]
+        if not len(rows):
+            return lag_verdicts.summary_record([], at_ms)
+        start, end, lookback, current = start[rows], end[rows], lookback[rows], ints[rows, CURRENT]
+        observed = (start != _NONE) & (end != _NONE)
+        stop_at = end + np.maximum(end - start, ints[rows, STOP_AFTER]) + 1
+        may_stop = observed & (current > ints[rows, ALLOWED])
+        stopped = may_stop & (at_ms >= stop_at)
+        status = np.where(stopped, _ERR, self.status[rows])
+        reason = np.where(stopped, _STOP, self.reason[rows])
+        worst = int(np.argmax(_SEVERITY_OF_CODE[reason]))
+        most = int(np.argmax(current))
+        changes = np.minimum(np.where(observed, start + lookback + 1, _NEVER),
+                             np.where(end != _NONE, end + lookback + 1, _NEVER))
+        changes = np.where(may_stop & (reason != _STOP), np.minimum(changes, stop_at), changes)
+        seconds = self.seconds[rows]
+        exact_sum = int(np.abs(current).max()) * len(rows) < _NEVER  # else int64 could overflow
+        total = int(current.sum()) if exact_sum else sum(current.tolist())
+
+        def aged(k: int) -> dict[str, Any]:
+            return {**self.record(int(rows[k])), "status": STATUSES[status[k]], "reason": REASONS[reason[k]]}
+
+        until = int(changes.min())
+        return {
+            "ts": at_ms, "partitions": len(rows), "status": STATUSES[status[worst]],
+            "reason": REASONS[reason[worst]],
+            "complete": int(np.count_nonzero(self.complete[rows] == 1.0)) / len(rows), "total_lag": total,
+            "max_lag": aged(most), "problems": [aged(k) for k in np.flatnonzero(status != _OK).tolist()],
+            "lag_seconds": None if np.isnan(seconds).all() else float(np.nanmax(seconds)),
+            "valid_until_ms": None if until == _NEVER else until,
+        }
 
 
 def summary_record(records: Sequence[Mapping[str, Any]], at_ms: int) -> dict[str, Any]:
-    """lag_verdicts.summary_record(records, at_ms)."""
-    if not records:
-        return lag_verdicts.summary_record(records, at_ms)
-    start = [_ts(r.get("start")) for r in records]
-    end = [_ts(r.get("end")) for r in records]
-    lookback = [int(r.get("lookback_ms") or 0) for r in records]
-    current = [int(r["current_lag"]) for r in records]
-    stop_after = [int(r.get("stop_after_ms") or 0) for r in records]
-    allowed = [int(r.get("allowed_lag") or 0) for r in records]
-    integers = [*current, *lookback, *stop_after, *allowed, *(t for t in (*start, *end) if t != _NONE)]
-    if max(map(abs, integers)) >= EXACT_BELOW:
-        return lag_verdicts.summary_record(records, at_ms)
-    start_a, end_a = np.array(start, np.int64), np.array(end, np.int64)
-    observed = (start_a != _NONE) & (end_a != _NONE)
-    lookback_a = np.array(lookback, np.int64)
-    kept = (end_a == _NONE) | (end_a >= at_ms - lookback_a)
-    order = _partition_order(records, kept)
-    if not order:
-        return lag_verdicts.summary_record([], at_ms)
-    rows = np.array(order, np.int64)
-    current_a = np.array(current, np.int64)[rows]
-    start_k, end_k, lookback_k = start_a[rows], end_a[rows], lookback_a[rows]
-    stop_at = end_k + np.maximum(end_k - start_k, np.array(stop_after, np.int64)[rows]) + 1
-    may_stop = observed[rows] & (current_a > np.array(allowed, np.int64)[rows])
-    stopped = may_stop & (at_ms >= stop_at)
-    status = [str(records[i]["status"]) for i in order]
-    reason = [str(records[i]["reason"]) for i in order]
-    for k in np.flatnonzero(stopped).tolist():
-        status[k], reason[k] = str(Status.ERR), str(Reason.STOP)
-    severity = np.array([_SEVERITY_OF[r] for r in reason])
-    worst = int(np.argmax(severity))
-    most = int(np.argmax(current_a))
-    changes = np.minimum(np.where(observed[rows], start_k + lookback_k + 1, np.iinfo(np.int64).max),
-                         np.where(end_k != _NONE, end_k + lookback_k + 1, np.iinfo(np.int64).max))
-    not_stopped = np.array(reason) != str(Reason.STOP)
-    changes = np.where(may_stop & not_stopped, np.minimum(changes, stop_at), changes)
-    complete = sum(float(records[i]["complete"]) == 1.0 for i in order)
-    seconds = np.array([_seconds(records[i].get("lag_seconds")) for i in order])
+    """lag_verdicts.summary_record(records, at_ms), through the columns (one verdict a partition)."""
+    fields = [lag_verdicts.verdict_field(str(r["topic"]), int(r["partition"])) for r in records]
+    return VerdictColumns.of_records(fields, records).summary(at_ms)
 
-    def aged(k: int) -> dict[str, Any]:
-        record = records[order[k]]
-        return {**record, "status": status[k], "reason": reason[k]}
-
-    until = int(changes.min())
-    return {
-        "ts": at_ms, "partitions": len(order), "status": status[worst], "reason": reason[worst],
-        "complete": complete / len(order), "total_lag": sum(current[i] for i in order),
-        "max_lag": aged(most), "problems": [aged(k) for k, s in enumerate(status) if s != str(Status.OK)],
-        "lag_seconds": None if np.isnan(seconds).all() else float(np.nanmax(seconds)),
-        "valid_until_ms": None if until == np.iinfo(np.int64).max else until,
-    }

@@ -65,12 +65,16 @@ def one_at_a_time(history, records, is_partition, rows, ts, high, low):
     return np.full(len(rows), np.nan), np.zeros(len(rows), bool)
 
 
-# The short ring also spreads its rows over blocks of two (offset_history.BLOCK_ROWS).
-@pytest.mark.parametrize(("slots", "block_rows"), [(128, offset_history.BLOCK_ROWS), (64, 2)])
+# The short ring also spreads its rows over blocks of two (offset_history.BLOCK_ROWS) and judges the
+# reports three at a time (partition_lag.CHUNK_ROWS).
+@pytest.mark.parametrize(("slots", "block_rows", "chunk_rows"),
+                         [(128, offset_history.BLOCK_ROWS, partition_lag.CHUNK_ROWS), (64, 2, 3)])
 @pytest.mark.parametrize("seed", range(6))
 def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
-        redis_url: str, seed: int, slots: int, block_rows: int, monkeypatch: pytest.MonkeyPatch):
+        redis_url: str, seed: int, slots: int, block_rows: int, chunk_rows: int,
+        monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(offset_history, "BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(partition_lag, "CHUNK_ROWS", chunk_rows)
     arrays, oracle = twin_sinks(redis_url, "arrays", (4, 5))
     arrays.offsets = OffsetHistory(slots)
     derive = partition_lag._lag_seconds
@@ -97,7 +101,7 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
             write_through(sink, parts, batch_id, now)
             monkeypatch.setattr(partition_lag, "judge_batch", judge)
         assert snapshot(arrays.client) == snapshot(oracle.client)
-        assert arrays.verdicts.known == oracle.verdicts.known
+        assert arrays.verdicts.records() == oracle.verdicts.records()
     assert fallbacks[1] > 0 and fallbacks[0] < fallbacks[1]  # the arrays judged reports
     for sink in (arrays, oracle):
         sink.client.flushdb()
