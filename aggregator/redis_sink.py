@@ -163,11 +163,11 @@ class RedisRollupSink:
         return self._windows
 
     def close(self, wait_s: float = 0.0) -> None:
-        """Forgets what the sink keeps of Redis (its query ended), the merge's copy of the stored windows
-        with it, after waiting up to `wait_s` for a batch still running (a query's stop may give up on its
-        batch, whose Python goes on): an ended query's sink may stay referenced (by Spark's foreachBatch
-        wrapper) until the JVM lets it go, and at 100,000 partitions its offset history alone is ~0.45 GB; a
-        later batch reads it again."""
+        """Its query ended: waits up to `wait_s` in all for a batch still running (a query's stop may give
+        up on its batch, whose Python goes on) and for the merge thread to merge what it was handed (it ends
+        after that, waited for or not), then forgets what the sink keeps of Redis. An ended query's sink may
+        stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and at 100,000
+        partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
         deadline = time.monotonic() + wait_s
         if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
             self._in_batch.release()
