@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ARGS ?=
+# The suite mostly waits (JVM starts, Spark's first batches, conditions): workers side by side, each with
+# its own session clusters, Redis and SparkSession (tests/conftest.py), shorten it on 2 cores.
+WORKERS ?= 2
 
 .PHONY: venv jars demo test check lint openapi docs clean
 
@@ -23,8 +26,8 @@ jars: venv  ## Kafka broker jars (Maven) + the aggregator's Spark connector (Spa
 demo: jars  ## three local sites (Kafka, driver, aggregator, service each), one gateway, Redis and sample traffic; Ctrl-C stops all
 	$(PY) -m stack.demo
 
-test: jars  ## the suite; pass pytest arguments with ARGS="..."
-	$(PY) -m pytest $(ARGS)
+test: jars  ## the suite, in WORKERS pytest-xdist workers side by side; pass pytest arguments with ARGS="..."
+	$(PY) -m pytest -n $(WORKERS) $(ARGS)
 
 check: venv  ## mypy, then every test that needs no external process (no Kafka, Redis, Spark, JDK tool), in about a minute
 	$(VENV)/bin/mypy

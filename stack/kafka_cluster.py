@@ -41,20 +41,48 @@ STANDARD_AUTHORIZER = {
 
 _HANDED_OUT: set[int] = set()
 _HANDING_OUT = threading.Lock()
+# "i/n": this process hands out only ports p with (p // 2) % n == i, so that n processes picking ports
+# side by side (the test suite's pytest-xdist workers set it) never hand out the same one. Halved first
+# because Linux gives bind(0) even ports while it has any.
+PORT_SLICE_ENV = "SRM_PORT_SLICE"
+
+
+def port_slice() -> tuple[int, int]:
+    """(i, n) from $SRM_PORT_SLICE, (0, 1) when it is unset."""
+    value = os.environ.get(PORT_SLICE_ENV, "")
+    if not value:
+        return 0, 1
+    index, _, count = value.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ValueError(f"{PORT_SLICE_ENV} must be 'i/n' with 0 <= i < n, not {value!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"{PORT_SLICE_ENV} must be 'i/n' with 0 <= i < n, not {value!r}")
+    return i, n
 
 
 def free_port() -> int:
-    """A loopback port free now and not handed out before by this process: the kernel may give the
-    same ephemeral port to two binds in a row once the first socket closed (seen in CI: a broker's
-    PLAINTEXT and CONTROLLER listeners got one port and the broker refused to format its storage)."""
-    with _HANDING_OUT:
-        while True:
-            with socket.socket() as s:
+    """A loopback port free now and not handed out before by this process (nor, with $SRM_PORT_SLICE,
+    by the processes picking ports beside it): the kernel may give the same ephemeral port to two binds
+    in a row once the first socket closed (seen in CI: a broker's PLAINTEXT and CONTROLLER listeners got
+    one port and the broker refused to format its storage)."""
+    index, count = port_slice()
+    # Held open while looking, so that the kernel offers other ports; all closed before returning.
+    refused: list[socket.socket] = []
+    try:
+        with _HANDING_OUT:
+            while True:
+                s = socket.socket()
+                refused.append(s)
                 s.bind(("127.0.0.1", 0))
                 port = int(s.getsockname()[1])
-            if port not in _HANDED_OUT:
-                _HANDED_OUT.add(port)
-                return port
+                if port not in _HANDED_OUT and (port // 2) % count == index:
+                    _HANDED_OUT.add(port)
+                    return port  # its socket closes with the refused ones
+    finally:
+        for s in refused:
+            s.close()
 
 
 def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None = None) -> None:

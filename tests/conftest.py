@@ -19,13 +19,14 @@ import logging
 import multiprocessing.util
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from stack.jars import kafka_jars, kafka_version
-from stack.kafka_cluster import KafkaCluster, KafkaClusters
+from stack.kafka_cluster import PORT_SLICE_ENV, KafkaCluster, KafkaClusters
 from stack.pki import StackPki
 from stack.redis_server import RedisServer
 from stack.secured_listeners import BrokerSecurity
@@ -44,10 +45,42 @@ REAL_PROCESS_FIXTURES = frozenset({
 SLOW_MARKERS = ("integration", "e2e", "interop", "containers")
 
 
+# Side by side (`make test` runs pytest-xdist's workers, each with its own session clusters, Redis and
+# SparkSession): a worker takes a whole file, so a module's fixtures start once and its tests keep
+# their order, and tests/containers is one unit (its files share the images the engine builds once).
+CONTAINER_TESTS = "tests/containers/"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if REAL_PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    if getattr(config, "workerinput", None) is not None:
+        # The workers take files in this order: the long ones (containers, then every file that starts
+        # processes) first and the fast tier last, so that the workers finish at about the same time.
+        slow = {item.path for item in items if any(item.get_closest_marker(name) for name in SLOW_MARKERS)}
+        items.sort(key=lambda item: (not item.nodeid.startswith(CONTAINER_TESTS), item.path not in slow))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # Ports each worker hands out are its own (stack.kafka_cluster.free_port).
+        os.environ[PORT_SLICE_ENV] = f"{int(workerinput['workerid'][2:])}/{workerinput['workercount']}"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") not in ("load", "loadfile"):
+        return None  # another --dist asked for by name
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return CONTAINER_TESTS if nodeid.startswith(CONTAINER_TESTS) else super()._split_scope(nodeid)
+
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +133,14 @@ def announce(config: pytest.Config, message: str) -> None:
     capture = config.pluginmanager.get_plugin("capturemanager")
     if reporter is None or capture is None:
         return
+    # Read from the config, not the environment: a pytest a worker starts inherits its variables.
+    workerinput = getattr(config, "workerinput", None)
     with capture.global_and_fixture_disabled():
-        reporter.write_line(f"[stack] {message}")
+        if workerinput is not None:  # a pytest-xdist worker's terminal goes nowhere; its stderr is the run's
+            sys.stderr.write(f"[stack {workerinput['workerid']}] {message}\n")
+            sys.stderr.flush()
+        else:
+            reporter.write_line(f"[stack] {message}")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,10 @@ import pytest
 
 from aggregator import kafka_connector
 from stack.jars import cache_dir
+from stack.kafka_cluster import free_port
 from stack.prerequisites import MissingPrerequisite, require
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def path_without(tmp_path: Path, *programs: str) -> str:
@@ -57,11 +51,11 @@ def environment(path: str | None = None, **extra: str) -> dict[str, str]:
 def properties(tmp_path: Path, redis_port: int | None = None, extra: str = "") -> str:
     path = tmp_path / "srm.properties"
     path.write_text(f"""clusters = east, west
-east.bootstrap.servers = 127.0.0.1:{closed_port()}
-west.bootstrap.servers = 127.0.0.1:{closed_port()}
+east.bootstrap.servers = 127.0.0.1:{free_port()}
+west.bootstrap.servers = 127.0.0.1:{free_port()}
 east->west.enabled = true
 service.target.clusters = west
-redis.url = redis://127.0.0.1:{redis_port or closed_port()}/0
+redis.url = redis://127.0.0.1:{redis_port or free_port()}/0
 aggregator.checkpoint.dir = {tmp_path / "checkpoints"}
 {extra}""")
     return str(path)
@@ -99,7 +93,7 @@ def offline(tmp_path: Path) -> str:
     """Java options for a JVM that reaches no repository: every connection through a closed proxy port,
     and a home without the ~/.m2 that Spark's Ivy would otherwise read jars from."""
     (tmp_path / "home").mkdir(exist_ok=True)
-    port = closed_port()
+    port = free_port()
     proxies = [f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={port}" for scheme in ("http", "https")]
     return " ".join([f"-Duser.home={tmp_path / 'home'}", *proxies])
 
@@ -129,7 +123,7 @@ def test_aggregator_offline_with_cached_jars_gets_past_them(tmp_path: Path) -> N
 
 @pytest.mark.usefixtures("external_processes")
 def test_aggregator_without_redis_says_which_redis_and_exits_1(tmp_path: Path) -> None:
-    redis_port = closed_port()
+    redis_port = free_port()
     done = run("aggregator", properties(tmp_path, redis_port), environment())
     assert done.returncode == 1
     line = one_line(done.stderr)
@@ -139,7 +133,7 @@ def test_aggregator_without_redis_says_which_redis_and_exits_1(tmp_path: Path) -
 
 @pytest.mark.usefixtures("external_processes")
 def test_service_without_redis_warns_once_and_serves(tmp_path: Path) -> None:
-    port = closed_port()
+    port = free_port()
     config = properties(tmp_path, extra=f"service.port = {port}\nservice.workers = 1\n")
     process = subprocess.Popen([sys.executable, "-m", "service", "--config", config], cwd=ROOT,
                                env=environment(), stderr=subprocess.PIPE, text=True,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ import pytest
 
 from contract.config import ConfigError, parse_config
 from driver.__main__ import build_tasks
+from stack.kafka_cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_WAIT_S = 2
@@ -34,18 +34,12 @@ RUN_S = 25.0  # the replication workers run from about CONTROL_WAIT_S on
 MAX_LINES_PER_MINUTE = 40
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.integration
 def test_unreachable_clusters_give_a_bounded_number_of_lines_per_minute(tmp_path: Path) -> None:
     config = tmp_path / "srm.properties"
     config.write_text(f"""clusters = east, west
-east.bootstrap.servers = 127.0.0.1:{closed_port()}
-west.bootstrap.servers = 127.0.0.1:{closed_port()}
+east.bootstrap.servers = 127.0.0.1:{free_port()}
+west.bootstrap.servers = 127.0.0.1:{free_port()}
 east->west.enabled = true
 control.lists.load.timeout.seconds = {CONTROL_WAIT_S}
 """)

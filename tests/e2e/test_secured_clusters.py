@@ -34,6 +34,7 @@ from stack.kafka_cluster import KafkaClusters, free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.secured_listeners import client_properties
 from tests.e2e.http_polling import poll_json
+from tests.e2e.query_stop import stop_between_batches
 
 pytestmark = pytest.mark.e2e
 
@@ -163,10 +164,9 @@ def test_record_count_flows_through_every_secured_mode(secured_clusters: KafkaCl
                   for mode_id, (source, target) in ((m, mode_aliases(m)) for m in MODES)}
         exceptions = [str(q.exception()) for q in queries if q.exception() is not None]
     finally:
-        for query in queries:
-            query.stop()
         for process in processes:
             process.stop()
+        stop_between_batches(queries)
     wrong = {mode_id: answer for mode_id, answer in answers.items() if answer is None or answer["value"] != N}
     assert not wrong, f"record_count over {sorted(wrong)}: {wrong}; queries: {exceptions}"
     failed = {mode_id: state for mode_id, state in states.items() if state["state"] == "FAILED"}
@@ -210,10 +210,9 @@ def test_wrong_password_is_named_at_once_reported_failed_and_quiet(secured_clust
         assert stepped is not None, f"no second back-off step of each task within 60 s:\n{driver.log_tail()}"
         lines = read_lines(driver.log_file)
     finally:
-        if query is not None:
-            query.stop()
         for process in processes:
             process.stop()
+        stop_between_batches([query] if query is not None else [])
     # A refused login from the start to each task's second back-off step (about 12 s; the bounds are a
     # minute's allowance): a start-up, one line per back-off step per task with a growing wait,
     # librdkafka's lines at most once a minute per kind. Before: about 450 lines a minute.
