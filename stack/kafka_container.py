@@ -21,6 +21,13 @@ if TYPE_CHECKING:  # testcontainers is imported when a container starts: a machi
     from testcontainers.core.container import DockerContainer
 
 
+def publish_on_loopback(container: DockerContainer, container_port: int, host_port: int) -> None:
+    """Publishes `container_port` on 127.0.0.1:`host_port` only (a test service has no authentication):
+    docker's (host address, port) form, which testcontainers' with_bind_ports does not take."""
+    # testcontainers types its ports dict for its own forms (a port or None); docker's run() takes this one.
+    container.ports[str(container_port)] = ("127.0.0.1", host_port)  # type: ignore[assignment]
+
+
 def broker_environment(advertised_host: str, host_port: int) -> dict[str, str]:
     return {
         "KAFKA_NODE_ID": "1",
@@ -57,9 +64,7 @@ class ApacheKafkaContainer:
         from testcontainers.core.waiting_utils import wait_for_logs
 
         container = DockerContainer(self.image)
-        # On loopback only, a test broker having no authentication: docker's (host address, port) form,
-        # which with_bind_ports does not take.
-        container.ports[str(CLIENT_PORT)] = ("127.0.0.1", self.host_port)  # type: ignore[assignment]
+        publish_on_loopback(container, CLIENT_PORT, self.host_port)
         for name, value in broker_environment(self.advertised_host, self.host_port).items():
             container.with_env(name, value)
         self._container = container.start()

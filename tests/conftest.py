@@ -233,9 +233,10 @@ def redis_url(docker_engine: bool, pytestconfig: pytest.Config) -> Iterator[str]
         from testcontainers.community.redis import RedisContainer
 
         from stack.kafka_cluster import free_port
+        from stack.kafka_container import publish_on_loopback
 
         container = RedisContainer(REDIS_IMAGE)
-        container.ports["6379"] = ("127.0.0.1", free_port())  # loopback only (see stack/kafka_container.py)
+        publish_on_loopback(container, 6379, free_port())
         try:
             container.start()  # inside the try: a container that never got ready is removed too
             url = f"redis://127.0.0.1:{container.get_exposed_port(6379)}/0"

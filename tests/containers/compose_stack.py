@@ -7,6 +7,7 @@ containers. `purge` removes everything carrying the project's name, whatever sta
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -144,8 +145,8 @@ class ComposeStack:
         healthcheck itself), then the rest: what `depends_on: service_healthy` does under Docker."""
         self.run_compose("up", "-d", *STATE_SERVICES)
         for kafka in KAFKA_SERVICES:
-            wait_for(f"{kafka} answering kafka-topics.sh --list", lambda k=kafka: self._kafka_answers(k),
-                     300, describe=self.describe)
+            wait_for(f"{kafka} answering kafka-topics.sh --list",
+                     functools.partial(self._kafka_answers, kafka), 300, describe=self.describe)
             for topic in self.topics:
                 self.exec(kafka, "/opt/kafka/bin/kafka-topics.sh", "--bootstrap-server", "localhost:9092",
                           "--create", "--if-not-exists", "--topic", topic, "--partitions", "2")

@@ -8,8 +8,10 @@ container has the Kafka client), and a count that ever passes what was produced 
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -43,9 +45,15 @@ class CountedTwice(AssertionError):
     pass
 
 
-def get_json(stack: ComposeStack, port: str, path: str) -> dict | list | None:
+def get_json(stack: ComposeStack, port: str, path: str) -> dict[str, Any] | None:
+    """The JSON object a 200 answers (every path asked here answers an object); None otherwise."""
     answer = requests.get(stack.url(port, path), timeout=15)
-    return answer.json() if answer.status_code == 200 else None
+    if answer.status_code != 200:
+        return None
+    body = answer.json()
+    if not isinstance(body, dict):
+        raise ValueError(f"{path} answered {body!r}, not a JSON object")
+    return body
 
 
 def produce(stack: ComposeStack, site_counted: str, count: int, tag: str) -> None:
@@ -66,21 +74,23 @@ def record_count(stack: ComposeStack, site: str) -> int | None:
 
 def wait_for_counts(stack: ComposeStack, what: str) -> None:
     for site in SOURCE_OF:
-        wait_for(f"site {site}'s record_count of {ORDERS} reaching {produced[site]} ({what})",
-                 lambda s=site: record_count(stack, s) == produced[s], COUNT_S, describe=stack.describe)
+        def reached(s: str = site) -> bool:
+            return record_count(stack, s) == produced[s]
+        wait_for(f"site {site}'s record_count of {ORDERS} reaching {produced[site]} ({what})", reached,
+                 COUNT_S, describe=stack.describe)
 
 
 def test_both_sites_services_answer(compose_stack: ComposeStack):
     for site in SOURCE_OF:
         services = wait_for(f"service-{site} answering /v2/services",
-                            lambda s=site: get_json(compose_stack, s, "/v2/services"), FIRST_ANSWER_S,
+                            functools.partial(get_json, compose_stack, site, "/v2/services"), FIRST_ANSWER_S,
                             describe=compose_stack.describe)
         assert site in {service["site"] for service in services["services"]}, services
 
 
 def test_every_part_passes_its_healthcheck(compose_stack: ComposeStack):
     for service in ("kafka-east", "kafka-west", *SRM_PARTS):
-        wait_for(f"{service}'s healthcheck passing", lambda s=service: compose_stack.healthy(s), 600,
+        wait_for(f"{service}'s healthcheck passing", functools.partial(compose_stack.healthy, service), 600,
                  every_s=10, describe=compose_stack.describe)
 
 
@@ -157,8 +167,10 @@ def test_down_then_up_keeps_the_rollups(compose_stack: ComposeStack):
         compose_stack.container("aggregator-east")  # gone, with every other container
     compose_stack.up()
     for site in SOURCE_OF:  # what was counted before, before anything new is produced
-        wait_for(f"site {site} answering its record_count after up", lambda s=site: record_count(
-            compose_stack, s) is not None, FIRST_ANSWER_S, describe=compose_stack.describe)
+        def answering(s: str = site) -> bool:
+            return record_count(compose_stack, s) is not None
+        wait_for(f"site {site} answering its record_count after up", answering, FIRST_ANSWER_S,
+                 describe=compose_stack.describe)
         assert record_count(compose_stack, site) == produced[site]
     for site in SOURCE_OF:
         produce(compose_stack, site, 70, "after-up")

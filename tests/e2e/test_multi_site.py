@@ -187,6 +187,7 @@ def test_gateway_discovers_three_sites_through_kafka_and_survives_a_dead_one(
     finally:
         registry.stop()
         gateway.close()
+        connection: tuple[socket.socket, object] | None
         try:
             connection = trap.accept()
         except BlockingIOError:
@@ -251,6 +252,7 @@ def test_a_cross_site_query_through_the_gateway_answers_for_every_site_and_names
         seen = wait_for_gateway_sites(base, set(SITES))
         assert set(SITES) <= seen and "hq" not in seen, seen  # its own advertisement is no remote site
         for process in [*sites.values(), gateway]:  # 2 gunicorn workers, 1 advertiser per deployment
+            assert process.process is not None
             kinds = ["advertiser" if "service.sites.advertiser" in c else "worker"
                      for c in children(process.process.pid)]
             assert sorted(kinds) == ["advertiser", "worker", "worker"], (process.name, kinds)

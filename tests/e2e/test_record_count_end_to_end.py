@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -40,7 +40,8 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
-    records, deadline = [], time.monotonic() + timeout_s
+    records: list[Message] = []
+    deadline = time.monotonic() + timeout_s
     while len(records) < expected and time.monotonic() < deadline:
         records += [m for m in consumer.consume(500, timeout=0.5) if m.error() is None]
     consumer.close()
@@ -86,7 +87,7 @@ def test_record_count_flows_from_east_to_the_service(pipeline: str, kafka_cluste
     url = f"{pipeline}/v2/topic-metrics/east/west/{topic}/record_count"
     answer, deadline = None, time.monotonic() + 120
     while time.monotonic() < deadline:
-        response = requests.get(url, params={"from": started_ms, "granularity": "10s"}, timeout=10)
+        response = requests.get(url, params={"from": str(started_ms), "granularity": "10s"}, timeout=10)
         if response.status_code == 200:
             answer = response.json()
             if answer["value"] == N:

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -117,8 +118,8 @@ def test_every_console_script_stops_within_10_s_of_sigterm(tmp_path: Path, kafka
                   if not k.endswith(b":applied") and b":staged:" not in k]
         assert scopes
         for key in scopes:
-            committed = int(client.hget(key, "batch_id"))
-            assert int(client.get(f"{key}:applied")) == committed
+            committed = int(cast(bytes, client.hget(key, "batch_id")))
+            assert int(cast(bytes, client.get(f"{key}:applied"))) == committed
     finally:
         stopping.set()
         for process in processes.values():

@@ -64,13 +64,13 @@ def readers_of(answer: dict) -> dict[str, dict]:
     return {reader["reader"]: reader for reader in answer.get("readers") or []}
 
 
-def scraped(text: str, name: str, labels: dict[str, str]) -> float | None:
+def scraped(text: str, name: str, labels: dict[str, str]) -> float:
     """The value of one sample of the Prometheus text whose labels include `labels`."""
     for line in text.splitlines():
         match = re.fullmatch(rf"{name}(?:_total)?\{{(.*)\}} (\S+)", line)
         if match and all(f'{k}="{v}"' in match.group(1) for k, v in labels.items()):
             return float(match.group(2))
-    return None
+    pytest.fail(f"no {name} sample with labels {labels} in the scrape:\n{text}")
 
 
 @pytest.fixture

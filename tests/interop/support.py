@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -21,9 +22,11 @@ FAST: Mapping[str, object] = {
     "sync.group.offsets.interval.seconds": 2, "metrics.period": 1, "emit.heartbeats.interval.seconds": 1,
 }
 OFFSET_LAG_MAX = 100
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> object:
+def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """The first truthy answer of `condition` (polled every 0.3 s); fails after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = condition()
@@ -106,10 +109,12 @@ def read_all(bootstrap: str, topic: str, partition: int, isolation: str = "read_
         while time.monotonic() < deadline:
             done = False
             for message in consumer.consume(500, timeout=0.5):
-                if message.error() is None:
+                error, offset = message.error(), message.offset()
+                if error is None:
                     records.append(message)
-                elif message.error().code() == -191:  # _PARTITION_EOF
-                    done = message.offset() >= end
+                elif error.code() == -191:  # _PARTITION_EOF
+                    assert offset is not None  # the event names the offset it reached
+                    done = offset >= end
             if done or (records and records[-1].offset() >= end - 1):
                 return records
         raise AssertionError(f"could not read {topic}[{partition}] to offset {end}")
@@ -131,8 +136,10 @@ def resume_group(bootstrap: str, group: str, topic: str,
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for message in consumer.consume(500, timeout=0.5):
+                partition, value = message.partition(), message.value()
                 if message.error() is None:
-                    values[message.partition()].append(message.value().decode())
+                    assert partition is not None and value is not None  # every record here has both
+                    values[partition].append(value.decode())
             positions = {tp.partition: tp.offset for tp in consumer.position(
                 [TopicPartition(topic, p) for p in expected_end])}
             if all(positions.get(p, -1) >= end for p, end in expected_end.items()):

@@ -53,9 +53,10 @@ def create_acls(bootstrap: str, bindings: list[AclBinding]) -> None:
 def acls_of(bootstrap: str, topic: str) -> set[Binding]:
     """Every binding whose resource is exactly this topic (any pattern type names it literally)."""
     client = admin(bootstrap)
-    found = client.describe_acls(AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.ANY, None,
-                                                  None, AclOperation.ANY, AclPermissionType.ANY),
-                                 request_timeout=30).result()
+    # None matches any principal and host (the filter's documented use; its stubs say str).
+    any_binding = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.ANY,
+                                   None, None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]
+    found = client.describe_acls(any_binding, request_timeout=30).result()
     assert all(b.resource_pattern_type == LITERAL for b in found), found
     return {(b.principal, b.host, b.operation.name, b.permission_type.name) for b in found}
 

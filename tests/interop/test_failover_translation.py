@@ -128,8 +128,8 @@ def test_lagging_group_translates_tightly_through_remote_cluster_utils(
 
         # (a) The first sync of each partition is at its first replicated record, every due sync
         # of the MM2 rules (0, 101, ..., 909) is there, and the last position follows a flush.
-        syncs = wait_until(lambda: (s := syncs_of(mirror_probe, east, topic, since))
-                           and all(s.get(p, [(0, 0)])[-1][0] == 999 for p in range(3)) and s,
+        syncs = wait_until(lambda: s if (s := syncs_of(mirror_probe, east, topic, since))
+                           and all(s.get(p, [(0, 0)])[-1][0] == 999 for p in range(3)) else None,
                            90, "the last position of every partition in the offset syncs")
         for partition in range(3):
             assert syncs[partition][0] == (0, 0)
@@ -202,7 +202,7 @@ def test_offset_syncs_on_the_target_translate_through_remote_cluster_utils(
             assert not answer["failedOffsets"], answer["firstError"]
             return [(r["upstream"], r["downstream"]) for r in answer["records"] if r["topic"] == topic]
 
-        syncs = wait_until(lambda: (s := synced_on_west()) and s[-1][0] == 599 and s, 90,
+        syncs = wait_until(lambda: s if (s := synced_on_west()) and s[-1][0] == 599 else None, 90,
                            "the last position in the offset syncs on west")
         assert syncs[0] == (0, 0)
         assert {up for up, _ in syncs} >= set(range(0, 600, OFFSET_LAG_MAX + 1))

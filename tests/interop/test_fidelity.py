@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.integration]
 PARTITIONS = 3
 # Recent: a segment whose newest record is older than retention.ms may be deleted during the test.
 NOW_MS = int(time.time() * 1000)
-HEADER_SETS: list[list[tuple[str, bytes | None]] | None] = [
+HEADER_SETS: list[list[tuple[str, str | bytes | None]] | None] = [
     None,
     [("trace", b"a"), ("trace", b"b"), ("span", b"1"), ("trace", b"c")],  # duplicate keys, in order
     [("empty", None), ("blank", b"")],
@@ -74,8 +74,9 @@ def test_remote_partition_equals_source_partition(kafka_clusters: dict[str, str]
     settings = {"topics": f"fidelity-.*{suffix}", "emit.checkpoints.enabled": "false"}
     with running_driver(tmp_path, {"east": east, "west": west}, [("east", "west")], settings) as driver:
         for topic in (created, appended):
-            wait_until(lambda t=topic: total_records(west, f"east.{t}", PARTITIONS) == count, 60,
-                       f"{count} records of east.{topic}")
+            def copied(t: str = topic) -> bool:
+                return total_records(west, f"east.{t}", PARTITIONS) == count
+            wait_until(copied, 60, f"{count} records of east.{topic}")
         driver.assert_running()
     assert_equal_partitions(east, west, created, f"east.{created}")
     assert_equal_partitions(east, west, appended, f"east.{appended}")
@@ -90,8 +91,9 @@ def test_fan_out_one_source_two_targets(kafka_clusters: dict[str, str], north: s
     settings = {"topics": topic, "emit.checkpoints.enabled": "false"}
     with running_driver(tmp_path, bootstraps, [("east", "west"), ("east", "north")], settings) as driver:
         for target in (west, north):
-            wait_until(lambda t=target: total_records(t, f"east.{topic}", PARTITIONS) == count, 60,
-                       f"{count} records of east.{topic} on {target}")
+            def copied(t: str = target) -> bool:
+                return total_records(t, f"east.{topic}", PARTITIONS) == count
+            wait_until(copied, 60, f"{count} records of east.{topic} on {target}")
         driver.assert_running()
     assert_equal_partitions(east, west, topic, f"east.{topic}")
     assert_equal_partitions(east, north, topic, f"east.{topic}")

@@ -64,7 +64,9 @@ def written(three_clusters: dict[str, str], mirror_probe: MirrorProbe,
                         [(far, "east"), ("east", "west")], settings, targets=["west", "east", far]) as driver:
         wait_until(lambda: total_records(west, f"east.{topic}", 2) == 600, 90, "600 records on west")
         for remote in ("east.heartbeats", f"east.{far}.heartbeats"):
-            wait_until(lambda r=remote: total_records(west, r, 1) > 0, 60, f"{remote} on west")
+            def heartbeats(r: str = remote) -> bool:
+                return total_records(west, r, 1) > 0
+            wait_until(heartbeats, 60, f"{remote} on west")
 
         def checkpointed() -> bool:
             answer = mirror_probe("decode", west, "east.checkpoints.internal", "checkpoint")
@@ -125,7 +127,7 @@ def test_every_internal_record_deserializes_with_apache_classes(written: Written
     assert ours[(f"east.{written.topic}", 1)]["upstream"] == 250
 
     syncs = decoded(mirror_probe, written.east, "mm2-offset-syncs.west.internal", "offset-sync")
-    first = {}
+    first: dict[int, tuple[int, int]] = {}
     for sync in syncs:
         if sync["topic"] == written.topic:
             first.setdefault(sync["partition"], (sync["upstream"], sync["downstream"]))

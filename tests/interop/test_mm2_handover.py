@@ -112,7 +112,8 @@ Replicator = Callable[[Path, dict[str, str], str, str], "Stoppable"]
 
 
 class Stoppable:
-    def __init__(self, stop: Callable[[], None], alive: Callable[[], bool], tail: Callable[[], str]) -> None:
+    def __init__(self, stop: Callable[[], object], alive: Callable[[], bool],
+                 tail: Callable[[], str]) -> None:
         self.stop, self.alive, self.tail = stop, alive, tail
 
 

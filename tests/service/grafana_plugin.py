@@ -163,6 +163,7 @@ def variable_texts(answer: object) -> list[tuple[str, str | None]]:
     assert isinstance(answer, list), f"/variable must answer an array, got {answer!r}"
     keys = list(answer[0]) if answer else []
     fields = {k: [row.get(k) for row in answer] for k in keys}
+    pairs: list[tuple[str, str | None]]
     if "__text" in fields and "__value" in fields:
         pairs = [(str(t), str(v)) for t, v in zip(fields["__text"], fields["__value"], strict=True)]
     else:

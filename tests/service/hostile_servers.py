@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Generic, TypeVar
 
 from werkzeug.serving import make_server
 
@@ -24,8 +25,37 @@ GARBAGE = {
     "badframe": b'[{"type": "table", "columns": [], "rows": [1]}, {"target": 5, "datapoints": "x"}]',
 }
 
+Seen = TypeVar("Seen")
 
-class GarbageHandler(BaseHTTPRequestHandler):
+
+class RecordingServer(ThreadingHTTPServer, Generic[Seen]):
+    """A loopback HTTP server whose handler appends what each request carried to ``requests``."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.requests: list[Seen] = []
+
+
+class HostileServer(RecordingServer[tuple[str, str | None]]):
+    """Plays one trick (``kind``, serving ``body``); ``requests`` holds path and Authorization, and
+    ``closed_at`` when the connection was cut."""
+
+    daemon_threads = True
+
+    def __init__(self, handler: type[HostileHandler], kind: str, body: bytes) -> None:
+        super().__init__(handler)
+        self.kind, self.body = kind, body
+        self.closed_at: list[float] = []
+
+
+class HostileHandler(BaseHTTPRequestHandler):
+    server: HostileServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class GarbageHandler(HostileHandler):
     def _answer(self) -> None:
         server = self.server
         server.requests.append((self.path, self.headers.get("Authorization")))
@@ -40,11 +70,8 @@ class GarbageHandler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _answer  # http.server's names
 
-    def log_message(self, *args: object) -> None:
-        pass
 
-
-class SlowHandler(BaseHTTPRequestHandler):
+class SlowHandler(HostileHandler):
     """What a hostile site does after reading the request: ``server.kind`` says which trick."""
 
     protocol_version = "HTTP/1.1"
@@ -92,23 +119,17 @@ class SlowHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 SLOW_KINDS = ("body-drip", "header-drip", "huge-declared", "endless", "gzip")
 
 
 @contextmanager
-def serving(handler: type[BaseHTTPRequestHandler],
-            kinds: dict[str, object]) -> Iterator[dict[str, ThreadingHTTPServer]]:
-    """One server per kind, each with ``kind``/``body``, ``requests`` and ``closed_at``."""
+def serving(handler: type[HostileHandler],
+            kinds: Mapping[str, bytes | None]) -> Iterator[dict[str, HostileServer]]:
+    """One server per kind, serving its body (a tarpit's kind needs none)."""
     servers = {}
     for kind, body in kinds.items():
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.kind, server.body = kind, body
-        server.requests, server.closed_at = [], []
-        server.daemon_threads = True
+        server = HostileServer(handler, kind, body or b"")
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers[kind] = server
     try:

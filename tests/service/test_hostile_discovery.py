@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -24,7 +24,9 @@ from service.app import create_app
 from service.sites.advertiser import start_advertiser
 from service.sites.discovered_directory import install_discovery
 from service.sites.gateway import fan_out
+from service.sites.registry import RemoteService
 from stack import srm_properties
+from tests.service.hostile_servers import RecordingServer
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +71,8 @@ def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_cluster
     assert discovery is not None
     handle = start_advertiser(advertised)
     try:
-        deadline, found = time.monotonic() + 60, []
+        deadline = time.monotonic() + 60
+        found: list[RemoteService] = []
         while time.monotonic() < deadline and not found:
             found = [s for s in discovery.registry.services() if s.site == site]
             time.sleep(0.2)
@@ -83,6 +86,8 @@ def test_poison_advertisements_then_a_new_site_is_still_discovered(kafka_cluster
 
 
 class _Recorder(BaseHTTPRequestHandler):
+    server: RecordingServer[str | None]  # each request's Authorization
+
     def do_GET(self) -> None:  # http.server's name
         self.server.requests.append(self.headers.get("Authorization"))
         self.send_response(200)
@@ -96,11 +101,10 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def listeners() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+def listeners() -> Iterator[tuple[RecordingServer[str | None], RecordingServer[str | None]]]:
     servers = []
     for _ in range(2):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-        server.requests = []
+        server = RecordingServer[str | None](_Recorder)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
     yield servers[0], servers[1]
@@ -133,7 +137,8 @@ def test_a_forged_advertisement_of_a_configured_site_never_gets_its_credentials(
     assert discovery is not None
     handle = start_advertiser(advertised)
     try:
-        deadline, urls = time.monotonic() + 60, set()
+        deadline = time.monotonic() + 60
+        urls: set[str] = set()
         while time.monotonic() < deadline and not urls:
             urls = {s.base_url for s in discovery.registry.services() if s.site == site}
             time.sleep(0.2)
@@ -177,7 +182,8 @@ def test_squatters_in_heartbeats_keep_no_real_site_out_after_a_gateway_restart(
     discovery = install_discovery(app, watcher)  # a gateway (re)starting: reads the topic from its start
     assert discovery is not None
     try:
-        deadline, found = time.monotonic() + 60, set()
+        deadline = time.monotonic() + 60
+        found: set[tuple[str, str]] = set()
         while time.monotonic() < deadline and len(found) < 2:
             found = {(s.site, s.base_url) for s in discovery.registry.services()
                      if s.site in (configured, free)}

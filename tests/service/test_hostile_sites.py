@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.service.hostile_servers import (
     GARBAGE,
     SLOW_KINDS,
     GarbageHandler,
+    HostileServer,
     Listed,
     SlowHandler,
     far_site_serving,
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def garbage_sites() -> Iterator[dict[str, ThreadingHTTPServer]]:
+def garbage_sites() -> Iterator[dict[str, HostileServer]]:
     with serving(GarbageHandler, GARBAGE) as servers:
         yield servers
 
@@ -115,7 +115,7 @@ def test_an_open_gateway_sends_no_stored_credentials(garbage_sites, extra, sent)
 
 
 @pytest.fixture
-def hostile_sites() -> Iterator[dict[str, ThreadingHTTPServer]]:
+def hostile_sites() -> Iterator[dict[str, HostileServer]]:
     with serving(SlowHandler, dict.fromkeys(SLOW_KINDS)) as servers:
         yield servers
 

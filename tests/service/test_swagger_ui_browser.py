@@ -108,6 +108,7 @@ def browser_page(served_app) -> Iterator[Page]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    assert process.stderr is not None  # a pipe, asked for above
     page = None
     try:
         port_file = Path(profile, "DevToolsActivePort")

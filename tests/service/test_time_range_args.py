@@ -34,7 +34,7 @@ def bad_parameters(app, query: str) -> dict:
     with pytest.raises(HTTPException) as error:
         parse(app, query)
     assert error.value.code == 400
-    return error.value.data["messages"]["query"]
+    return vars(error.value)["data"]["messages"]["query"]  # flask-smorest's abort sets `data` on it
 
 
 def test_defaults_are_the_last_two_hours_at_auto_granularity(app, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import Any
 
 import pytest
 from flask import Flask, request_started
@@ -48,7 +49,7 @@ class Answers:
     def _count(self, sender: Flask, **_: object) -> None:
         self.flask_requests += 1
 
-    def both(self, method: str, url: str, **kwargs: object):
+    def both(self, method: str, url: str, **kwargs: Any):
         before = self.flask_requests
         served = self.served.open(url, method=method, **kwargs)
         took_fast_path = self.flask_requests == before

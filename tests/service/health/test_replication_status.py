@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ HEALTHY = ReplicationLatest(
 )
 
 
-def latest(**changes: object) -> ReplicationLatest:
+def latest(**changes: Any) -> ReplicationLatest:
     return dataclasses.replace(HEALTHY, **changes)
 
 

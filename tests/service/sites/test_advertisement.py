@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,9 +34,10 @@ TS = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def advert(**changes: object) -> Advertisement:
-    fields = {"protocol": "https", "host": "srm.west.example.com", "port": 6670, "root_path": "/srm",
-              "target_cluster": "west", "site": "west", "version": "0.1.0", "ts": TS, "interval_s": 10.0}
+def advert(**changes: Any) -> Advertisement:
+    fields: dict[str, Any] = {
+        "protocol": "https", "host": "srm.west.example.com", "port": 6670, "root_path": "/srm",
+        "target_cluster": "west", "site": "west", "version": "0.1.0", "ts": TS, "interval_s": 10.0}
     return Advertisement(**{**fields, **changes})
 
 

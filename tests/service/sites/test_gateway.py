@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -30,6 +30,7 @@ from service.sites.gateway import (
 )
 from service.sites.registry import EXPIRED_STATUS, RemoteService
 from service.sites.site_trust import parse_site_url
+from tests.service.hostile_servers import RecordingServer
 
 T0 = 1_700_000_000_000
 
@@ -159,7 +160,19 @@ def test_merge_concatenates_list_answers_tagged_with_their_site():
     assert merge_answers([])["partial"] is False
 
 
+class _SiteServer(RecordingServer[tuple[str, str | None]]):
+    """A site answering after `delay_s` with its name and the path; `requests`: path and Authorization."""
+
+    daemon_threads = True
+
+    def __init__(self, site: str, delay_s: float) -> None:
+        super().__init__(_Handler)
+        self.site, self.delay_s = site, delay_s
+
+
 class _Handler(BaseHTTPRequestHandler):
+    server: _SiteServer
+
     def do_GET(self) -> None:  # http.server's name
         server = self.server
         server.requests.append((self.path, self.headers.get("Authorization")))
@@ -179,10 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
 def http_site() -> Iterator:
     servers = []
 
-    def start(site: str, delay_s: float = 0.0) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        server.site, server.delay_s, server.requests = site, delay_s, []
-        server.daemon_threads = True
+    def start(site: str, delay_s: float = 0.0) -> _SiteServer:
+        server = _SiteServer(site, delay_s)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server

@@ -19,6 +19,7 @@ from service.sites.registry import (
     FORGET_AFTER_MS,
     MAX_INSTANCES_PER_SITE,
     Registry,
+    RemoteService,
     ServiceBook,
     configured_sites,
     is_live,
@@ -146,7 +147,8 @@ def test_advertiser_and_registry_meet_in_a_real_heartbeats_topic(kafka_clusters:
     discovery = install_discovery(app, watcher)
     assert discovery is not None
     try:
-        deadline, found = time.monotonic() + 60, []
+        deadline = time.monotonic() + 60
+        found: list[RemoteService] = []
         while time.monotonic() < deadline and not found:
             found = [s for s in discovery.registry.services() if s.site == site]
             time.sleep(0.2)
@@ -173,7 +175,8 @@ def test_a_fresh_registry_answers_only_once_it_has_read_what_was_advertised_befo
     ad = Advertisement("http", "10.0.0.9", 6670, "", "west", site, "0.1.0", int(time.time() * 1000), 3600.0)
     producer = Producer({"bootstrap.servers": kafka_clusters["west"]})
     key, value, headers = encode(ad)
-    producer.produce("heartbeats", key=key, value=value, headers=headers, partition=0)
+    sent: list[tuple[str, str | bytes | None]] = list(headers)  # produce's list is invariant
+    producer.produce("heartbeats", key=key, value=value, headers=sent, partition=0)
     assert producer.flush(30) == 0
     watcher = parse_config(srm_properties.render(kafka_clusters, [], UNUSED_REDIS, {
         "service.target.clusters": "east", "service.remote.clusters": "west", "service.site": "hq"}))

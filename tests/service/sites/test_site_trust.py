@@ -6,7 +6,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -20,6 +20,7 @@ from service.sites.site_trust import (
     parse_site_url,
     special_kind,
 )
+from tests.service.hostile_servers import RecordingServer
 
 
 def test_entries_may_name_scheme_and_port():
@@ -98,6 +99,8 @@ def test_names_are_resolved_and_special_addresses_refused_unless_named():
 
 
 class _Recorder(BaseHTTPRequestHandler):
+    server: RecordingServer[tuple[str, str | None]]  # path, Host
+
     def do_GET(self) -> None:  # http.server's name
         self.server.requests.append((self.path, self.headers.get("Host")))
         body = b'{"ok": true}'
@@ -111,9 +114,8 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def recorder() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.requests = []
+def recorder() -> Iterator[RecordingServer[tuple[str, str | None]]]:
+    server = RecordingServer[tuple[str, str | None]](_Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
