@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
+import confluent_kafka
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from driver.replication_stats import PartitionStats
 from driver.send_queue import OUTAGE_AFTER_S, QueueLimits, SendQueue
@@ -16,41 +18,16 @@ from driver.source_watch import SourceWatch
 from driver.target_writer import DELIVERY_TIMEOUT_S, AtLeastOnceWriter, DeliveryFailed, PartitionFlow
 
 
-@dataclass
-class Record:
-    """What the writer reads of a polled message (confluent_kafka.Message cannot be built in Python)."""
+class Record(Message):
+    """A polled message: confluent_kafka's own Message, built in Python. A keyed record carries a header."""
 
-    topic_: str
-    partition_: int
-    offset_: int
-    value_: bytes | None = b"v" * 10
-    key_: bytes | None = None
-    timestamp_: int = 1_700_000_000_000  # -1: none (librdkafka's reading of a record without one)
-    error_: KafkaError | None = None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return [("h", str(self.offset_).encode())] if self.key_ else None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, -1) if self.timestamp_ < 0 else (1, self.timestamp_)
-
-    def error(self) -> KafkaError | None:
-        return self.error_
+    def __init__(self, topic: str, partition: int, offset: int, value_: bytes | None = b"v" * 10,
+                 key_: bytes | None = None, timestamp_: int = 1_700_000_000_000,
+                 error_: KafkaError | None = None) -> None:
+        # timestamp_ -1: none (librdkafka's reading of a record without one)
+        super().__init__(topic=topic, partition=partition, offset=offset, value=value_, key=key_,
+                         headers=[("h", str(offset).encode())] if key_ else None, error=error_,
+                         timestamp=(0, -1) if timestamp_ < 0 else (1, timestamp_))
 
 
 @dataclass
@@ -95,7 +72,9 @@ class Producer:
 
 
 def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) -> AtLeastOnceWriter:
-    writer = AtLeastOnceWriter(producer, "east", "mm2-offsets.east.internal", None, limits)
+    # A stand-in with produce and poll: what the writer calls on the paths these tests take.
+    writer = AtLeastOnceWriter(cast(confluent_kafka.Producer, producer), "east", "mm2-offsets.east.internal",
+                               None, limits)
     writer.add(PartitionFlow("t", p, "east.t", PartitionStats("east.t", "t", p)) for p in range(partitions))
     return writer
 
@@ -103,7 +82,7 @@ def writer_with(limits: QueueLimits, producer: Producer, partitions: int = 2) ->
 def test_records_past_the_limit_wait_in_order_and_their_partition_is_paused() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(max_records=3, max_bytes=1 << 20, fetch_max_bytes=1 << 20), producer)
-    writer.write([Record("t", 0, o) for o in range(5)] + [Record("t", 1, 0)])
+    writer.write([*(Record("t", 0, o) for o in range(5)), Record("t", 1, 0)])
     assert [v for _, _, v in producer.produced] == [b"v" * 10] * 3
     assert writer.paused() == {("t", 0), ("t", 1)}
     assert writer.queue.held_records() == 3
@@ -125,7 +104,7 @@ def test_only_a_runs_first_and_last_record_carry_a_callback_and_the_last_acknowl
     producer = Producer()
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
     # Partition 0 at offsets 0-4, then 7-8 (a gap: a new run), partition 1 a single record.
-    writer.write([Record("t", 0, o) for o in (0, 1, 2, 3, 4, 7, 8)] + [Record("t", 1, 5)])
+    writer.write([*(Record("t", 0, o) for o in (0, 1, 2, 3, 4, 7, 8)), Record("t", 1, 5)])
     assert [callback is not None for callback in producer.callbacks] == [
         True, False, False, False, True, True, True, True]
     producer.acknowledge(4)
@@ -149,10 +128,10 @@ def test_a_batch_is_copied_as_it_was_read_whatever_its_records_hold() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
     eof = KafkaError(KafkaError._PARTITION_EOF)
-    batch = [Record("t", 0, 0, key_=b"k0"), Record("t", 0, 1, value_=None, key_=b"k1"),
+    batch: list[Message] = [Record("t", 0, 0, key_=b"k0"), Record("t", 0, 1, value_=None, key_=b"k1"),
              Record("t", 0, 1, error_=eof), Record("t", 0, 2, timestamp_=-1),
              Record("t", 1, 7), Record("t", 0, 3), Record("t", 1, 8, value_=b"")]
-    writer.write(batch)  # type: ignore[arg-type]
+    writer.write(batch)
     ts = 1_700_000_000_000
     assert [(t, p) for t, p, _ in producer.produced] == [("east.t", 0)] * 3 + [("east.t", 1), ("east.t", 0),
                                                                                ("east.t", 1)]
@@ -173,8 +152,8 @@ def test_a_batch_is_copied_as_it_was_read_whatever_its_records_hold() -> None:
 def test_a_run_larger_than_the_room_left_is_split_where_the_room_ends() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(100, 35, 1 << 20), producer, partitions=1)
-    writer.write([Record("t", 0, o) for o in range(3)])  # type: ignore[misc]
-    writer.write([Record("t", 0, o) for o in range(3, 8)])  # type: ignore[misc]
+    writer.write([Record("t", 0, o) for o in range(3)])
+    writer.write([Record("t", 0, o) for o in range(3, 8)])
     assert len(producer.produced) == 3 and writer.queue.held_records() == 5, "30 of 35 bytes taken"
     producer.acknowledge(3)
     writer.tick(0.0)
@@ -224,7 +203,8 @@ def test_queue_limits_come_from_the_settings_with_librdkafka_headroom(tmp_path) 
                     "east->west.replication.queue.max.bytes = 4194304\n")
     limits = QueueLimits.from_config(load_config(path), "east", "west")
     assert (limits.max_records, limits.max_bytes) == (100_000, 4_194_304)
-    assert limits.producer_limits()["queue.buffering.max.kbytes"] > 4096
+    kbytes = limits.producer_limits()["queue.buffering.max.kbytes"]
+    assert isinstance(kbytes, int) and kbytes > 4096
     path.write_text(path.read_text() + "replication.queue.max.records = 0\n")
     with pytest.raises(ConfigError, match="replication.queue.max.records"):
         QueueLimits.from_config(load_config(path), "east", "west")
@@ -262,9 +242,9 @@ def test_acknowledgements_noted_once_a_poll_keep_the_outage_watch_current() -> N
 
 def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period() -> None:
     stats = PartitionStats("east.t", "t", 0)
-    for offset, (age, latency) in enumerate([(5.0, 20.0), (1.0, 40.0), (9.0, 30.0)] * 3000):
-        stats.polled(age)
-        stats.replicated_run(offset, offset, 1, 100, latency, latency, latency, latency)
+    for offset, (age_ms, latency_ms) in enumerate([(5.0, 20.0), (1.0, 40.0), (9.0, 30.0)] * 3000):
+        stats.polled(age_ms)
+        stats.replicated_run(offset, offset, 1, 100, latency_ms, latency_ms, latency_ms, latency_ms)
     report = stats.report(0, 1000, "east", "west")
     assert report.replication_latency_ms is not None and report.record_age_ms is not None
     latency, age = report.replication_latency_ms, report.record_age_ms
@@ -279,7 +259,7 @@ def test_a_partitions_latency_and_age_summaries_cover_every_record_of_the_period
 def test_a_record_unacknowledged_for_the_delivery_timeout_fails_the_worker() -> None:
     producer = Producer()
     writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer)
-    writer.write([Record("t", 0, o) for o in range(3)] + [Record("t", 1, 0)])
+    writer.write([*(Record("t", 0, o) for o in range(3)), Record("t", 1, 0)])
     writer.tick(1000.0)  # nothing is old yet
     producer.acknowledge(3)
     writer.flows[("t", 1)].in_flight[0].sent_ms -= DELIVERY_TIMEOUT_S * 1000  # produced 300 s ago
