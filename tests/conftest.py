@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[PORT_SLICE_ENV] = f"{int(workerinput['workerid'][2:])}/{workerinput['workercount']}"
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist, a venv without it) runs as before
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getvalue("dist") not in ("load", "loadfile"):
         return None  # another --dist asked for by name

@@ -1,16 +1,13 @@
 """The merge as it was before it ran on numpy (Acero joins and group_bys): the oracle
-test_merge_oracle compares the merge's Redis contents with. Kept verbatim but for names."""
-
-# ruff: noqa
+test_merge_oracle compares the merge's Redis contents with. Kept verbatim but for names and layout."""
 
 from __future__ import annotations
-
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
 from aggregator import stored_windows
+from aggregator.batch_plan import MEMBER_PARTS, SUBJECT_COLUMNS, _last_ts, _metric_rows
 from aggregator.stored_windows import SCHEMA, STARTS, VALUES, WINDOW_KEY, SeriesKeys, WindowUpdates
 from aggregator.window_partials import ALL_METRICS, window_starts
 from aggregator.window_writer import WindowWriter
@@ -103,8 +100,9 @@ class StoredWindows(stored_windows.StoredWindows):
         starts = pa.concat_tables([unchanged, fresh.select(STARTS.names).cast(STARTS)])
         self._keep(table, starts, _newest(merged), window)  # unchanged but for its input
         updates = updates.select(["series", "start", "member", "replaces"])
-        return WindowUpdates(window, updates, *stored_windows._key_changes(updates, stored, _newest(merged), window,
-                                                                        self.loaded_newest.pop(window, {})))
+        changes = stored_windows._key_changes(updates, stored, _newest(merged), window,
+                                              self.loaded_newest.pop(window, {}))
+        return WindowUpdates(window, updates, *changes)
 
 
 def _merged(joined: pa.Table) -> pa.Table:
