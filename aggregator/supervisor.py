@@ -326,7 +326,7 @@ class RestartCounter:
         for (target, kind), times in pending.items():
             try:
                 self._client(target).hincrby(layout.aggregator_restarts_key(target), kind, times)
-            except redis.RedisError as exc:  # one target's Redis may be down, not the other's
+            except Exception as exc:  # one target's Redis may be down or hung; the thread goes on
                 LOG.debug("restart count of %s not written yet: %s", target, exc)
                 failed[(target, kind)] += times
         with self._lock:

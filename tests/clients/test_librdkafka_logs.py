@@ -63,7 +63,8 @@ def closed_port() -> int:
 
 def test_a_real_client_against_a_closed_port_logs_through_python_once(
         caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    producer = Producer({"bootstrap.servers": f"127.0.0.1:{closed_port()}", "reconnect.backoff.ms": 10,
+    address = f"127.0.0.1:{closed_port()}"
+    producer = Producer({"bootstrap.servers": address, "reconnect.backoff.ms": 10,
                          "reconnect.backoff.max.ms": 50, **client_log_settings("nowhere")})
     with caplog.at_level(logging.DEBUG, logger="librdkafka.nowhere"):
         deadline = time.monotonic() + 3
@@ -75,4 +76,6 @@ def test_a_real_client_against_a_closed_port_logs_through_python_once(
     assert any("Connection refused" in r.getMessage() for r in lines)
     # Dozens of reconnects in 3 s; each distinct line shape is shown once.
     assert len(lines) <= 5, [r.getMessage() for r in lines]
-    assert "Connection refused" not in capfd.readouterr().err  # nothing written by librdkafka itself
+    # Nothing written by librdkafka itself about this client. Other tests' clients in this process (their
+    # clusters stopped) may write to the same stderr, so only this client's address is looked for.
+    assert address not in capfd.readouterr().err
