@@ -29,7 +29,7 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def eventually(check: Callable[[], T], what: str, timeout_s: float = 90.0) -> T:
+def eventually(check: Callable[[], T | None], what: str, timeout_s: float = 90.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()
@@ -94,19 +94,22 @@ def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: floa
                 raise AssertionError(f"{topic}: {len(records)} records after {timeout_s:.0f} s, "
                                      f"expected {expected}")
             for message in consumer.consume(1000, timeout=0.5):
-                if message.error() is None:
-                    records.append(Record(message.partition(), message.offset(), message.key(),
-                                          message.value()))
-                    if message.offset() + 1 >= began_at[message.partition()]:
-                        at_end.add(message.partition())
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+                error, partition, offset = message.error(), message.partition(), message.offset()
+                if error is None:
+                    assert partition is not None and offset is not None  # a record has both
+                    records.append(Record(partition, offset, message.key(), message.value()))
+                    if offset + 1 >= began_at[partition]:
+                        at_end.add(partition)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    assert partition is not None  # the event names its partition
+                    at_end.add(partition)
     finally:
         consumer.close()
     return records
 
 
-def copied_values(bootstrap: str, topic: str, sent: list[bytes], timeout_s: float = 120.0) -> Counter[bytes]:
+def copied_values(bootstrap: str, topic: str, sent: list[bytes], timeout_s: float = 120.0
+                  ) -> Counter[bytes | None]:
     """Every value in the remote topic, read again until each sent value is there or the time is up.
 
     One read is not enough: it stops at the high watermarks it began with, and at least once the

@@ -20,6 +20,7 @@ from contract.config import SrmConfig, load_config
 from contract.records import raw_metrics
 from contract.records.mm2 import OffsetSync, WireFormatError
 from contract.replication_policy import progress_topic
+from driver.control_lists import AllowDenyLists
 from driver.progress_record import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
 from stack import srm_properties
@@ -53,7 +54,8 @@ def write_config(tmp_path: Path, bootstraps: dict[str, str], pairs: list[tuple[s
 
 
 @contextmanager
-def running(config: SrmConfig, control: object | None = None) -> Iterator[dict[str, ReplicationWorker]]:
+def running(config: SrmConfig,
+            control: AllowDenyLists | None = None) -> Iterator[dict[str, ReplicationWorker]]:
     stopping = threading.Event()
     workers = {r.name: ReplicationWorker(config, r, stopping, control=control)
                for r in config.replications() if r.enabled}
@@ -171,6 +173,7 @@ def progress_offsets(bootstrap: str, source: str, topic: str) -> dict[int, int]:
     """Last progress per partition of `topic`, checking MM2's exact key bytes and murmur2 placement."""
     found: dict[int, int] = {}
     for record in read_topic(bootstrap, progress_topic(source), None):
+        assert record.key is not None and record.value is not None  # MM2's progress records have both
         key = json.loads(record.key)
         if key[0] != "MirrorSourceConnector" or key[1].get("topic") != topic:
             continue
