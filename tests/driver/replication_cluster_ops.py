@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from collections import Counter
@@ -24,8 +23,10 @@ class Record:
     value: bytes | None
 
 
-@functools.cache
 def admin(bootstrap: str) -> AdminClient:
+    """A new admin client, to hold while its futures are pending. Not cached: a cached one outlived its
+    test's clusters and reconnected to them, writing to the test process's stderr, until the session
+    ended (where other tests read that stderr)."""
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
@@ -41,7 +42,8 @@ def eventually(check: Callable[[], T | None], what: str, timeout_s: float = 90.0
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
-    admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=configs or {})])[name].result(30)
+    client = admin(bootstrap)
+    client.create_topics([NewTopic(name, partitions, 1, config=configs or {})])[name].result(30)
 
 
 def produce(bootstrap: str, topic: str, count: int, tag: str = "v",
@@ -59,7 +61,8 @@ def produce(bootstrap: str, topic: str, count: int, tag: str = "v",
 
 def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    return admin(bootstrap).describe_configs([resource])[resource].result(30)[name].value
+    client = admin(bootstrap)
+    return client.describe_configs([resource])[resource].result(30)[name].value
 
 
 def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:

@@ -120,7 +120,8 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
         assert remote_values(west, f"east.{topic}", 20) == sorted(values)
         assert topic_config(west, f"east.{topic}", "retention.ms") == "123456789"
 
-        admin(east).create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        east_admin = admin(east)
+        east_admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
         grown = produce(east, topic, 8, partitions=[2, 3], tag="grown")
         eventually(lambda: len(admin(west).list_topics(f"east.{topic}", timeout=10)
                                .topics[f"east.{topic}"].partitions) == 4, "the remote topic to grow")
@@ -142,7 +143,8 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
 def set_retention(bootstrap: str, topic: str, value: str) -> None:
     alter = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
-    admin(bootstrap).incremental_alter_configs([alter])[alter].result(30)
+    client = admin(bootstrap)
+    client.incremental_alter_configs([alter])[alter].result(30)
 
 
 def test_configs_keep_their_own_interval_when_new_topics_are_not_looked_for(

@@ -90,7 +90,8 @@ def group_members(bootstrap: str, group: str) -> tuple[int, int]:
     """(members, members holding partitions) of a consumer group; (0, 0) while the broker cannot tell
     yet (its group coordinator loading or moving right after start-up)."""
     try:
-        description = admin(bootstrap).describe_consumer_groups([group])[group].result(30)
+        client = admin(bootstrap)
+        description = client.describe_consumer_groups([group])[group].result(30)
     except KafkaException:
         return 0, 0
     holding = sum(1 for m in description.members if m.assignment and m.assignment.topic_partitions)
