@@ -63,6 +63,13 @@ def table_points(offsets: np.ndarray, valid: np.ndarray,
 class LagSeconds:
     seconds: np.ndarray  # float64, NaN for None (unknown)
     exact: np.ndarray  # bool: False where the caller must use the pure functions
+    # bool: where the answer (and `exact`) would be the same with more points before the row's, as long as
+    # none of them is above the row's least offset and all are exact: none needed (no position), caught up,
+    # or a bracketing pair found. Such points keep every point of the row kept (none is below them), and
+    # the row's pairs are newer than theirs. (The row's oldest kept point could only go inside a run of
+    # an equal offset before it if the next kept point holds that offset too: then that point's pair, or
+    # being caught up, answers first.)
+    local: np.ndarray
 
 
 def lag_seconds(offsets: np.ndarray, times: np.ndarray, valid: np.ndarray, position: np.ndarray,
@@ -101,10 +108,12 @@ def lag_seconds(offsets: np.ndarray, times: np.ndarray, valid: np.ndarray, posit
     interpolated = (count >= 2) & (position < newest)
     exact &= ~(interpolated & ~(np.abs(product) < EXACT_BELOW))
     out = np.where(interpolated, seconds, np.nan)
-    out = np.where((count >= 1) & (position >= newest), 0.0, out)
+    caught_up = (count >= 1) & (position >= newest)
+    out = np.where(caught_up, 0.0, out)
     out = np.where(np.isnan(position), np.nan, out)
     out = np.where(lag <= 0, 0.0, out)  # NaN lag compares False: none known
-    return LagSeconds(out, exact)
+    local = np.isnan(position) | caught_up | bracketed
+    return LagSeconds(out, exact, local)
 
 
 @dataclass

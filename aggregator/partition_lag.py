@@ -12,7 +12,7 @@ batch's partials merged in, as the sink did for every report before.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -123,64 +123,112 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
 
 
 _EMPTY = pa.table({})
-# Reports judged as arrays at once: each array is rows x ~61 windows, so 100,000 reports at once held
-# ~10 such arrays of ~50 MB each at the batch's peak; a chunk's are ~8 MB.
+# Reports are judged as arrays of rows x windows, a chunk of rows at a time: each row's answer reads only
+# its own row, and a chunk's arrays stay near CHUNK_ROWS full lag tables' size (~8 MB each), whatever their
+# width. 100,000 reports at once held ~10 arrays of ~50 MB each at the batch's peak.
 CHUNK_ROWS = 16_384
+# Lag in seconds reads each report's newest windows first (its own and the 5 before: a minute): most
+# partitions and groups are less than that behind, and their answer is there. Only the rows whose answer
+# may lie further back read the whole table (_lag_seconds).
+NEWEST_WINDOWS = 6
+
+
+def _chunks(rows: int, width: int) -> Iterator[slice]:
+    """Slices of `rows` rows, each as many cells (rows x `width`) as CHUNK_ROWS full lag tables."""
+    step = max(1, CHUNK_ROWS * (TABLE_WINDOWS + 1) // max(width, 1))
+    return (slice(lo, lo + step) for lo in range(0, rows, step))
 
 
 def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int],
                    is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
                    low_lag: np.ndarray, low_verdict: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
-    """Lag in seconds (and whether exact) and verdicts of every report, CHUNK_ROWS reports at a time (each
-    row's answer reads only its own row)."""
-    parts = []
-    for lo in range(0, len(rows), CHUNK_ROWS):
-        at = slice(lo, lo + CHUNK_ROWS)
-        seconds, exact = _lag_seconds(history, records[at], is_partition[at], rows[at], ts[at], high[at],
-                                      low_lag[at])
-        verdicts = _verdicts(history, records[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
-                             is_partition[at])
-        parts.append((seconds, exact, verdicts))
+    """Lag in seconds (and whether exact) and verdicts of every report."""
+    seconds, exact = _lag_seconds(history, records, is_partition, rows, ts, high, low_lag)
+    width = int(min(max(int((high - low_verdict).max()) + 1, 1), history.slots))
+    parts = [_verdicts(history, records[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
+                       is_partition[at], width) for at in _chunks(len(rows), width)]
     if len(parts) == 1:
-        return parts[0]
-    joined = lag_arrays.Verdicts(**{name: np.concatenate([getattr(v, name) for _, _, v in parts])
+        return seconds, exact, parts[0]
+    joined = lag_arrays.Verdicts(**{name: np.concatenate([getattr(v, name) for v in parts])
                                     for name in lag_arrays.Verdicts.__dataclass_fields__})
-    return np.concatenate([s for s, _, _ in parts]), np.concatenate([e for _, e, _ in parts]), joined
+    return seconds, exact, joined
 
 
 def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_partition: np.ndarray,
                  rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it."""
+    """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it: over
+    the NEWEST_WINDOWS first, and over the whole table (TABLE_WINDOWS) for the rows whose answer those
+    do not settle. A row's answer over its newest windows is its answer over the table when it reads
+    nothing older (lag_arrays.LagSeconds.local) and no older window's end offset is above the newest
+    windows' least, nor past what float64 holds exactly: the table keeps then the same points from the
+    newest windows on, and finds the same pair."""
     end = np.where(is_partition, _numbers([r.get("source_end_offset") for r in records]), math.nan)
     lag = np.where(is_partition, _numbers([r.get("records_lag") for r in records]),
                    _numbers([r.get("group_lag") for r in records]))
     upstream = np.where(is_partition, math.nan, _numbers([r.get("group_upstream_offset") for r in records]))
     position = np.trunc(np.where(is_partition, end - lag, upstream))
+    seconds, exact = np.full(len(rows), math.nan), np.zeros(len(rows), bool)
+    settled = np.zeros(len(rows), bool)
+    for at in _chunks(len(rows), NEWEST_WINDOWS + 1):
+        offsets, times, valid = _end_offsets(history, rows[at], ts[at], high[at], low[at], end[at],
+                                             NEWEST_WINDOWS)
+        got = lag_arrays.lag_seconds(offsets, times, valid, position[at], lag[at], ts[at])
+        seconds[at], exact[at] = got.seconds, got.exact
+        least = np.where(valid & np.isfinite(offsets), offsets, math.inf).min(axis=1)
+        settled[at] = got.local
+        local = np.flatnonzero(got.local)
+        for part in _chunks(len(local), TABLE_WINDOWS - NEWEST_WINDOWS):
+            mine = local[part] + at.start
+            highest, older_exact = _older_end_offsets(history, rows[mine], high[mine], low[mine])
+            settled[mine] = (highest <= least[local[part]]) & older_exact
+    whole = np.flatnonzero(~settled)
+    for part in _chunks(len(whole), TABLE_WINDOWS + 1):
+        mine = whole[part]
+        offsets, times, valid = _end_offsets(history, rows[mine], ts[mine], high[mine], low[mine], end[mine],
+                                             TABLE_WINDOWS)
+        got = lag_arrays.lag_seconds(offsets, times, valid, position[mine], lag[mine], ts[mine])
+        seconds[mine], exact[mine] = got.seconds, got.exact
+    return seconds, exact
+
+
+def _end_offsets(history: OffsetHistory, rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray,
+                 end: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The points of each row's lag table over its newest `width` windows (offsets, times, valid): their
+    end offsets at the windows' middles, and the report's own end offset last."""
     newest = ~np.isnan(end)
-    number, last, present = history.gather("source_end_offset", rows, high, TABLE_WINDOWS)
+    number, last, present = history.gather("source_end_offset", rows, high, width)
     # The report's own end offset replaces its window's (end_offset_table); without one, the table reads
     # up to the report, a window's middle no later than it.
     present &= (number >= low[:, None]) & ((number < high[:, None]) | ~newest[:, None])
     times = np.minimum(number * WINDOW_MS + WINDOW_MS // 2, ts[:, None])
-    offsets = np.concatenate([np.trunc(last), np.trunc(end)[:, None]], axis=1)
-    times = np.concatenate([times, ts[:, None]], axis=1)
-    valid = np.concatenate([present, newest[:, None]], axis=1)
-    got = lag_arrays.lag_seconds(offsets, times, valid, position, lag, ts)
-    return got.seconds, got.exact
+    return (np.concatenate([np.trunc(last), np.trunc(end)[:, None]], axis=1),
+            np.concatenate([times, ts[:, None]], axis=1), np.concatenate([present, newest[:, None]], axis=1))
+
+
+def _older_end_offsets(history: OffsetHistory, rows: np.ndarray, high: np.ndarray, low: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Over the table's windows before the NEWEST_WINDOWS: each row's highest end offset (-inf: none), and
+    whether all are exact in float64."""
+    number, last, present = history.gather("source_end_offset", rows, high - NEWEST_WINDOWS,
+                                           TABLE_WINDOWS - NEWEST_WINDOWS)
+    present &= number >= low[:, None]
+    offsets = np.trunc(last)
+    return (np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf),
+            np.all(~present | (np.abs(offsets) < lag_arrays.EXACT_BELOW), axis=1))
 
 
 def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int], rows: np.ndarray,
-              ts: np.ndarray, high: np.ndarray, low: np.ndarray, is_partition: np.ndarray
+              ts: np.ndarray, high: np.ndarray, low: np.ndarray, is_partition: np.ndarray, width: int
               ) -> lag_arrays.Verdicts:
     """Burrow's rules over each partition report's newest offset windows in its lookback (the newest
-    `intervals` of them; one rule set a batch: the policy of each metrics period has the same intervals)."""
+    `intervals` of them, within the newest `width`; one rule set a batch: the policy of each metrics period
+    has the same intervals)."""
     policies = [partition_verdicts._policy(p) for p in periods]
     intervals = {p.intervals for p in policies}
     if len(intervals) != 1:
         raise ValueError(f"policies of different intervals in one batch: {sorted(intervals)}")
-    width = int(min(max(int((high - low).max()) + 1, 1), history.slots))
     number, offsets, present = history.gather("upstream_offset", rows, high, width)
     _, lags, has_lag = history.gather("records_lag", rows, high, width)
     present &= (number >= low[:, None]) & is_partition[:, None]

@@ -13,16 +13,22 @@ from aggregator import partition_partials, window_partials
 from aggregator.batch_plan import BatchPlan
 from aggregator.raw_records import flat_table, late_counts, on_time
 from contract.records import raw_metrics
-from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import (
+    GroupMetrics,
+    LatencySummary,
+    PartitionMetrics,
+    RawMetrics,
+    ReplicationMetrics,
+)
 
 T0 = 1_700_000_000_000
 NOW = T0 + 60_000  # the driver's clock for the batch
 
 
-def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]:
+def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, RawMetrics | bytes]]:
     """(Kafka partition, record): partition and group reports keyed by subject as the driver keys them,
     a topic's partitions spread over both Kafka partitions, replication reports, garbage."""
-    out: list[tuple[int, object]] = []
+    out: list[tuple[int, RawMetrics | bytes]] = []
     for k in range(periods):
         ts = T0 + k * step_ms
         for p in range(4):
@@ -42,7 +48,7 @@ def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]
     return out
 
 
-def kafka_rows(records: list[tuple[int, object]]) -> pa.Table:
+def kafka_rows(records: list[tuple[int, RawMetrics | bytes]]) -> pa.Table:
     values = [r if isinstance(r, bytes) else raw_metrics.encode(r)[1] for _, r in records]
     partitions = [p for p, _ in records]
     offsets, seen = [], {0: 0, 1: 0}

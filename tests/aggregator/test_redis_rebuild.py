@@ -8,20 +8,12 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from streaming_input import (
-    create_topic,
-    new_source,
-    produce,
-    snapshot,
-    topic_pattern,
-    wait_merged,
-    wait_until,
-)
 
 from aggregator import rebuild
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -32,6 +24,15 @@ from contract.records.raw_metrics import LatencySummary, PartitionMetrics, RawMe
 from contract.replication_policy import metrics_topic
 from service.health.history_gap import history_gaps
 from stack.redis_server import RedisServer
+from tests.aggregator.streaming_input import (
+    create_topic,
+    new_source,
+    produce,
+    snapshot,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 T0 = 1_700_010_000_000
 REBUILD_LINE = "its state is gone from Redis"
@@ -60,7 +61,7 @@ def spec_for(bootstrap: str, url: str, source: str, checkpoints: Path) -> Rollup
 
 def total(client: redis.Redis, source: str) -> float:
     series = layout.SeriesId("east", source, f"{source}.t", layout.WHOLE_TOPIC, "record_count")
-    replies = layout.hash_members(client.hgetall(layout.series_key(series, "1h")))
+    replies = layout.hash_members(cast(dict, client.hgetall(layout.series_key(series, "1h"))))
     return sum(w.sum for m in replies if (w := layout.metric_window(m, series.metric)) is not None)
 
 
