@@ -130,6 +130,26 @@ def test_partials_reach_the_driver_in_fewer_bytes_than_the_raw_records():
     assert 0 < collected.bytes < kafka["value"].nbytes / 10
 
 
+def test_answers_of_one_report_a_series_are_compressed_below_the_partials_they_carry():
+    """The cardinality shape (every series once in the batch): partials are as many rows as records, and
+    cross the JVM compressed."""
+    records = [(p % 2, PartitionMetrics(
+        ts=T0 + 1_000, period_ms=5_000, source="east", target="west", topic=f"east.t{p // 10}",
+        upstream_topic=f"t{p // 10}", partition=p % 10, record_count=p % 7, byte_count=p,
+        records_lag=p % 3, source_end_offset=p * 50)) for p in range(2_000)]
+    collected = partition_partials.collect(task_answers(kafka_rows(records), None, batch_rows=500))
+    assert 0 < collected.bytes < collected.partials.windows.nbytes / 4
+
+
+def test_a_worker_returns_what_its_task_freed_once_the_answer_is_sent(monkeypatch):
+    returned = []
+    monkeypatch.setattr(partition_partials.long_lived, "return_freed_memory", lambda: returned.append(1))
+    answers = partition_partials.PartitionPartials("west", None, NOW)(
+        iter(kafka_rows(reports(periods=3)).to_batches()))
+    assert next(answers).num_rows == 1 and returned == []  # not while Spark still reads the answer
+    assert list(answers) == [] and returned == [1]
+
+
 def test_records_out_of_order_or_at_one_ts_give_the_partials_of_records_in_order():
     """A task groups a subject's records where they lie when they come in ts order; any other order, and
     several reports at one ts, must give what the ordered batch gives (valid records: an invalid one's
