@@ -52,6 +52,7 @@ from aggregator import (
 )
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
+from aggregator.jvm_errors import short_jvm_errors
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.latest_writes import LatestColumns, LatestWriter
@@ -180,7 +181,7 @@ class RedisRollupSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
             raise RuntimeError(f"{self.query_name}: sink never bound to its query")
-        with self._in_batch:
+        with self._in_batch, short_jvm_errors(f"{self.query_name}: batch {batch_id}"):
             self._run(batch, batch_id)
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:

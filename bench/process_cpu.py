@@ -90,10 +90,26 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (now: a process that ended is neither)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        fields = stat_fields(Path(f"/proc/{pid}/stat"))
+        if not fields:
+            return False
+        pid = int(fields[1])
+    return False
+
+
 def part_of(pid: int, driver: int) -> str | None:
-    """Which part of the bench a process is, or None for what is not the bench's."""
+    """Which part of the bench a process is, or None for what is not the bench's. Only the bench's own
+    descendants count: on a shared machine other Spark JVMs, Python workers, brokers and Redis servers (a
+    test suite's) run beside it, and counting them made the aggregator's tree 1.7 GB larger in one run."""
     if pid == driver:
         return "driver"
+    if not descends_from(pid, driver):
+        return None
     argv = command(Path(f"/proc/{pid}"))
     cmd = b" ".join(argv)
     if b"java" in argv[0]:

@@ -274,8 +274,9 @@ class AdvertiserSupervisor:
             LOG.error("advertiser process ended (exit status %s); starting it again in %.0f s", code, wait_s)
             if self._stopping.wait(wait_s):
                 return
-            self.child, started = AdvertiserProcess(self.config_path).start(), time.monotonic()
+            # Counted before the new process exists: /metrics never shows a restart it has not counted.
             self.restarts.value += 1
+            self.child, started = AdvertiserProcess(self.config_path).start(), time.monotonic()
             wait_s = min(wait_s * 2, RESTART_WAIT_S[1])
 
     def stop(self) -> None:

@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import redis
 from confluent_kafka import Producer
@@ -51,7 +52,7 @@ def topic_pattern(*sources: str) -> str:
 
 
 def members(client: redis.Redis, series: layout.SeriesId, window: str) -> list[layout.WindowAggregate]:
-    replies = layout.hash_members(client.hgetall(layout.series_key(series, window)))
+    replies = layout.hash_members(cast(dict, client.hgetall(layout.series_key(series, window))))
     return [w for m in replies if (w := layout.metric_window(m, series.metric)) is not None]
 
 
@@ -90,14 +91,14 @@ def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",
         key = raw_key.decode()
         if exclude(key):
             continue
-        kind = client.type(raw_key).decode()
+        kind = cast(bytes, client.type(raw_key)).decode()
         if kind == "zset":
             out[key] = client.zrange(raw_key, 0, -1, withscores=True)
         elif kind == "hash":
-            out[key] = sorted(_without_summary_clock(client.hgetall(raw_key)).items())
+            out[key] = sorted(_without_summary_clock(cast(dict, client.hgetall(raw_key))).items())
         elif kind == "set":
-            out[key] = sorted(client.smembers(raw_key))
+            out[key] = sorted(cast(set, client.smembers(raw_key)))
         else:
             out[key] = client.get(raw_key)
-        out[f"{key} (expires)"] = client.pttl(raw_key) > 0
+        out[f"{key} (expires)"] = cast(int, client.pttl(raw_key)) > 0
     return out

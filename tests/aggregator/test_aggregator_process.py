@@ -14,15 +14,6 @@ from pathlib import Path
 import pyspark
 import pytest
 import redis
-from streaming_input import (
-    create_topic,
-    new_source,
-    produce,
-    snapshot,
-    topic_pattern,
-    wait_merged,
-    wait_until,
-)
 
 from aggregator import kafka_connector
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -33,6 +24,15 @@ from stack import srm_properties
 from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.redis_server import RedisServer
+from tests.aggregator.streaming_input import (
+    create_topic,
+    new_source,
+    produce,
+    snapshot,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,14 +33,14 @@ NOW = T0 + 60_000  # the aggregator's clock
 TOPIC = "srm-metrics.east.internal"
 
 
-def kafka_rows(values: list[bytes | None], kafka_ts: int = T0) -> pa.Table:
+def kafka_rows(values: Sequence[bytes | None], kafka_ts: int = T0) -> pa.Table:
     return pa.table({"topic": [TOPIC] * len(values), "partition": pa.array([0] * len(values), pa.int32()),
                      "offset": pa.array(range(len(values)), pa.int64()),
                      "kafka_ts": pa.array([kafka_ts] * len(values), pa.int64()),
                      "value": pa.array(values, pa.binary())})
 
 
-def run(values: list[bytes | None], kafka_ts: int = T0) -> CollectedParts:
+def run(values: Sequence[bytes | None], kafka_ts: int = T0) -> CollectedParts:
     """The executor's function over one Kafka partition's records, and its answer as the driver reads it."""
     parts = list(PartitionPartials("west", None, NOW)(iter(kafka_rows(values, kafka_ts).to_batches())))
     return collect(pa.Table.from_batches(parts, schema=parts[0].schema) if parts else pa.table({}))

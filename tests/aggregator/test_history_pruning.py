@@ -12,14 +12,14 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 import pytest
-from streaming_input import snapshot
 
 from aggregator import redis_sink
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
 from aggregator.redis_sink import RedisRollupSink
 from contract.records import raw_metrics
-from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, RawMetrics, ReplicationMetrics
+from tests.aggregator.streaming_input import snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +45,14 @@ class EveryWindowPlan(BatchPlan):
         return added
 
 
-def batches(seed: int, count: int = 8) -> list[list[tuple[int, object]]]:
+def batches(seed: int, count: int = 8) -> list[list[tuple[int, RawMetrics]]]:
     """Batches of (Kafka partition, record): each a stretch of periods (a backlog's or a live trigger's),
     some reports late (from before the last batch) or missing, offsets that rewind."""
     rng = random.Random(seed)
     period = rng.choice([1_000, 1_500, 10_000])
     out, k = [], 0
     for _ in range(count):
-        batch: list[tuple[int, object]] = []
+        batch: list[tuple[int, RawMetrics]] = []
         periods = rng.choice([2, 5, 40, 150])
         group_until = rng.choice([periods, 10])  # a group whose reports stop: its reads reach further back
         for i in range(periods):
@@ -84,7 +84,7 @@ def batches(seed: int, count: int = 8) -> list[list[tuple[int, object]]]:
     return out
 
 
-def kafka_batch(records: list[tuple[int, object]], offsets: dict[int, int]) -> list[pa.RecordBatch]:
+def kafka_batch(records: list[tuple[int, RawMetrics]], offsets: dict[int, int]) -> list[pa.RecordBatch]:
     parts = []
     for p in (0, 1):
         values = [raw_metrics.encode(r)[1] for q, r in records if q == p]

@@ -18,14 +18,14 @@ from dataclasses import replace
 
 import pytest
 import redis
-from streaming_input import create_topic, members, new_source, produce, wait_merged
-from test_rollup_streaming import T0, partition_report, run_once, spec
 
 from aggregator.query import start_rollup_query
 from contract import redis_layout as layout
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic
 from service.app import create_app
+from tests.aggregator.streaming_input import create_topic, members, new_source, produce, wait_merged
+from tests.aggregator.test_rollup_streaming import T0, partition_report, run_once, spec
 
 pytestmark = pytest.mark.integration
 

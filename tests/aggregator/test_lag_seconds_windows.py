@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -71,7 +72,8 @@ def write(sink: RedisRollupSink, windows: list[dict], latest: list[dict], batch_
 
 def stored(client: redis.Redis, topic: str, partition: int, window: str) -> list[tuple[int, float]]:
     key = layout.series_key(layout.SeriesId("west", "east", topic, partition, "lag_seconds"), window)
-    windows = (layout.metric_window(m, "lag_seconds") for m in layout.hash_members(client.hgetall(key)))
+    fields = cast(dict, client.hgetall(key))
+    windows = (layout.metric_window(m, "lag_seconds") for m in layout.hash_members(fields))
     return [(w.start_ms, w.last) for w in windows if w is not None]
 
 

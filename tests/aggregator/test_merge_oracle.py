@@ -6,20 +6,21 @@ together, a restart and a merge cut off part-way."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import redis
-from merge_oracle import OracleWriter
-from merge_oracle import size_partials as oracle_size_partials
-from streaming_input import snapshot
 
 from aggregator.member_text import number_text
 from aggregator.stored_windows import size_partials
 from aggregator.window_partials import ALL_METRICS, partials_schema
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
+from tests.aggregator.merge_oracle import OracleWriter
+from tests.aggregator.merge_oracle import size_partials as oracle_size_partials
+from tests.aggregator.streaming_input import snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ class Both:
 def test_the_merge_leaves_redis_as_the_acero_merge_did(redis_url: str):
     rng = np.random.default_rng(18)
     both = Both(redis_url)
-    script = [
+    script: list[tuple[int, dict[str, Any]]] = [
         (0, dict(topics=3, first=0, windows=9)),
         (1, dict(topics=3, first=9, windows=3, shuffled=True)),  # rows not in (subject, start) order
         (2, dict(topics=5, first=10, windows=30)),  # new series, windows again, several minutes
@@ -131,7 +132,8 @@ def test_the_merge_leaves_redis_as_the_acero_merge_did(redis_url: str):
     both.assert_equal()
 
 
-def test_a_merge_cut_off_part_way_and_resumed_leaves_redis_as_the_acero_merge_did(redis_url: str):
+def test_a_merge_cut_off_part_way_and_resumed_leaves_redis_as_the_acero_merge_did(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch):
     rng = np.random.default_rng(7)
     both = Both(redis_url)
     both.merge([(0, wide_batch(rng, both.target, 12, 0, 6))])
@@ -148,7 +150,7 @@ def test_a_merge_cut_off_part_way_and_resumed_leaves_redis_as_the_acero_merge_di
                 raise ConnectionError("the process died in the merge's second part or later")
             return replace(keys=keys, args=args, client=client)
 
-        writer._replace = dies_in_the_third_call
+        monkeypatch.setattr(writer, "_replace", dies_in_the_third_call)
         with pytest.raises(ConnectionError):
             writer.apply_all([(1, batch)], staged=True)
     both.assert_equal()  # the same parts in Redis

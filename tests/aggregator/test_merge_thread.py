@@ -48,7 +48,7 @@ class StandInWriter:
 def thread(monkeypatch):
     monkeypatch.setattr(merge_thread, "WindowWriter", StandInWriter)
     monkeypatch.setattr(merge_thread, "MERGE_INTERVAL_S", FAR)
-    made = MergeThread(None, "rollup_west:1", None)  # type: ignore[arg-type]
+    made = MergeThread(None, "rollup_west:1", None)
     yield made
     made.close(30)
 
@@ -117,6 +117,6 @@ def test_a_query_run_ends_only_its_own_sink():
             closed.append(self.name)
 
     closer = _SinkCloser()
-    closer.sinks.update({"run-1": Sink("old"), "run-2": Sink("new")})  # type: ignore[dict-item]
-    closer.onQueryTerminated(SimpleNamespace(id="query", runId="run-1"))  # type: ignore[arg-type]
+    closer.sinks.update({"run-1": Sink("old"), "run-2": Sink("new")})
+    closer.onQueryTerminated(SimpleNamespace(id="query", runId="run-1"))
     assert closed == ["old"] and list(closer.sinks) == ["run-2"]

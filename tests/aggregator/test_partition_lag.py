@@ -12,26 +12,26 @@ import random
 
 import numpy as np
 import pytest
-from streaming_input import snapshot
-from test_history_pruning import batches, kafka_batch, twin_sinks, write_through
 
 from aggregator import offset_history, partition_lag, redis_sink
 from aggregator.offset_history import OffsetHistory
-from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, RawMetrics, ReplicationMetrics
+from tests.aggregator.streaming_input import snapshot
+from tests.aggregator.test_history_pruning import batches, kafka_batch, twin_sinks, write_through
 
 pytestmark = pytest.mark.integration
 
 T0 = 1_700_000_000_000
 
 
-def live_batches(seed: int, count: int = 14) -> list[list[tuple[int, object]]]:
+def live_batches(seed: int, count: int = 14) -> list[list[tuple[int, RawMetrics]]]:
     """Batches of (Kafka partition, record): mostly a live trigger's few periods, now and then a backlog's;
     some reports late or missing, offsets that rewind, lag that comes and goes."""
     rng = random.Random(seed)
     period = rng.choice([1_000, 2_500])
     out, k = [], 0
     for _ in range(count):
-        batch: list[tuple[int, object]] = []
+        batch: list[tuple[int, RawMetrics]] = []
         for _ in range(rng.choice([1, 2, 3, 3, 40])):
             k += 1
             ts = T0 + k * period + rng.randint(0, period // 2)

@@ -13,16 +13,22 @@ from aggregator import partition_partials, window_partials
 from aggregator.batch_plan import BatchPlan
 from aggregator.raw_records import flat_table, late_counts, on_time
 from contract.records import raw_metrics
-from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
+from contract.records.raw_metrics import (
+    GroupMetrics,
+    LatencySummary,
+    PartitionMetrics,
+    RawMetrics,
+    ReplicationMetrics,
+)
 
 T0 = 1_700_000_000_000
 NOW = T0 + 60_000  # the driver's clock for the batch
 
 
-def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]:
+def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, RawMetrics | bytes]]:
     """(Kafka partition, record): partition and group reports keyed by subject as the driver keys them,
     a topic's partitions spread over both Kafka partitions, replication reports, garbage."""
-    out: list[tuple[int, object]] = []
+    out: list[tuple[int, RawMetrics | bytes]] = []
     for k in range(periods):
         ts = T0 + k * step_ms
         for p in range(4):
@@ -42,7 +48,7 @@ def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, object]]
     return out
 
 
-def kafka_rows(records: list[tuple[int, object]]) -> pa.Table:
+def kafka_rows(records: list[tuple[int, RawMetrics | bytes]]) -> pa.Table:
     values = [r if isinstance(r, bytes) else raw_metrics.encode(r)[1] for _, r in records]
     partitions = [p for p, _ in records]
     offsets, seen = [], {0: 0, 1: 0}
@@ -122,6 +128,26 @@ def test_partials_reach_the_driver_in_fewer_bytes_than_the_raw_records():
     kafka = kafka_rows(reports(periods=600, step_ms=100))  # 100 reports per series and 10 s window
     collected = partition_partials.collect(task_answers(kafka, None, batch_rows=10_000))
     assert 0 < collected.bytes < kafka["value"].nbytes / 10
+
+
+def test_answers_of_one_report_a_series_are_compressed_below_the_partials_they_carry():
+    """The cardinality shape (every series once in the batch): partials are as many rows as records, and
+    cross the JVM compressed."""
+    records = [(p % 2, PartitionMetrics(
+        ts=T0 + 1_000, period_ms=5_000, source="east", target="west", topic=f"east.t{p // 10}",
+        upstream_topic=f"t{p // 10}", partition=p % 10, record_count=p % 7, byte_count=p,
+        records_lag=p % 3, source_end_offset=p * 50)) for p in range(2_000)]
+    collected = partition_partials.collect(task_answers(kafka_rows(records), None, batch_rows=500))
+    assert 0 < collected.bytes < collected.partials.windows.nbytes / 4
+
+
+def test_a_worker_returns_what_its_task_freed_once_the_answer_is_sent(monkeypatch):
+    returned = []
+    monkeypatch.setattr(partition_partials.long_lived, "return_freed_memory", lambda: returned.append(1))
+    answers = partition_partials.PartitionPartials("west", None, NOW)(
+        iter(kafka_rows(reports(periods=3)).to_batches()))
+    assert next(answers).num_rows == 1 and returned == []  # not while Spark still reads the answer
+    assert list(answers) == [] and returned == [1]
 
 
 def test_records_out_of_order_or_at_one_ts_give_the_partials_of_records_in_order():

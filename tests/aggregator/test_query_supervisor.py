@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import redis
-from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_until
 
 from aggregator.query import RollupQuerySpec
 from aggregator.scheduler_pools import fair_scheduler_xml
@@ -16,6 +15,14 @@ from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics
 from contract.replication_policy import metrics_topic
 from stack.redis_server import RedisServer
+from tests.aggregator.streaming_input import (
+    create_topic,
+    members,
+    new_source,
+    produce,
+    topic_pattern,
+    wait_until,
+)
 
 T0 = 1_700_002_800_000
 

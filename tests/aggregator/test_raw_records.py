@@ -4,6 +4,7 @@ sink): parsing, validity and the partial-window math. Pure Arrow, no Spark."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
@@ -18,7 +19,7 @@ from contract.redis_layout import ALL_TOPICS, INVALID_RECORDS_METRIC, WHOLE_TOPI
 T0 = 1_700_000_000_000  # a 10 s boundary
 
 
-def kafka_rows(records: list, garbage: list[bytes | None] = (), kafka_ts: int = T0) -> pa.Table:
+def kafka_rows(records: list, garbage: Sequence[bytes | None] = (), kafka_ts: int = T0) -> pa.Table:
     values = [raw_metrics.encode(r)[1] for r in records] + list(garbage)
     return pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
                      "partition": pa.array([0] * len(values), pa.int32()),
@@ -34,13 +35,13 @@ def partition_record(ts: int, partition: int, count: int, latency: LatencySummar
                             byte_count=count * 100, replication_latency_ms=latency, records_lag=lag)
 
 
-def flat(records: list, garbage: list[bytes | None] = (), target: str | None = None,
+def flat(records: list, garbage: Sequence[bytes | None] = (), target: str | None = None,
          watermark_ms: int | None = None) -> pa.Table:
     # The aggregator's clock reads T0: the records are as recent as their Kafka timestamps.
     return on_time(flat_table(kafka_rows(records, garbage), target, now_ms=T0), watermark_ms)
 
 
-def partials(records: list, garbage: list[bytes | None] = (), target: str | None = None,
+def partials(records: list, garbage: Sequence[bytes | None] = (), target: str | None = None,
              watermark_ms: int | None = None) -> list:
     return wp.window_partials(flat(records, garbage, target, watermark_ms)).to_pylist()
 

@@ -4,6 +4,7 @@ of every kind (what it replaced): the same rows, in the values' order, whatever 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -106,8 +107,16 @@ def test_bad_records_among_many_cost_one_more_read_and_a_python_parse_each(monke
     values = [partition(i) if i % 20 else bad[i // 20 % len(bad)] for i in range(1, 1001)]
     reads, loads = [], []
     read_json, orjson_loads = raw_values.pj.read_json, raw_values.orjson.loads
-    monkeypatch.setattr(raw_values.pj, "read_json", lambda *a, **k: reads.append(1) or read_json(*a, **k))
-    monkeypatch.setattr(raw_values.orjson, "loads", lambda *a, **k: loads.append(1) or orjson_loads(*a, **k))
+    def counted_read(*a: Any, **k: Any) -> Any:
+        reads.append(1)
+        return read_json(*a, **k)
+
+    def counted_loads(*a: Any, **k: Any) -> Any:
+        loads.append(1)
+        return orjson_loads(*a, **k)
+
+    monkeypatch.setattr(raw_values.pj, "read_json", counted_read)
+    monkeypatch.setattr(raw_values.orjson, "loads", counted_loads)
     table, parsed = parse_values(pa.array(values, pa.binary()))
     assert parsed.to_pylist() == [bool(i % 20) or i // 20 % len(bad) == 4 for i in range(1, 1001)]
     assert table["record_count"].to_pylist()[19::20] == [None, None, None, 6, None] * 10

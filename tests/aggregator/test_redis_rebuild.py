@@ -8,20 +8,12 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from streaming_input import (
-    create_topic,
-    new_source,
-    produce,
-    snapshot,
-    topic_pattern,
-    wait_merged,
-    wait_until,
-)
 
 from aggregator import rebuild
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -32,6 +24,15 @@ from contract.records.raw_metrics import LatencySummary, PartitionMetrics, RawMe
 from contract.replication_policy import metrics_topic
 from service.health.history_gap import history_gaps
 from stack.redis_server import RedisServer
+from tests.aggregator.streaming_input import (
+    create_topic,
+    new_source,
+    produce,
+    snapshot,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 T0 = 1_700_010_000_000
 REBUILD_LINE = "its state is gone from Redis"
@@ -60,7 +61,7 @@ def spec_for(bootstrap: str, url: str, source: str, checkpoints: Path) -> Rollup
 
 def total(client: redis.Redis, source: str) -> float:
     series = layout.SeriesId("east", source, f"{source}.t", layout.WHOLE_TOPIC, "record_count")
-    replies = layout.hash_members(client.hgetall(layout.series_key(series, "1h")))
+    replies = layout.hash_members(cast(dict, client.hgetall(layout.series_key(series, "1h"))))
     return sum(w.sum for m in replies if (w := layout.metric_window(m, series.metric)) is not None)
 
 
@@ -83,6 +84,15 @@ def supervise_until(supervisor: QuerySupervisor, client: redis.Redis, source: st
 def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:
     # No stall restarts: a first batch on a busy machine can take the default 30 triggers of 500 ms.
     return QuerySupervisor(spark, [spec], backoff_s=0.5, stall_intervals=240).start_all()
+
+
+def delete_oldest(bootstrap: str, topic: str, count: int) -> None:
+    """Kafka's retention by hand: the first `count` records of the topic's partition 0 go. The admin
+    client ends with this call: one the test held was still alive at the session's end, reconnecting to
+    the stopped cluster and writing to the process's stderr."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, count)]).values():
+        future.result(30)
 
 
 def stop(supervisor: QuerySupervisor) -> None:
@@ -111,10 +121,7 @@ def test_a_flushed_redis_is_rebuilt_from_kafka_retention_as_an_uninterrupted_run
                        what="first rollups")
             assert supervisor.rebuilds == {}  # a new deployment: nothing to rebuild
             # Kafka's retention drops the oldest reports; then Redis loses everything, and more arrive.
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            deleted = admin.delete_records([TopicPartition(metrics_topic(source), 0, len(lost))])
-            for future in deleted.values():
-                future.result(30)
+            delete_oldest(bootstrap, metrics_topic(source), len(lost))
             client.flushall()
             produce(bootstrap, source, late)
             supervise_until(supervisor, client, source, kept_sum + late_sum, "rebuild after the flush")

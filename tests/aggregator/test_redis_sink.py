@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
+from typing import cast
 
 import pyarrow as pa
 import pytest
 import redis
-from streaming_input import snapshot
 
 from aggregator import latest_writes
 from aggregator.raw_records import INVALID_KIND
@@ -17,6 +17,7 @@ from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics, ReplicationMetrics
+from tests.aggregator.streaming_input import snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def sink(redis_url: str) -> RedisRollupSink:
 def members(client: redis.Redis, window: str, metric: str = "record_count", partition: int = 0,
             topic: str = "east.orders") -> list[layout.WindowAggregate]:
     key = layout.series_key(layout.SeriesId("west", "east", topic, partition, metric), window)
-    held = layout.hash_members(client.hgetall(key))
+    held = layout.hash_members(cast(dict, client.hgetall(key)))
     return [w for m in held if (w := layout.metric_window(m, metric)) is not None]
 
 
@@ -112,7 +113,7 @@ def test_retention_trims_old_windows_and_keys_expire(sink: RedisRollupSink):
     write(sink, [row(HOUR + retention + 10_000, 1, 2, 2, 2, 2, topic=topic)], batch_id=1)
     assert [m.start_ms for m in members(sink.client, "10s", topic=topic)] == [HOUR + retention + 10_000]
     key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), "10s")
-    assert 0 < sink.client.pttl(key) <= layout.key_ttl_ms("10s")
+    assert 0 < cast(int, sink.client.pttl(key)) <= layout.key_ttl_ms("10s")
 
 
 def test_discovery_indexes(sink: RedisRollupSink):
@@ -120,8 +121,8 @@ def test_discovery_indexes(sink: RedisRollupSink):
     write(sink, [row(HOUR, 1, 1, 1, 1, 1, partition=3, topic=topic),
                 row(HOUR, 1, 1, 1, 1, 1, partition=layout.WHOLE_TOPIC, topic=topic)], batch_id=0)
     client = sink.client
-    assert b"west" in client.smembers(layout.targets_key())
-    assert b"east" in client.smembers(layout.sources_key("west"))
+    assert b"west" in cast(set, client.smembers(layout.targets_key()))
+    assert b"east" in cast(set, client.smembers(layout.sources_key("west")))
     assert client.hget(layout.topics_key("west", "east"), topic) == b"orders"
     assert client.smembers(layout.partitions_key("west", "east", topic)) == {b"3"}
 
@@ -151,18 +152,18 @@ def test_latest_values_never_go_back_in_time(sink: RedisRollupSink):
     key = layout.partition_latest_key("west", "east", topic)
     write(sink, [row(HOUR, 1, 100, 100, 100, 100, metric="source_end_offset", topic=topic),
                 latest_row(partition_report(HOUR + 5000, topic, 100, 0), topic, 0)], batch_id=0)
-    assert layout.decode_latest(sink.client.hget(key, "0"))["lag_seconds"] == 0.0
+    assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0")))["lag_seconds"] == 0.0
     newer = partition_report(HOUR + 25_000, topic, 300, 150)
     write(sink, [row(HOUR + 10_000, 1, 200, 200, 200, 200, metric="source_end_offset", topic=topic),
                 row(HOUR + 20_000, 1, 300, 300, 300, 300, metric="source_end_offset", topic=topic),
                 latest_row(newer, topic, 0)], batch_id=1)
-    value = layout.decode_latest(sink.client.hget(key, "0"))
+    value = layout.decode_latest(cast(bytes, sink.client.hget(key, "0")))
     # Next offset to replicate 150: half-way between 100 (HOUR+5 s) and 200 (HOUR+15 s) -> 15 s ago.
     assert value == {"ts": HOUR + 25_000, "records_lag": 150, "lag_seconds": pytest.approx(15.0),
                      "source_end_offset": 300, "upstream_offset": 149, "target_offset": 7}
     write(sink, [latest_row(partition_report(HOUR + 15_000, topic, 200, 0), topic, 0)],
                batch_id=2)  # a late report
-    assert layout.decode_latest(sink.client.hget(key, "0"))["ts"] == HOUR + 25_000
+    assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0")))["ts"] == HOUR + 25_000
 
 
 
@@ -174,9 +175,10 @@ def test_a_stale_field_is_left_while_its_neighbours_in_the_hash_are_written(sink
           batch_id=0)
     write(sink, [latest_row(partition_report(HOUR + 15_000, topic, 200, 0), topic, 0),  # late
                  latest_row(partition_report(HOUR + 35_000, topic, 400, 0), topic, 1)], batch_id=1)
-    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in sink.client.hgetall(key).items()}
+    fields = cast(dict, sink.client.hgetall(key))
+    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in fields.items()}
     assert stored == {"0": HOUR + 25_000, "1": HOUR + 35_000}
-    assert 0 < sink.client.pttl(key) <= layout.LATEST_TTL_MS
+    assert 0 < cast(int, sink.client.pttl(key)) <= layout.LATEST_TTL_MS
 
 
 def test_a_restarted_sink_reads_each_field_once_and_keeps_a_newer_stored_value(redis_url: str):
@@ -189,9 +191,10 @@ def test_a_restarted_sink_reads_each_field_once_and_keeps_a_newer_stored_value(r
                                     "1": layout.encode_latest({"ts": 5, "v": "before"})})
     restarted = RedisRollupSink(redis_url, first.query_name)
     restarted._write_latest([(key, "0", {"ts": 20, "v": "sink"}), (key, "1", {"ts": 20, "v": "sink"})])
-    stored = {f.decode(): layout.decode_latest(v) for f, v in restarted.client.hgetall(key).items()}
+    fields = cast(dict, restarted.client.hgetall(key))
+    stored = {f.decode(): layout.decode_latest(v) for f, v in fields.items()}
     assert stored == {"0": {"ts": 30, "v": "before"}, "1": {"ts": 20, "v": "sink"}}
-    assert 0 < restarted.client.pttl(key) <= layout.LATEST_TTL_MS
+    assert 0 < cast(int, restarted.client.pttl(key)) <= layout.LATEST_TTL_MS
 
 
 def test_a_hash_of_thousands_of_fields_is_written_in_chunks(redis_url: str, monkeypatch: pytest.MonkeyPatch):
@@ -203,9 +206,10 @@ def test_a_hash_of_thousands_of_fields_is_written_in_chunks(redis_url: str, monk
     first.client.hset(key, "4321", layout.encode_latest({"ts": 99}))
     restarted = RedisRollupSink(redis_url, first.query_name)
     restarted._write_latest([(key, str(p), {"ts": 20}) for p in range(5_000)])
-    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in restarted.client.hgetall(key).items()}
+    fields = cast(dict, restarted.client.hgetall(key))
+    stored = {f.decode(): layout.decode_latest(v)["ts"] for f, v in fields.items()}
     assert stored == {str(p): 99 if p == 4321 else 20 for p in range(5_000)}
-    assert 0 < restarted.client.pttl(key) <= layout.LATEST_TTL_MS
+    assert 0 < cast(int, restarted.client.pttl(key)) <= layout.LATEST_TTL_MS
 
 
 def test_a_value_the_field_holds_already_is_not_sent_again(sink: RedisRollupSink):
@@ -220,9 +224,9 @@ def test_a_value_the_field_holds_already_is_not_sent_again(sink: RedisRollupSink
     assert sink.client.hget(key, "0") == b"seen"
     sink.latest_writer.clear()  # as a failed write leaves it: the field is read, "seen" is no value
     sink._write_latest([(key, "0", {"ts": 10, "v": 1})])
-    assert layout.decode_latest(sink.client.hget(key, "0")) == {"ts": 10, "v": 1}
+    assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0"))) == {"ts": 10, "v": 1}
     sink._write_latest([(key, "0", {"ts": 10, "v": 3})])
-    assert layout.decode_latest(sink.client.hget(key, "0")) == {"ts": 10, "v": 3}
+    assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0"))) == {"ts": 10, "v": 3}
 
 
 def test_latest_values_split_into_hsets_keep_each_fields_rule(sink: RedisRollupSink,
@@ -234,9 +238,10 @@ def test_latest_values_split_into_hsets_keep_each_fields_rule(sink: RedisRollupS
     write(sink, [latest_row(partition_report(HOUR + (15_000 if i == 1 else 35_000), t, 400, 0), t, 0)
                  for i, t in enumerate(topics)], batch_id=1)  # the second topic's report is late
     keys = [layout.partition_latest_key("west", "east", t) for t in topics]
-    stored = [layout.decode_latest(sink.client.hget(key, "0"))["ts"] for key in keys]
+    stored = [layout.decode_latest(cast(bytes, sink.client.hget(key, "0")))["ts"] for key in keys]
     assert stored == [HOUR + 35_000, HOUR + 25_000, HOUR + 35_000]
-    assert all(layout.decode_latest(sink.client.hget(key, "1"))["ts"] == HOUR + 25_000 for key in keys)
+    assert all(layout.decode_latest(cast(bytes, sink.client.hget(key, "1")))["ts"] == HOUR + 25_000
+               for key in keys)
 
 
 def test_replication_counts_follow_windows_that_come_after_the_report(sink: RedisRollupSink):
@@ -246,12 +251,13 @@ def test_replication_counts_follow_windows_that_come_after_the_report(sink: Redi
     write(sink, [latest_row(report, layout.ALL_TOPICS, layout.WHOLE_TOPIC, source)],
                batch_id=0)
     key = layout.replication_status_key("west", source)
-    assert layout.decode_latest(sink.client.hget(key, "replication"))["recent_record_counts"][-1] == 0
+    replication = layout.decode_latest(cast(bytes, sink.client.hget(key, "replication")))
+    assert replication["recent_record_counts"][-1] == 0
     # The partition records of the same report arrive in the next batch (another Kafka partition).
     counts = row(HOUR + 20_000, 2, 9, 4, 5, 5, topic=layout.ALL_TOPICS, partition=layout.WHOLE_TOPIC,
                  source=source, level="r")
     write(sink, [counts], batch_id=1)
-    value = layout.decode_latest(sink.client.hget(key, "replication"))
+    value = layout.decode_latest(cast(bytes, sink.client.hget(key, "replication")))
     assert value["recent_record_counts"][-3:] == [0, 0, 9]
     assert (value["status"], value["tasks"], value["topics_replicated"]) == ("RUNNING", 2, 3)
 
@@ -264,7 +270,7 @@ def test_a_batch_of_replication_reports_only(sink: RedisRollupSink):
                          source=source, kind="replication") | {"record_count__n": None}
     write(sink, [no_metrics, latest_row(report, layout.ALL_TOPICS, layout.WHOLE_TOPIC, source)], batch_id=0)
     key = layout.replication_status_key("west", source)
-    value = layout.decode_latest(sink.client.hget(key, "replication"))
+    value = layout.decode_latest(cast(bytes, sink.client.hget(key, "replication")))
     assert value["status"] == "PAUSED" and sink.last_batch_id() == 0
 
 
@@ -278,13 +284,13 @@ def test_invalid_records_are_counted_once(sink: RedisRollupSink):
     total = layout.invalid_records_key("west", source)
     write(sink, [invalid(HOUR, 2, 0, 1)], batch_id=0)
     write(sink, [invalid(HOUR, 1, 2, 2), invalid(HOUR + 10_000, 1, 3, 3)], batch_id=1)
-    assert int(sink.client.get(total)) == 4
+    assert int(cast(bytes, sink.client.get(total))) == 4
     write(sink, [invalid(HOUR + 10_000, 1, 3, 3)], batch_id=1)  # replayed: skipped
-    assert int(sink.client.get(total)) == 4
+    assert int(cast(bytes, sink.client.get(total))) == 4
     key = layout.series_key(layout.SeriesId("west", source, layout.ALL_TOPICS, 0,
                                             layout.INVALID_RECORDS_METRIC), "1m")
     windows = [layout.metric_window(m, layout.INVALID_RECORDS_METRIC)
-               for m in layout.hash_members(sink.client.hgetall(key))]
+               for m in layout.hash_members(cast(dict, sink.client.hgetall(key)))]
     assert [(w.count, w.min, w.max) for w in windows if w is not None] == [(4, 0, 3)]
 
 
@@ -306,8 +312,10 @@ def test_history_kept_across_batches_equals_redis(redis_url: str):
     values = []
     for sink in (kept, fresh):
         sink.client.hdel(key, "0")
-        write(sink, [latest_row(report, topic, 0)], batch_id=sink.last_batch_id() + 1)
-        values.append(layout.decode_latest(sink.client.hget(key, "0")))
+        last = sink.last_batch_id()
+        assert last is not None  # both wrote batches to this scope
+        write(sink, [latest_row(report, topic, 0)], batch_id=last + 1)
+        values.append(layout.decode_latest(cast(bytes, sink.client.hget(key, "0"))))
     # Next offset to replicate 350: half-way between 300 (HOUR+35 s) and 400 (HOUR+45 s) -> 15 s ago.
     assert values[0] == values[1] and values[0]["lag_seconds"] == pytest.approx(15.0)
 
@@ -325,6 +333,6 @@ def test_each_window_size_keeps_its_own_retention(sink: RedisRollupSink, window:
         assert len(starts[coarser]) == 2, f"{coarser} windows outlive the {window} retention"
     for name in layout.WINDOWS:
         key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), name)
-        assert 0 < sink.client.pttl(key) <= layout.key_ttl_ms(name)
+        assert 0 < cast(int, sink.client.pttl(key)) <= layout.key_ttl_ms(name)
     index = layout.partitions_key("west", "east", topic)
-    assert 0 < sink.client.pttl(index) <= layout.INDEX_TTL_MS
+    assert 0 < cast(int, sink.client.pttl(index)) <= layout.INDEX_TTL_MS

@@ -10,12 +10,20 @@ import pyarrow.compute  # pa.compute
 import pytest
 import redis
 from pyspark.sql.streaming.listener import QueryProgressEvent
-from streaming_input import create_topic, members, new_source, produce, topic_pattern, wait_merged, wait_until
 
 from aggregator.query import LOCAL_CHECKPOINT_MANAGER, RollupQuerySpec, sink_of, start_rollup_query
 from contract import redis_layout as layout
 from contract.records.raw_metrics import GroupMetrics, LatencySummary, PartitionMetrics, ReplicationMetrics
 from contract.replication_policy import metrics_topic
+from tests.aggregator.streaming_input import (
+    create_topic,
+    members,
+    new_source,
+    produce,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 import redis
-from streaming_input import snapshot
 
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import of_windows
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
+from tests.aggregator.streaming_input import snapshot
 
 pytestmark = pytest.mark.integration
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import cast
 
 import pytest
 import redis
-from streaming_input import snapshot
-from test_redis_sink import HOUR, latest_row, row, write
 
 from aggregator.redis_sink import RedisRollupSink
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics
+from tests.aggregator.streaming_input import snapshot
+from tests.aggregator.test_redis_sink import HOUR, latest_row, row, write
 
 pytestmark = pytest.mark.integration
 
@@ -58,12 +59,14 @@ def test_subjects_past_the_cap_get_no_series_and_are_counted(redis_url: str, cap
     with caplog.at_level(logging.WARNING, logger="aggregator.subject_cap"):
         for batch_id, rows in enumerate(_batches(source)):
             write(sink, rows, batch_id)
-    kept = {m.decode() for m in client.zrange(layout.subjects_key("west", source), 0, -1)}
+    kept = {m.decode() for m in cast(list, client.zrange(layout.subjects_key("west", source), 0, -1))}
     assert kept == {f"{source}.a|{p}|" for p in range(3)} | {f"{source}.b|{p}|" for p in (3, 4)}
-    assert int(client.get(layout.refused_subjects_key("west", source))) == 10  # 5 in each of 2 batches
-    partitions = client.hkeys(layout.partition_latest_key("west", source, f"{source}.b"))
+    refused = cast(bytes, client.get(layout.refused_subjects_key("west", source)))
+    assert int(refused) == 10  # 5 in each of 2 batches
+    partitions = cast(list, client.hkeys(layout.partition_latest_key("west", source, f"{source}.b")))
     assert sorted(int(p) for p in partitions) == [3, 4]
-    assert sorted(client.smembers(layout.partitions_key("west", source, f"{source}.b"))) == [b"3", b"4"]
+    listed = cast(set, client.smembers(layout.partitions_key("west", source, f"{source}.b")))
+    assert sorted(listed) == [b"3", b"4"]
     for p, stored in ((4, True), (5, False), (9, False)):
         series = layout.SeriesId("west", source, f"{source}.b", p, "record_count")
         assert client.exists(layout.series_key(series, "10s")) == stored

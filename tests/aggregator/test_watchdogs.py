@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 import redis
-from streaming_input import (
-    create_topic,
-    new_source,
-    produce,
-    snapshot,
-    topic_pattern,
-    wait_merged,
-    wait_until,
-)
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from aggregator import supervisor as supervisor_module
 from aggregator.query import RollupQuerySpec, start_rollup_query
@@ -26,6 +20,15 @@ from contract.records.raw_metrics import PartitionMetrics
 from contract.replication_policy import metrics_topic
 from service.app import create_app
 from stack.redis_server import RedisServer
+from tests.aggregator.streaming_input import (
+    create_topic,
+    new_source,
+    produce,
+    snapshot,
+    topic_pattern,
+    wait_merged,
+    wait_until,
+)
 
 T0 = 1_700_006_400_000
 # "Redis SIGSTOPped for 2 minutes" against the product's defaults (10 s socket and 5 s connect timeouts,
@@ -45,7 +48,7 @@ def report(source: str, ts: int, count: int, partition: int = 0) -> PartitionMet
 
 def total(client: redis.Redis, source: str) -> float:
     series = layout.SeriesId("east", source, f"{source}.t", layout.WHOLE_TOPIC, "record_count")
-    replies = layout.hash_members(client.hgetall(layout.series_key(series, "1h")))
+    replies = layout.hash_members(cast(dict, client.hgetall(layout.series_key(series, "1h"))))
     return sum(w.sum for m in replies if (w := layout.metric_window(m, series.metric)) is not None)
 
 
@@ -78,7 +81,7 @@ def uninterrupted_rollups(spark, bootstrap: str, source: str, tmp_path) -> dict:
 
 
 def restart_counts(url: str) -> dict[bytes, bytes]:
-    return redis.Redis.from_url(url).hgetall(layout.aggregator_restarts_key("east"))
+    return cast(dict, redis.Redis.from_url(url).hgetall(layout.aggregator_restarts_key("east")))
 
 
 @pytest.mark.integration
@@ -161,22 +164,31 @@ class StandInQuery:
         return None
 
 
-def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> QuerySupervisor:
+@dataclass
+class ClockedSupervisor(QuerySupervisor):
+    """A supervisor over stand-in queries, with the clock its tests move (its time.monotonic)."""
+
+    clock: list[float] = field(default_factory=lambda: [1000.0])
+
+
+def stand_in_supervisor(queries: list[StandInQuery], monkeypatch) -> ClockedSupervisor:
     clock = [1000.0]
     monkeypatch.setattr("aggregator.supervisor.time.monotonic", lambda: clock[0])
     spec = RollupQuerySpec(target="east", bootstrap_servers="b", redis_url="redis://127.0.0.1:1/0",
                            checkpoint_dir="c", trigger_interval="2000 milliseconds")
     started = iter(queries)
-    supervisor = QuerySupervisor(None, [spec], backoff_s=0.0, stall_intervals=5,
-                                 start=lambda _spark, _spec: next(started), find_sink=lambda *_: None,
-                                 counter=RestartCounter({"east": spec.redis_url}),
-                                 upgrade_layout=lambda *_: None)  # no Redis here to move windows in
+    # No session: the supervisor takes none where its queries are stand-ins.
+    supervisor = ClockedSupervisor(cast(SparkSession, None), [spec], backoff_s=0.0, stall_intervals=5,
+                                   start=lambda _spark, _spec: cast(StreamingQuery, next(started)),
+                                   find_sink=lambda *_: None,
+                                   counter=RestartCounter({"east": spec.redis_url}),
+                                   upgrade_layout=lambda *_: None,  # no Redis here to move windows in
+                                   clock=clock)
     supervisor.start_all()
-    supervisor.clock = clock
     return supervisor
 
 
-def advance(supervisor: QuerySupervisor, seconds: float) -> list[str]:
+def advance(supervisor: ClockedSupervisor, seconds: float) -> list[str]:
     supervisor.clock[0] += seconds
     return supervisor.check()
 
@@ -235,7 +247,8 @@ class FlakyCounterClient:
     """A Redis client whose first calls fail the ways a hung or closed socket does."""
 
     def __init__(self, failures: list[Exception]) -> None:
-        self.failures, self.counts = failures, {}
+        self.failures = failures
+        self.counts: dict[tuple[str, str], int] = {}
 
     def hincrby(self, key: str, field: str, times: int) -> None:
         if self.failures:
@@ -243,10 +256,10 @@ class FlakyCounterClient:
         self.counts[(key, field)] = self.counts.get((key, field), 0) + times
 
 
-def test_restart_counts_a_failing_redis_did_not_take_are_kept_and_written_later():
+def test_restart_counts_a_failing_redis_did_not_take_are_kept_and_written_later() -> None:
     counter = RestartCounter({"east": "redis://127.0.0.1:1/0"})
     client = FlakyCounterClient([redis.TimeoutError("Timeout reading"), OSError(9, "Bad file descriptor")])
-    counter._clients["redis://127.0.0.1:1/0"] = client  # type: ignore[assignment]
+    counter._clients["redis://127.0.0.1:1/0"] = cast(redis.Redis, client)
     counter.add("east", "query")
     assert not counter.flush()
     counter.add("east", "query", 2)

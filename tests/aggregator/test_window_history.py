@@ -61,7 +61,8 @@ class ScannedHistory:
     """The history as it was: every view scans and sorts the kept windows (the oracle)."""
 
     def __init__(self, keep_ms: int) -> None:
-        self.keep_ms, self.low, self.windows = keep_ms, 0, {}
+        self.keep_ms, self.low = keep_ms, 0
+        self.windows: dict[int, WindowAggregate] = {}  # by start
 
     def load(self, low_ms: int, stored: list[WindowAggregate]) -> None:
         self.low, self.windows = low_ms, {w.start_ms: w for w in stored if w.start_ms >= low_ms}

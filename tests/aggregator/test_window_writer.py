@@ -5,9 +5,9 @@ and never a batch merged twice."""
 from __future__ import annotations
 
 import uuid
+from typing import cast
 
 import pytest
-from streaming_input import snapshot
 
 from aggregator import window_writer
 from aggregator.redis_sink import RedisRollupSink, windows_merged
@@ -21,6 +21,7 @@ from aggregator.window_writer import (
     stage,
 )
 from contract import redis_layout as layout
+from tests.aggregator.streaming_input import snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +57,13 @@ def test_windows_merged_in_the_thread_equal_windows_merged_at_once(redis_url: st
     later.close(30)
 
 
-def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redis_url: str):
+def test_batches_staged_but_not_merged_before_a_crash_are_merged_on_restart(redis_url: str,
+                                                                           monkeypatch: pytest.MonkeyPatch):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
     expected = run(new_sink(redis_url), topics[1])
     crashed = new_sink(redis_url)
-    crashed.windows.submit = lambda *_: None  # type: ignore[method-assign]  # the process dies before it merges
+    # The process dies before its window writer merges anything.
+    monkeypatch.setattr(crashed.windows, "submit", lambda *_: None)
     for batch_id in range(2):
         crashed.write(batch(topics[0], 4 * batch_id), batch_id)
     assert not windows_merged(crashed.client, crashed.query_name, None)
@@ -87,6 +90,7 @@ def test_staged_partials_round_trip_through_arrow_ipc():
 def test_batches_merged_together_equal_batches_merged_one_by_one(redis_url: str):
     topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
     together, one_by_one = new_sink(redis_url), new_sink(redis_url)
+    assert isinstance(together.windows, WindowWriter) and isinstance(one_by_one.windows, WindowWriter)
     # Overlapping windows (batch 1 repeats three of batch 0's): merged together they must add up the same.
     together.windows.apply_all([(0, batch(topics[0], 0).windows), (1, batch(topics[0], 5).windows)])
     one_by_one.windows.apply(0, batch(topics[1], 0).windows)
@@ -146,6 +150,7 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
         return parts
 
     monkeypatch.setattr(window_writer, "merge_parts", seen_parts)
+    assert isinstance(cut.windows, WindowWriter)  # merging inline
     replace = cut.windows._replace
 
     def dies_in_the_third_part(keys, args, client):
@@ -153,10 +158,10 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
             raise ConnectionError("the process died between the merge's second and third part")
         return replace(keys=keys, args=args, client=client)
 
-    cut.windows._replace = dies_in_the_third_part
+    monkeypatch.setattr(cut.windows, "_replace", dies_in_the_third_part)
     with pytest.raises(ConnectionError):
         cut.write(topics_batch(prefixes[1], 24, 4), 1)
-    progress = cut.client.hgetall(layout.merging_batches_key(cut.batch_scope))
+    progress = cast(dict, cut.client.hgetall(layout.merging_batches_key(cut.batch_scope)))
     assert (progress[b"first"], progress[b"last"]) == (b"1", b"1")
     assert len(progress[b"parts"].split(b",")) == 2  # the first two parts are in Redis
     assert cut.client.get(layout.applied_batch_key(cut.batch_scope)) == b"0"
@@ -184,7 +189,7 @@ def test_a_key_written_again_past_its_retention_keeps_only_its_retention(redis_u
     later.write(batch(topic, gap), 1 if later is first else 0)
     for window, kept in (("10s", range(gap, gap + 8)), ("1m", [*range(0, 8), *range(gap, gap + 8)])):
         key = layout.series_key(layout.SeriesId("west", "east", topic, 0, "record_count"), window)
-        fields = first.client.hgetall(key)
+        fields = cast(dict, first.client.hgetall(key))
         newest = int(fields.pop(layout.NEWEST_FIELD.encode()))
         starts = sorted(int(f) for f in fields)
         assert starts == sorted({layout.window_start(HOUR + i * 10_000, window) for i in kept})
@@ -197,7 +202,7 @@ def test_a_key_written_on_and_on_is_trimmed_to_its_retention_by_its_grid(redis_u
     for batch_id, first in enumerate(range(0, 2_400, 400)):
         sink.write(batch(topic, first, 400), batch_id)
     key = layout.series_key(layout.SeriesId("west", "east", topic, 1, "record_count"), "10s")
-    fields = sink.client.hgetall(key)
+    fields = cast(dict, sink.client.hgetall(key))
     assert int(fields.pop(layout.NEWEST_FIELD.encode())) == HOUR + 2_399 * 10_000
     cut = 2_399 - layout.WINDOWS["10s"].retention_ms // 10_000
     assert sorted(int(f) for f in fields) == [HOUR + i * 10_000 for i in range(cut, 2_400)]

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from confluent_kafka import OFFSET_END, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -63,9 +64,11 @@ def read_syncs(bootstrap: str, syncs_topic: str, topic: str) -> dict[int, list[t
     position, deadline = 0, time.monotonic() + 30
     while position < end and time.monotonic() < deadline:
         for message in consumer.consume(500, timeout=0.5):
+            offset = message.offset()
             if message.error() is not None:
                 continue
-            position = message.offset() + 1
+            assert offset is not None  # a record has one
+            position = offset + 1
             try:
                 sync = OffsetSync.decode(message.key(), message.value())
             except WireFormatError:
@@ -78,10 +81,15 @@ def read_syncs(bootstrap: str, syncs_topic: str, topic: str) -> dict[int, list[t
 
 def upstream_of(message: Message) -> int:
     """The upstream offset a copied record carries (its own offset for an original record)."""
-    for name, value in message.headers() or []:
+    headers = message.headers() or []
+    assert isinstance(headers, list)  # confluent-kafka answers a list (its stubs allow a dict too)
+    for name, value in headers:
         if name == "up":
+            assert value is not None
             return int(value)
-    return message.offset()
+    offset = message.offset()
+    assert offset is not None
+    return offset
 
 
 @dataclass
@@ -116,9 +124,11 @@ class ManualReplication:
         target = Producer({"bootstrap.servers": self.target, "linger.ms": 5, "enable.idempotence": True})
         acked: list[tuple[int, int, int]] = []  # partition, upstream, downstream in ack order
         for message in records:
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None  # a record has both
             target.produce(self.remote_topic, value=message.value(), key=message.key(),
-                           partition=message.partition(), headers=[("up", str(message.offset()).encode())],
-                           on_delivery=_collect(acked, message.offset()))
+                           partition=partition, headers=[("up", str(offset).encode())],
+                           on_delivery=_collect(acked, offset))
         assert target.flush(30) == 0
         self._write_syncs(sorted(acked, key=lambda a: (a[0], a[1])))
         return len(records)
@@ -138,8 +148,8 @@ class ManualReplication:
         records: list[Message] = []
         deadline = time.monotonic() + 60
         while len(records) < wanted and time.monotonic() < deadline:
-            records += [m for m in consumer.consume(500, timeout=0.5)
-                        if m.error() is None and m.offset() < ends[m.partition()]]
+            records += [m for m in consumer.consume(500, timeout=0.5)  # a record has partition and offset
+                        if m.error() is None and cast(int, m.offset()) < ends[cast(int, m.partition())]]
         consumer.close()
         assert len(records) == wanted, f"read {len(records)} of {wanted} new source records"
         self._positions = ends
@@ -162,7 +172,7 @@ class ManualReplication:
 def _collect(acked: list[tuple[int, int, int]], upstream: int) -> Callable[..., None]:
     def delivered(err: object, message: Message) -> None:
         assert err is None, err
-        acked.append((message.partition(), upstream, message.offset()))
+        acked.append((cast(int, message.partition()), upstream, cast(int, message.offset())))  # delivered
     return delivered
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from collections import Counter
@@ -24,12 +23,14 @@ class Record:
     value: bytes | None
 
 
-@functools.cache
 def admin(bootstrap: str) -> AdminClient:
+    """A new admin client, to hold while its futures are pending. Not cached: a cached one outlived its
+    test's clusters and reconnected to them, writing to the test process's stderr, until the session
+    ended (where other tests read that stderr)."""
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def eventually(check: Callable[[], T], what: str, timeout_s: float = 90.0) -> T:
+def eventually(check: Callable[[], T | None], what: str, timeout_s: float = 90.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()
@@ -41,7 +42,8 @@ def eventually(check: Callable[[], T], what: str, timeout_s: float = 90.0) -> T:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
-    admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=configs or {})])[name].result(30)
+    client = admin(bootstrap)
+    client.create_topics([NewTopic(name, partitions, 1, config=configs or {})])[name].result(30)
 
 
 def produce(bootstrap: str, topic: str, count: int, tag: str = "v",
@@ -59,7 +61,8 @@ def produce(bootstrap: str, topic: str, count: int, tag: str = "v",
 
 def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    return admin(bootstrap).describe_configs([resource])[resource].result(30)[name].value
+    client = admin(bootstrap)
+    return client.describe_configs([resource])[resource].result(30)[name].value
 
 
 def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
@@ -94,19 +97,22 @@ def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: floa
                 raise AssertionError(f"{topic}: {len(records)} records after {timeout_s:.0f} s, "
                                      f"expected {expected}")
             for message in consumer.consume(1000, timeout=0.5):
-                if message.error() is None:
-                    records.append(Record(message.partition(), message.offset(), message.key(),
-                                          message.value()))
-                    if message.offset() + 1 >= began_at[message.partition()]:
-                        at_end.add(message.partition())
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+                error, partition, offset = message.error(), message.partition(), message.offset()
+                if error is None:
+                    assert partition is not None and offset is not None  # a record has both
+                    records.append(Record(partition, offset, message.key(), message.value()))
+                    if offset + 1 >= began_at[partition]:
+                        at_end.add(partition)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    assert partition is not None  # the event names its partition
+                    at_end.add(partition)
     finally:
         consumer.close()
     return records
 
 
-def copied_values(bootstrap: str, topic: str, sent: list[bytes], timeout_s: float = 120.0) -> Counter[bytes]:
+def copied_values(bootstrap: str, topic: str, sent: list[bytes], timeout_s: float = 120.0
+                  ) -> Counter[bytes | None]:
     """Every value in the remote topic, read again until each sent value is there or the time is up.
 
     One read is not enough: it stops at the high watermarks it began with, and at least once the

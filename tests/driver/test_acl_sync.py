@@ -33,7 +33,9 @@ def synced(bindings: list[AclBinding], topics: tuple[str, ...] = (".*",),
                                  target_alias="west", heartbeats_replication=heartbeats)
     result = target_bindings(bindings, eligible, functools.partial(POLICY.format_remote_topic, "east"))
     assert all(b.resource_pattern_type == LITERAL and b.restype == ResourceType.TOPIC for b in result)
-    return {(b.name, b.principal, b.host, b.operation.name, b.permission_type.name) for b in result}
+    # The stubs type these fields as given (enum, str or int); a binding holds them as enums.
+    return {(b.name, b.principal, b.host, AclOperation(b.operation).name,
+             AclPermissionType(b.permission_type).name) for b in result}
 
 
 def test_allow_all_becomes_read_and_allow_write_is_dropped() -> None:

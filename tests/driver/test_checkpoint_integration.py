@@ -124,9 +124,11 @@ def wait_for_group_metrics(bootstrap: str, group: str, upstream: dict[int, int])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for message in consumer.consume(200, timeout=0.5):
+                value = message.value()
                 if message.error() is not None:
                     continue
-                record = raw_metrics.decode(message.value())
+                assert value is not None, "a metrics record without a value"
+                record = raw_metrics.decode(value)
                 if isinstance(record, GroupMetrics) and record.group == group:
                     latest[record.partition] = record
                     latency_seen |= record.checkpoint_latency_ms is not None

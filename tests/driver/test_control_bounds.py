@@ -4,6 +4,7 @@ entries are compiled and matched once, not once per topic name and refresh (no b
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_each_entry_is_compiled_once_per_list_version(monkeypatch: pytest.Monkey
     compiled: list[str] = []
     real = driver.topic_filter.compile_user_pattern
 
-    def counting(pattern: str, *args: object, **kwargs: object):
+    def counting(pattern: str, *args: Any, **kwargs: Any):
         compiled.append(pattern)
         return real(pattern, *args, **kwargs)
 

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from contract.config import SrmConfig, parse_config
@@ -87,8 +87,9 @@ def group_consumer(bootstrap: str, group: str, topic: str, reset: str = "latest"
     return consumer
 
 
-def consume(consumer: Consumer, count: int, timeout_s: float = 60) -> list:
-    records, deadline = [], time.monotonic() + timeout_s
+def consume(consumer: Consumer, count: int, timeout_s: float = 60) -> list[Message]:
+    records: list[Message] = []
+    deadline = time.monotonic() + timeout_s
     while len(records) < count and time.monotonic() < deadline:
         records += [m for m in consumer.consume(count - len(records), timeout=0.5) if m.error() is None]
     assert len(records) == count, f"consumed {len(records)} of {count}"

@@ -99,7 +99,9 @@ def read_heartbeats(bootstrap: str, until, timeout_s: float = 60) -> list[tuple[
                     beat = Heartbeat.decode(message.key(), message.value())
                 except WireFormatError:
                     continue
-                beats.append((beat, message.partition(), message.timestamp()[1]))
+                partition = message.partition()
+                assert partition is not None  # a record has one
+                beats.append((beat, partition, message.timestamp()[1]))
     finally:
         consumer.close()
     return beats

@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 from bisect import bisect_left
 from collections.abc import Callable
+from typing import cast
 
 import pytest
+from confluent_kafka import Producer
 
 from contract.records.mm2 import OffsetSync
 from driver.offset_sync_emitter import OffsetSyncEmitter
@@ -109,7 +111,8 @@ class TestStoreWithRecentSyncs:
 
 
 class LaggingProducer:
-    """A syncs producer whose broker answers only when the emitter waits (`poll` with a timeout)."""
+    """A syncs producer whose broker answers only when the emitter waits (`poll` with a timeout); cast to
+    the Producer it stands in for."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, int, int]] = []
@@ -151,7 +154,7 @@ def emit(rng: random.Random, records: list[tuple[int, int]], lag_max: int) -> li
     Between two bursts the broker answers a few times (each `poll` with a timeout is one round trip
     returning the 10 permits): syncs leave at most 10 per round trip, as in MM2."""
     producer = LaggingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", lag_max)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", lag_max)
     position = 0
     while position < len(records):
         size = rng.choice([1, 5, 50, 200, 500])

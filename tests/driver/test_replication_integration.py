@@ -20,6 +20,7 @@ from contract.config import SrmConfig, load_config
 from contract.records import raw_metrics
 from contract.records.mm2 import OffsetSync, WireFormatError
 from contract.replication_policy import progress_topic
+from driver.control_lists import AllowDenyLists
 from driver.progress_record import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
 from stack import srm_properties
@@ -53,7 +54,8 @@ def write_config(tmp_path: Path, bootstraps: dict[str, str], pairs: list[tuple[s
 
 
 @contextmanager
-def running(config: SrmConfig, control: object | None = None) -> Iterator[dict[str, ReplicationWorker]]:
+def running(config: SrmConfig,
+            control: AllowDenyLists | None = None) -> Iterator[dict[str, ReplicationWorker]]:
     stopping = threading.Event()
     workers = {r.name: ReplicationWorker(config, r, stopping, control=control)
                for r in config.replications() if r.enabled}
@@ -118,7 +120,8 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
         assert remote_values(west, f"east.{topic}", 20) == sorted(values)
         assert topic_config(west, f"east.{topic}", "retention.ms") == "123456789"
 
-        admin(east).create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        east_admin = admin(east)
+        east_admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
         grown = produce(east, topic, 8, partitions=[2, 3], tag="grown")
         eventually(lambda: len(admin(west).list_topics(f"east.{topic}", timeout=10)
                                .topics[f"east.{topic}"].partitions) == 4, "the remote topic to grow")
@@ -140,7 +143,8 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
 def set_retention(bootstrap: str, topic: str, value: str) -> None:
     alter = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
-    admin(bootstrap).incremental_alter_configs([alter])[alter].result(30)
+    client = admin(bootstrap)
+    client.incremental_alter_configs([alter])[alter].result(30)
 
 
 def test_configs_keep_their_own_interval_when_new_topics_are_not_looked_for(
@@ -171,6 +175,7 @@ def progress_offsets(bootstrap: str, source: str, topic: str) -> dict[int, int]:
     """Last progress per partition of `topic`, checking MM2's exact key bytes and murmur2 placement."""
     found: dict[int, int] = {}
     for record in read_topic(bootstrap, progress_topic(source), None):
+        assert record.key is not None and record.value is not None  # MM2's progress records have both
         key = json.loads(record.key)
         if key[0] != "MirrorSourceConnector" or key[1].get("topic") != topic:
             continue

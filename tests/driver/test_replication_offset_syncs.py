@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import cast
 
 import pytest
+from confluent_kafka import Producer
 
 from contract.records.mm2 import OffsetSync
 from driver.offset_sync_emitter import OffsetSyncEmitter
@@ -13,7 +15,8 @@ from driver.offset_sync_writer import OffsetSyncWriter, QueuedOffsetSync
 
 
 class RecordingProducer:
-    """Keeps produced syncs and acknowledges them on the next poll, like a healthy producer."""
+    """Keeps produced syncs and acknowledges them on the next poll, like a healthy producer. It stands in
+    for (and is cast to) confluent_kafka's Producer: produce, poll and flush are what the emitter calls."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, int, int, int]] = []
@@ -55,7 +58,7 @@ def reference(records: list[tuple[str, int, int, int]], lag_max: int, flush_ever
 
 def emitted(records: list[tuple[str, int, int, int]], lag_max: int, flush_every: int) -> list[tuple]:
     producer = RecordingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", lag_max)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", lag_max)
     for i, record in enumerate(records, 1):
         emitter.acknowledged(*record)
         emitter.send_due()
@@ -112,7 +115,7 @@ def interleaved(partitions: int, count: int) -> list[tuple[str, int, int, int]]:
 def test_bursty_acknowledgements_send_every_due_sync() -> None:
     # The regression behind "first syncs at 707/909": 3,000 acks in one poll kept only the last sync.
     producer = RecordingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     burst(emitter, interleaved(3, 1000))
     emitter.send_due()
     emitter.flush_delayed()
@@ -126,7 +129,7 @@ def test_bursty_acknowledgements_send_every_due_sync() -> None:
 
 def test_syncs_wait_for_permits_and_none_is_lost_when_the_broker_is_slow() -> None:
     producer = LaggingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     burst(emitter, interleaved(3, 1000))
 
     assert len(producer.sent) == 10  # MAX_IN_FLIGHT_SYNCS: the rest wait, in order
@@ -138,7 +141,7 @@ def test_syncs_wait_for_permits_and_none_is_lost_when_the_broker_is_slow() -> No
 
 def test_close_drains_more_than_ten_pending() -> None:
     producer = LaggingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     burst(emitter, interleaved(3, 1000))
     assert len(emitter.writer.queue.pending()) > 10
 
@@ -152,7 +155,7 @@ def test_close_drains_more_than_ten_pending() -> None:
 
 def test_forgotten_partition_syncs_its_next_record_and_its_last_position() -> None:
     producer = RecordingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     burst(emitter, [("t", 0, offset, offset) for offset in range(50)])
     emitter.forget([("t", 0)])  # revoked, then assigned again
     emitter.acknowledged("t", 0, 50, 50)
@@ -195,7 +198,7 @@ def test_transactional_commit_burst_keeps_bound() -> None:
     # sync is due for each. With permits busy, the redundant ones are thinned, never the bound.
     records = transactional(3000, 10)
     producer = LaggingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     burst(emitter, records)
     queue = emitter.writer.queue
     assert queue.thinned > 0 and queue.coalesced == 0
@@ -227,8 +230,8 @@ def test_a_run_fed_by_its_first_and_last_record_sends_the_syncs_of_feeding_each(
         seed: int, lag_max: int, longest: int) -> None:
     records = replicated(seed, 3000)
     each, runs = RecordingProducer(), RecordingProducer()
-    per_record = OffsetSyncEmitter(each, "mm2-offset-syncs.west.internal", lag_max)
-    per_run = OffsetSyncEmitter(runs, "mm2-offset-syncs.west.internal", lag_max)
+    per_record = OffsetSyncEmitter(cast(Producer, each), "mm2-offset-syncs.west.internal", lag_max)
+    per_run = OffsetSyncEmitter(cast(Producer, runs), "mm2-offset-syncs.west.internal", lag_max)
     for i, run in enumerate(runs_of(records, longest)):
         burst(per_record, run)
         (topic, partition, first_up, first_down), (*_, last_up, last_down) = run[0], run[-1]
@@ -244,7 +247,7 @@ def test_a_run_fed_by_its_first_and_last_record_sends_the_syncs_of_feeding_each(
 
 def test_a_run_with_another_writers_records_in_between_syncs_true_positions() -> None:
     producer = RecordingProducer()
-    emitter = OffsetSyncEmitter(producer, "mm2-offset-syncs.west.internal", 100)
+    emitter = OffsetSyncEmitter(cast(Producer, producer), "mm2-offset-syncs.west.internal", 100)
     emitter.acknowledged_run("t", 0, 0, 0, 9, 9)
     emitter.acknowledged_run("t", 0, 10, 15, 19, 27)  # 10 records over 13 target offsets
     emitter.send_due()

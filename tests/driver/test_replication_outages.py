@@ -156,6 +156,7 @@ def test_target_down_30s_under_load(clusters: KafkaClusters, redis_url: str, tmp
     remote = f"east.{topic}"
     create_topic(east, topic, PARTITIONS)
     driver = start_driver(clusters, tmp_path, topic)
+    assert driver.process is not None
     load = Load(east, topic)
     # The aggregator's probe of the target (its Spark query is not needed for it) and its record of the
     # replication's last report, as it keeps them in Redis.
@@ -210,6 +211,7 @@ def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Pat
     remote = f"east.{topic}"
     create_topic(east, topic, PARTITIONS)
     driver = start_driver(clusters, tmp_path, topic)
+    assert driver.process is not None
     load = Load(east, topic)
     try:
         load.start()

@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Message, Producer
 
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic
@@ -38,7 +39,8 @@ class LoadProducer(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True, name=f"load-{topic}")
-        self.topic, self.stopping, self.acked = topic, threading.Event(), []
+        self.topic, self.stopping = topic, threading.Event()
+        self.acked: list[bytes] = []
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
 
     def run(self) -> None:
@@ -51,9 +53,9 @@ class LoadProducer(threading.Thread):
             self.producer.poll(0)
         assert self.producer.flush(30) == 0
 
-    def _delivered(self, error: object, message: object) -> None:
+    def _delivered(self, error: object, message: Message) -> None:
         if error is None:
-            self.acked.append(message.value())
+            self.acked.append(cast(bytes, message.value()))  # every value produced here is bytes
 
     def finish(self) -> list[bytes]:
         self.stopping.set()
@@ -88,7 +90,8 @@ def group_members(bootstrap: str, group: str) -> tuple[int, int]:
     """(members, members holding partitions) of a consumer group; (0, 0) while the broker cannot tell
     yet (its group coordinator loading or moving right after start-up)."""
     try:
-        description = admin(bootstrap).describe_consumer_groups([group])[group].result(30)
+        client = admin(bootstrap)
+        description = client.describe_consumer_groups([group])[group].result(30)
     except KafkaException:
         return 0, 0
     holding = sum(1 for m in description.members if m.assignment and m.assignment.topic_partitions)

@@ -86,7 +86,7 @@ class Assignments(logging.Handler):
         for verb in ("assigned", "released", "lost"):
             if f" {verb} " in message and "task(s)" not in message:
                 keys = {(t, int(p)) for t, p in PARTITION_LIST.findall(message)}
-                self.changes.append((record.threadName, verb, keys))
+                self.changes.append((record.threadName or "", verb, keys))
 
 
 @pytest.fixture

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from clients import kafka_clients
 from clients.kafka_clients import ClusterUnavailable, GroupMembership
@@ -22,7 +25,8 @@ def settle(census: WorkerCensus, timeout_s: float = 5.0) -> None:
 
 def test_a_hanging_count_does_not_block_and_the_last_answer_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     clients: list[object] = []
-    answers = iter([GroupMembership(2, 1), "timeout", "refused", GroupMembership(3, 2)])
+    answers: Iterator[GroupMembership | str] = iter([GroupMembership(2, 1), "timeout", "refused",
+                                                    GroupMembership(3, 2)])
     release = threading.Event()
 
     def membership(client: object, alias: str, group: str) -> GroupMembership:
@@ -34,11 +38,15 @@ def test_a_hanging_count_does_not_block_and_the_last_answer_is_kept(monkeypatch:
         if answer == "refused":
             error = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
             raise ClusterUnavailable("cannot describe group") from KafkaException(error)
+        assert isinstance(answer, GroupMembership)
         return answer
 
     monkeypatch.setattr(kafka_clients, "group_membership", membership)
-    census = WorkerCensus("east->west", "east", "srm-driver.east-west", lambda: clients.append(object())
-                          or clients[-1])
+    def new_client() -> AdminClient:  # a token: the patched group_membership never uses it
+        clients.append(object())
+        return cast(AdminClient, clients[-1])
+
+    census = WorkerCensus("east->west", "east", "srm-driver.east-west", new_client)
     assert census.latest is None
     census.request()
     settle(census)

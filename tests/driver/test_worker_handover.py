@@ -64,7 +64,7 @@ def test_a_joining_and_a_restarted_worker_take_tasks_without_a_session_timeout(
         third.thread.start()
         _held_within(third, topic, began, "a restarted worker holding a task")
         values = produce(east, topic, 300, tag="after")
-        copied = [r.value for r in read_topic(west, f"east.{topic}", 300)]
+        copied = [r.value for r in read_topic(west, f"east.{topic}", 300) if r.value is not None]
         assert sorted(copied) == sorted(values)
     finally:
         for worker in (first, second, third):

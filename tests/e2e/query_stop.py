@@ -12,11 +12,11 @@ from pyspark.sql.streaming import StreamingQuery
 def stop_between_batches(queries: Iterable[StreamingQuery], timeout_s: float = 30.0) -> None:
     """Stops each query once it has processed what its topics hold (at most `timeout_s` later).
 
-    Stop the processes that write its topics (the driver) first, else there is always more. `stop()`
-    during a batch interrupts the foreachBatch, and Spark then recognises the interruption by matching
-    a regex against the Python traceback's text (StreamExecution.isInterruptionException), which
-    overflows the JVM's stack on a long one: a StackOverflowError printed by the stream thread. Between
-    batches nothing is interrupted."""
+    Stop the processes that write its topics (the driver) first, else there is always more. Every
+    record written is then rolled up before the test reads Redis and the logs. (A stop during a batch
+    cancels the batch's job; the sink then fails with a short JvmCallFailed that Spark reads as the
+    stop's, aggregator.jvm_errors: before it, Spark's match over a long Java trace overflowed the stream
+    thread's stack.)"""
     queries = list(queries)
     waiters = [threading.Thread(target=_process_all_available, args=(q,), daemon=True) for q in queries]
     for waiter in waiters:
