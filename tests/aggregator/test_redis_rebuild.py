@@ -86,6 +86,15 @@ def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:
     return QuerySupervisor(spark, [spec], backoff_s=0.5, stall_intervals=240).start_all()
 
 
+def delete_oldest(bootstrap: str, topic: str, count: int) -> None:
+    """Kafka's retention by hand: the first `count` records of the topic's partition 0 go. The admin
+    client ends with this call: one the test held was still alive at the session's end, reconnecting to
+    the stopped cluster and writing to the process's stderr."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, count)]).values():
+        future.result(30)
+
+
 def stop(supervisor: QuerySupervisor) -> None:
     supervisor.stop_all()
 
@@ -112,10 +121,7 @@ def test_a_flushed_redis_is_rebuilt_from_kafka_retention_as_an_uninterrupted_run
                        what="first rollups")
             assert supervisor.rebuilds == {}  # a new deployment: nothing to rebuild
             # Kafka's retention drops the oldest reports; then Redis loses everything, and more arrive.
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            deleted = admin.delete_records([TopicPartition(metrics_topic(source), 0, len(lost))])
-            for future in deleted.values():
-                future.result(30)
+            delete_oldest(bootstrap, metrics_topic(source), len(lost))
             client.flushall()
             produce(bootstrap, source, late)
             supervise_until(supervisor, client, source, kept_sum + late_sum, "rebuild after the flush")
