@@ -59,8 +59,8 @@ class PartitionPartials:
     def _answer(self, chunks: list[pa.RecordBatch]) -> pa.RecordBatch | None:
         if not chunks or not any(chunk.num_rows for chunk in chunks):
             return None
-        kafka = _narrow(pa.Table.from_batches(chunks))
-        flat = flat_table(kafka, self.target, self.now_ms)
+        records = sum(chunk.num_rows for chunk in chunks)
+        flat = flat_table(_taken(chunks), self.target, self.now_ms)
         late = late_counts(flat, self.watermark_ms)
         flat = on_time(flat, self.watermark_ms)
         if flat.num_rows == 0:  # every record late: only the count travels
@@ -69,7 +69,7 @@ class PartitionPartials:
             windows, latest = window_partials.window_partials(flat), window_partials.latest_table(flat)
         excerpts = window_partials.invalid_excerpts(flat)
         return pa.RecordBatch.from_pylist([{
-            "worker_pid": os.getpid(), "records": kafka.num_rows,
+            "worker_pid": os.getpid(), "records": records,
             "windows": _ipc(_without_null_columns(windows)),
             "latest": _ipc(_without_null_columns(latest)),
             "excerpts": _ipc(pa.table({
@@ -116,6 +116,14 @@ def collect(parts: pa.Table) -> CollectedParts:
     blobs = sum(b.size for name in ("windows", "latest", "excerpts", "late") for b in rows[name])
     return CollectedParts(partials, sum(rows["records"]), parts.num_rows, frozenset(rows["worker_pid"]),
                           blobs, 0 if latest is None else latest.num_rows)
+
+
+def _taken(chunks: list[pa.RecordBatch]) -> pa.Table:
+    """The task's records as one table, taken out of `chunks` (left empty): once flat_table has parsed
+    them nothing holds the Kafka values (~45 MB a copy at 100,000 records) through the rest of the task."""
+    table = _narrow(pa.Table.from_batches(chunks))
+    chunks.clear()
+    return table
 
 
 def _narrow(kafka: pa.Table) -> pa.Table:
