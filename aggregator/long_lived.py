@@ -14,10 +14,7 @@ driver thaws and collects everything once every THAW_EVERY batches.
 Freed memory stays with the allocators: Arrow's (mimalloc, whose automatic return aggregator/__init__.py
 puts off) keeps pages for reuse, and glibc's malloc keeps the heap top and its arenas (the py4j threads each
 have one). A process that once held a large batch would keep its size: both are returned at the end of a
-driver's batch and of a worker's task. Measured on bench/aggregator.py (8 batches of 200k records, 2,000
-partitions): RSS 427 MB after the run with neither returned, 393 MB with both, for ~5 ms a batch. At
-100,000 series a worker's task peaks at ~700 MB (its Arrow pool at ~370 MB) and is back at ~290 MB after
-it, and the driver sheds the batch's and the merge's transient tables (~1 GB).
+driver's batch and of a worker's task, for a few ms each (bench/RESULTS.md has the measurements).
 """
 
 from __future__ import annotations

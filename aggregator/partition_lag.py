@@ -124,8 +124,8 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
 
 _EMPTY = pa.table({})
 # Reports are judged as arrays of rows x windows, a chunk of rows at a time: each row's answer reads only
-# its own row, and a chunk's arrays stay near CHUNK_ROWS full lag tables' size (~8 MB each), whatever their
-# width. 100,000 reports at once held ~10 arrays of ~50 MB each at the batch's peak.
+# its own row, so a batch's peak holds a chunk's arrays (CHUNK_ROWS full lag tables' size, whatever their
+# width) rather than arrays over every report of the batch.
 CHUNK_ROWS = 16_384
 # Lag in seconds reads each report's newest windows first (its own and the 5 before: a minute): most
 # partitions and groups are less than that behind, and their answer is there. Only the rows whose answer

@@ -31,9 +31,8 @@ PARTS_SCHEMA = pa.schema([("worker_pid", pa.int32()), ("records", pa.int64()), (
                           ("latest", pa.binary()), ("excerpts", pa.binary()), ("late", pa.binary())])
 EXCERPT_KEYS = ("target", "source", "partition", "window_start")
 # A task's answer, LZ4-compressed: each crosses the JVM (several copies on its heap: the Python worker's
-# output, the task result, the driver's collect) to the driver. At 100,000 series a task's windows are
-# ~25 MB as they are and ~2 MB compressed, for ~15 ms of CPU to write and ~12 ms to read (in one thread;
-# the partials' columns are mostly repeats and nulls).
+# output, the task result, the driver's collect) to the driver, and the partials' columns are mostly
+# repeats and nulls, so a tenth of the bytes travel for a few ms of CPU a task (bench/RESULTS.md, s26).
 ANSWER_IPC = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 
 
@@ -51,8 +50,8 @@ class PartitionPartials:
         if answer is None:
             return
         yield answer
-        # Spark has sent the answer on: the worker gives back what the task held (~400 MB at 100,000
-        # series), rather than keep it while it waits for the next batch.
+        # Spark has sent the answer on: the worker gives back what the task held, rather than keep its
+        # largest task's size while it waits for the next batch.
         del answer
         long_lived.return_freed_memory()
 
@@ -120,7 +119,7 @@ def collect(parts: pa.Table) -> CollectedParts:
 
 def _taken(chunks: list[pa.RecordBatch]) -> pa.Table:
     """The task's records as one table, taken out of `chunks` (left empty): once flat_table has parsed
-    them nothing holds the Kafka values (~45 MB a copy at 100,000 records) through the rest of the task."""
+    them nothing holds the Kafka values through the rest of the task."""
     table = _narrow(pa.Table.from_batches(chunks))
     chunks.clear()
     return table

@@ -277,8 +277,7 @@ class RedisRollupSink:
         windows.submit(batch_id, batch.windows)
         LOG.debug("%s: batch %d: %d latest values, windows committed in %.0f ms (plan %.0f, latest values "
                   "%.0f, staged %.0f, merged or handed to the merge thread %.0f)", self.query_name, batch_id,
-                  written,
-                  (time.monotonic() - began) * 1000,
+                  written, (time.monotonic() - began) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
 

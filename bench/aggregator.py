@@ -17,7 +17,7 @@ driver_cpu_growth=<x> bad_record_cost_ratio=<x>`; targets 100 000 records/s, p99
 records/s, growth 1.25 and bad records 1.5, the ratios to them on the line before. `--cardinality` runs
 bench/aggregator_cardinality.py's line instead (the same as calling it; 100,000 x 16 unless --series and
 --periods say otherwise), so one command line runs over trees from before the split too. Run it
-alone (/work/bin/run-bench, or flock on a lock file).
+alone on the host (nothing else competing for its cores).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
 [--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality] [--bad-records-only]
 [--spark-conf KEY=VALUE ...]

@@ -13,7 +13,7 @@ executors, Python workers, the sink's children: process_cpu.TreeMemory) over the
 Last line: `card_rps=<n> card_freshness_p50_ms=<ms> card_freshness_p99_ms=<ms> card_rss_mb=<mb>
 driver_cpu_series_growth=<x>`; targets 40 000 records/s, p99 3 000 ms, 1 500 MB and growth 1.25, the
 ratios to them on the line before. The aggregator's peak is near 11 GB: run it alone
-(/work/bin/run-bench, or flock on a lock file). `bench/aggregator.py --cardinality` runs the same.
+(nothing else on the host). `bench/aggregator.py --cardinality` runs the same.
 Usage: python bench/aggregator_cardinality.py [--series 100000] [--periods 16] [--rate 20000]
 [--seconds 30] [--warm-up 15] [--max-offsets 200000] [--spark-conf KEY=VALUE ...]
 """

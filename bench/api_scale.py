@@ -24,7 +24,7 @@ gets a closed-loop load of its own (`--connections` keep-alive connections, `--d
 - `/v2/topic-metrics/east/west/<random topic>/record_count` over the last 7 days at `auto`.
 `service_rss_mb` is the largest peak RSS (VmHWM) of a gunicorn worker at the end. Last line:
 `p99_ms_cluster_info=<ms> p99_ms_replications=<ms> p99_ms_topic_7d=<ms> service_rss_mb=<mb>`; targets
-p99 <= 50 ms each and <= 300 MB per worker (reported, never asserted). Run it alone: flock /work/bench.lock.
+p99 <= 50 ms each and <= 300 MB per worker (reported, never asserted). Run it alone on the host.
 """
 
 from __future__ import annotations
