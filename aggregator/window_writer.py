@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from typing import cast
 
 import pyarrow as pa
@@ -28,7 +27,7 @@ import redis
 
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, calls_by_part, size_partials
 from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
@@ -36,7 +35,8 @@ LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 # Transactions a merge is cut into, so one does not hold Redis for long (bench/RESULTS.md, "MERGE_PARTS").
-# Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
+# Fixed, and a topic's part depends only on its name (stored_windows.merge_part): a restart must cut a
+# merge the same way.
 MERGE_PARTS = 8
 
 
@@ -65,6 +65,7 @@ class WindowWriter:
     # How a batch's partials are numbered and sized for the merge (a test merges with the old ones).
     number = staticmethod(numbered_partials)
     size = staticmethod(size_partials)
+    parts = staticmethod(calls_by_part)  # a test sees the calls of each part through it
 
     def __init__(self, client: redis.Redis, scope: str) -> None:
         self.client = client
@@ -160,14 +161,16 @@ class WindowWriter:
         numbered = time.monotonic()
         updates = self._updates(finest)
         merged = time.monotonic()
-        parts = merge_parts(redis_calls(updates, self.series_keys))
         applied_key = layout.applied_batch_key(self.scope)
-        for part, calls in sorted(parts.items()):
-            if part in done:
-                continue
+        laid_out, ready = 0.0, merged
+        # A part's calls are laid out just before they are sent, and let go after: the ARGV of all of them
+        # at once was ~0.5 GB of Python strings at 100,000 series.
+        for part, calls in self.parts(updates, self.series_keys, MERGE_PARTS, sorted(done)):
+            laid_out += time.monotonic() - ready
             pipe.multi()
             for keys, argv in calls:
                 self._replace(keys=keys, args=argv, client=pipe)
+            del calls
             done.add(part)
             pipe.hset(merging_key, mapping={"first": group[0], "last": group[1],
                                             "parts": ",".join(map(str, sorted(done)))})
@@ -177,6 +180,7 @@ class WindowWriter:
             pipe.watch(applied_key, merging_key)
             if pipe.get(applied_key) != applied or self._parts_done(pipe, group) != done:
                 raise redis.WatchError(f"{self.scope}: another writer merged batches {group} meanwhile")
+            ready = time.monotonic()
         queued = time.monotonic()
         pipe.multi()
         pipe.set(applied_key, batch_ids[-1], px=layout.INDEX_TTL_MS)
@@ -185,9 +189,9 @@ class WindowWriter:
         if resumed:  # the skipped parts' kept windows were merged from Redis, where they were already
             self.stored.clear()
         LOG.debug("%s: batches %s: windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
-                  "Redis in %d parts %.0f, done %.0f)", self.scope, batch_ids, series,
+                  "Redis calls laid out %.0f, sent in parts %.0f, done %.0f)", self.scope, batch_ids, series,
                   (time.monotonic() - began) * 1000, (numbered - began) * 1000, (merged - numbered) * 1000,
-                  len(parts), (queued - merged) * 1000, (time.monotonic() - queued) * 1000)
+                  laid_out * 1000, (queued - merged - laid_out) * 1000, (time.monotonic() - queued) * 1000)
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
         """The parts of a merge of `group` (first, last batch) already in Redis."""
@@ -223,16 +227,6 @@ class WindowWriter:
         self.stored.load(window, {series: (low - earlier, held)
                                   for (series, low), held in zip(missing.items(), members, strict=True)},
                          dict(zip(missing, newest, strict=True)))
-
-
-def merge_parts(calls: list[tuple[list[str], list[str]]]) -> dict[int, list[tuple[list[str], list[str]]]]:
-    """The REPLACE_WINDOWS_LUA calls (one per topic) by merge part: a hash of the topic's hash tag."""
-    parts: dict[int, list[tuple[list[str], list[str]]]] = {}
-    for keys, argv in calls:
-        key = keys[0]
-        tag = key[key.index("{"):key.index("}") + 1]
-        parts.setdefault(zlib.crc32(tag.encode()) % MERGE_PARTS, []).append((keys, argv))
-    return parts
 
 
 def _merging(raw: dict) -> tuple[int, int, frozenset[int]] | None:

@@ -9,15 +9,12 @@ from typing import cast
 
 import pytest
 
-from aggregator import window_writer
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
 from aggregator.window_writer import (
-    MERGE_PARTS,
     WindowWriter,
     decode_partials,
     encode_partials,
-    merge_parts,
     stage,
 )
 from contract import redis_layout as layout
@@ -126,14 +123,6 @@ def topics_batch(prefix: str, topics: int, first_window: int):
         for i in range(4) for t in range(topics)])
 
 
-def test_a_merge_is_cut_into_parts_by_topic():
-    calls = [([f"srm:win:{{west|east|east.t{t}}}:0::10s"], ["1"]) for t in range(40)]
-    parts = merge_parts(calls)
-    assert 1 < len(parts) <= MERGE_PARTS and sum(len(c) for c in parts.values()) == 40
-    # A topic's part depends on its name only, not on the order of the calls.
-    assert merge_parts(list(reversed(calls))).keys() == parts.keys()
-
-
 def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_twice(redis_url: str,
                                                                                      monkeypatch):
     prefixes = [f"east.t{uuid.uuid4().hex[:6]}-" for _ in range(2)]
@@ -142,19 +131,19 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
         whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
     cut.write(topics_batch(prefixes[1], 24, 0), 0)
     merged: list[list] = []
-    real_parts = window_writer.merge_parts
+    real_parts = cut.windows.parts
 
-    def seen_parts(calls):
-        parts = real_parts(calls)
-        merged.extend(parts[p] for p in sorted(parts))
-        return parts
+    def seen_parts(*args):
+        for part, calls in real_parts(*args):
+            merged.append(calls)
+            yield part, calls
 
-    monkeypatch.setattr(window_writer, "merge_parts", seen_parts)
     assert isinstance(cut.windows, WindowWriter)  # merging inline
+    monkeypatch.setattr(cut.windows, "parts", seen_parts)
     replace = cut.windows._replace
 
     def dies_in_the_third_part(keys, args, client):
-        if keys is merged[2][0][0]:
+        if len(merged) == 3 and keys is merged[2][0][0]:
             raise ConnectionError("the process died between the merge's second and third part")
         return replace(keys=keys, args=args, client=client)
 
