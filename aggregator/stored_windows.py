@@ -328,7 +328,7 @@ def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) ->
         .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
 
 
-def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, ...]]]
+def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
            ) -> list[Call]:
     """The calls writing `changed` (_changed_rows of whole hash tags); `trims`: _trim_rows."""
     sizes = len(layout.WINDOWS)
@@ -357,16 +357,16 @@ def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tu
     trimmed = np.flatnonzero(trim_keys[at] == run_keys) if len(trim_keys) else np.zeros(0, np.int64)
     trim_at = at[trimmed].tolist()
     first_trims = np.searchsorted(trimmed, bounds).tolist()
-    trimmed, offsets = trimmed.tolist(), offsets.tolist()
+    trim_runs, starts = trimmed.tolist(), offsets.tolist()
     calls = []
     for call, (a, b) in enumerate(itertools.pairwise(bounds)):
         tail = [arg for t in range(first_trims[call], first_trims[call + 1])
-                for arg in (str(trimmed[t] - a + 1), *trim_args[trim_at[t]])]
-        calls.append((names[a:b], [str(len(tail) // 5), *argv[offsets[a]:offsets[b]], *tail]))
+                for arg in (str(trim_runs[t] - a + 1), *trim_args[trim_at[t]])]
+        calls.append((names[a:b], [str(len(tail) // 5), *argv[starts[a]:starts[b]], *tail]))
     return calls
 
 
-def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str, str, str, str]]]:
     """The keys trimmed (series * sizes + size, sorted) and each one's trim ARGV: first start ("*": the
     hash's own fields), cut-off, window size, lifetime."""
     sizes = len(layout.WINDOWS)

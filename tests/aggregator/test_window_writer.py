@@ -131,6 +131,7 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
         whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
     cut.write(topics_batch(prefixes[1], 24, 0), 0)
     merged: list[list] = []
+    assert isinstance(cut.windows, WindowWriter)  # merging inline
     real_parts = cut.windows.parts
 
     def seen_parts(*args):
@@ -138,7 +139,6 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
             merged.append(calls)
             yield part, calls
 
-    assert isinstance(cut.windows, WindowWriter)  # merging inline
     monkeypatch.setattr(cut.windows, "parts", seen_parts)
     replace = cut.windows._replace
 
