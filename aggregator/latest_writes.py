@@ -15,12 +15,16 @@ here a hash's fields go in one HSET, and its lifetime in one PEXPIRE, inside one
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from string import Formatter
 from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from contract.redis_layout import LATEST_TTL_MS, decode_latest, encode_latest
@@ -182,3 +186,27 @@ def json_column(values: Sequence[Any]) -> list[str]:
     except TypeError:
         parts = []
     return parts if len(parts) == len(values) else [encode_latest(v) for v in values]
+
+
+def int_json(values: np.ndarray) -> pa.Array:
+    """Integers as their JSON (decimal, as orjson renders an int), a column at once."""
+    return pc.cast(pa.array(np.asarray(values, np.int64)), pa.string())
+
+
+def json_rows(template: str, columns: Mapping[str, pa.Array]) -> list[str]:
+    """Rows of JSON text from a format `template` whose every `{name}` is a column of its values' JSON
+    (string arrays of one length, no nulls: a missing value is the text `null`): one Arrow concatenation
+    for every row. At 100,000 reports a batch, a str.format call a row of a dozen fields cost ~2-3 us."""
+    parts: list[pa.Array | pa.Scalar] = []
+    for literal, name in _template(template):
+        if literal:
+            parts.append(pa.scalar(literal, pa.string()))
+        if name is not None:
+            parts.append(columns[name])
+    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.string())).to_pylist()
+
+
+@lru_cache(maxsize=64)
+def _template(template: str) -> list[tuple[str, str | None]]:
+    """(literal text, then a field name or None) of a format string; `{{` and `}}` are literal braces."""
+    return [(literal, name) for literal, name, _, _ in Formatter().parse(template)]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from aggregator import lag_arrays, latest_values, partition_verdicts, verdict_summaries
@@ -26,7 +27,7 @@ from aggregator.batch_plan import Subject
 from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns
 from aggregator.latest_value_reads import latest_value
-from aggregator.latest_writes import LatestColumns, json_column
+from aggregator.latest_writes import LatestColumns, int_json, json_column, json_rows
 from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, partition_keys, window_number
 from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored, series_id
@@ -72,6 +73,43 @@ def _numbers(values: list[Any]) -> np.ndarray:
     return np.array([_number(v) for v in values], np.float64)
 
 
+def _periods(records: list[dict[str, Any]]) -> np.ndarray:
+    """partition_verdicts.period_of of each record, as int64: one conversion where every period is a
+    positive int (a report's usual case), the rule a record at a time otherwise."""
+    given = [r.get("period_ms") for r in records]
+    if set(map(type, given)) == {int}:
+        try:
+            periods = np.array(given, np.int64)
+        except OverflowError:
+            periods = None
+        if periods is not None and (periods > 0).all():
+            return periods
+    return np.array([partition_verdicts.period_of(r) for r in records], np.int64)
+
+
+class _Policies:
+    """The rules' bounds of each report's metrics period (partition_verdicts._policy), asked once a
+    distinct period (a batch has one or a few): per report as arrays, and as their JSON."""
+
+    def __init__(self, periods: np.ndarray) -> None:
+        distinct, self._which = np.unique(periods, return_inverse=True)
+        self._policies = [partition_verdicts._policy(int(p)) for p in distinct]
+        self._lookback = [partition_verdicts._lookback(int(p)) for p in distinct]
+        self.intervals = {p.intervals for p in self._policies}
+        self.lookback = self._per_report(self._lookback)
+        self.allowed_lag = self._per_report([p.allowed_lag for p in self._policies])
+        self.stop_after_ms = self._per_report([p.stop_after_ms for p in self._policies])
+        self.stall_after_ms = self._per_report([p.stall_after_ms for p in self._policies])
+
+    def _per_report(self, values: list[int]) -> np.ndarray:
+        return np.array(values, np.int64)[self._which.reshape(-1)]
+
+    def json(self, name: str) -> pa.Array:
+        """Each report's bound `name` (lookback, or a policy's field) as its JSON."""
+        values = self._lookback if name == "lookback" else [getattr(p, name) for p in self._policies]
+        return _JSON_TEXT(json_column(values)).take(pa.array(self._which.reshape(-1)))
+
+
 def _ceil_window(ms: np.ndarray) -> np.ndarray:
     return -np.floor_divide(-ms, WINDOW_MS)
 
@@ -92,8 +130,8 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     records = [r for _, r in reports]
     is_partition = np.array([s[0] == "partition" for s in subjects])
     ts = np.array([int(r["ts"]) for r in records], np.int64)
-    periods = [partition_verdicts.period_of(r) for r in records]
-    lookback = np.array([partition_verdicts._lookback(p) for p in periods], np.int64)
+    periods = _periods(records)
+    lookback = _Policies(periods).lookback
     high = window_number(ts)
     low_lag = _ceil_window(ts - latest_values.HISTORY_SPAN_MS)
     low_verdict = np.where(is_partition, _ceil_window(ts - lookback), low_lag)
@@ -139,7 +177,7 @@ def _chunks(rows: int, width: int) -> Iterator[slice]:
     return (slice(lo, lo + step) for lo in range(0, rows, step))
 
 
-def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int],
+def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: np.ndarray,
                    is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
                    low_lag: np.ndarray, low_verdict: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
@@ -219,14 +257,14 @@ def _older_end_offsets(history: OffsetHistory, rows: np.ndarray, high: np.ndarra
             np.all(~present | (np.abs(offsets) < lag_arrays.EXACT_BELOW), axis=1))
 
 
-def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: list[int], rows: np.ndarray,
+def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: np.ndarray, rows: np.ndarray,
               ts: np.ndarray, high: np.ndarray, low: np.ndarray, is_partition: np.ndarray, width: int
               ) -> lag_arrays.Verdicts:
     """Burrow's rules over each partition report's newest offset windows in its lookback (the newest
     `intervals` of them, within the newest `width`; one rule set a batch: the policy of each metrics period
     has the same intervals)."""
-    policies = [partition_verdicts._policy(p) for p in periods]
-    intervals = {p.intervals for p in policies}
+    policies = _Policies(periods)
+    intervals = policies.intervals
     if len(intervals) != 1:
         raise ValueError(f"policies of different intervals in one batch: {sorted(intervals)}")
     number, offsets, present = history.gather("upstream_offset", rows, high, width)
@@ -235,37 +273,56 @@ def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: li
     current = _numbers([r.get("records_lag") for r in records])
     return lag_arrays.burrow(
         number * WINDOW_MS, np.trunc(offsets), np.where(has_lag, np.trunc(lags), 0.0), present,
-        intervals.pop(), np.trunc(current), ts, np.array([p.stop_after_ms for p in policies]),
-        np.array([p.stall_after_ms for p in policies]), np.array([p.allowed_lag for p in policies]))
+        intervals.pop(), np.trunc(current), ts, policies.stop_after_ms, policies.stall_after_ms,
+        policies.allowed_lag)
 
 
-# A value's JSON as redis_layout.encode_latest renders it (keys sorted), from its fields' JSON.
-_PARTITION_VALUE = ('{{"lag_seconds":{},"records_lag":{},"source_end_offset":{},"target_offset":{},"ts":{},'
-                    '"upstream_offset":{}}}')
-_GROUP_VALUE = '{{"downstream_offset":{},"group_lag":{},"lag_seconds":{},"ts":{},"upstream_offset":{}}}'
-_VERDICT = ('{{"allowed_lag":{},"complete":{},"current_lag":{},"end":[{},{},{}],"lag_seconds":{},'
-            '"lookback_ms":{},"partition":{},"reason":{},"start":[{},{},{}],"status":{},"stop_after_ms":{},'
-            '"topic":{},"ts":{}}}')
-_VERDICT_KEYS = ("allowed_lag", "complete", "current_lag", "end", "lag_seconds", "lookback_ms", "partition",
-                 "reason", "start", "status", "stop_after_ms", "topic", "ts")
+# A value's JSON as redis_layout.encode_latest renders it (keys sorted), put together from its fields' JSON
+# (json_rows: each field a column, one concatenation for every row, no format call a report).
+_PARTITION_VALUE = ('{{"lag_seconds":{lag_seconds},"records_lag":{records_lag},'
+                    '"source_end_offset":{source_end_offset},"target_offset":{target_offset},"ts":{ts},'
+                    '"upstream_offset":{upstream_offset}}}')
+_GROUP_VALUE = ('{{"downstream_offset":{downstream_offset},"group_lag":{group_lag},'
+                '"lag_seconds":{lag_seconds},"ts":{ts},"upstream_offset":{upstream_offset}}}')
+_VERDICT = ('{{"allowed_lag":{allowed_lag},"complete":{complete},"current_lag":{current_lag},'
+            '"end":[{end_ts},{end_offset},{end_lag}],"lag_seconds":{lag_seconds},"lookback_ms":{lookback},'
+            '"partition":{partition},"reason":{reason},"start":[{start_ts},{start_offset},{start_lag}],'
+            '"status":{status},"stop_after_ms":{stop_after_ms},"topic":{topic},"ts":{ts}}}')
+_JSON_TEXT = partial(pa.array, type=pa.string())
 _REASON = [str(r) for r in lag_arrays.REASONS]
 _STATUS = [str(lag_arrays.STATUS_OF[r]) for r in lag_arrays.REASONS]
-_REASON_JSON = json_column(_REASON)
+_REASON_JSON = _JSON_TEXT(json_column(_REASON))
 _REASON_CODES = verdict_summaries.reason_codes(_REASON)  # lag_arrays' codes -> the kept columns'
 _STATUS_CODES = verdict_summaries.status_codes(_STATUS)
-_STATUS_JSON = json_column(_STATUS)
+_STATUS_JSON = _JSON_TEXT(json_column(_STATUS))
 partition_key = lru_cache(maxsize=1 << 16)(layout.partition_latest_key)
 group_key = lru_cache(maxsize=1 << 16)(layout.group_latest_key)
 
 
-@lru_cache(maxsize=1 << 18)
-def _field(topic: str, partition: str) -> str:
-    """A group's latest field, a partition's verdict field (the same text: lag_verdicts.verdict_field)."""
-    return layout.group_latest_field(topic, int(partition))
+def _partition_numbers(partition: list[str]) -> pa.Array:
+    """Subjects' partitions (text) as int64: int() of each."""
+    return pc.cast(_JSON_TEXT(partition), pa.int64())
+
+
+def _fields(topic: list[str], numbers: pa.Array) -> list[str]:
+    """A group's latest field, a partition's verdict field (the same text: redis_layout.group_latest_field,
+    lag_verdicts.verdict_field) of each (topic, partition number)."""
+    return pc.binary_join_element_wise(_JSON_TEXT(topic), pc.cast(numbers, pa.string()), "|").to_pylist()
+
+
+def _record_json(records: list[dict[str, Any]], name: str) -> pa.Array:
+    """A field of each record as its JSON (null where it has none)."""
+    return _JSON_TEXT(json_column([r.get(name) for r in records]))
+
+
+def _repeated_json(values: list[Any]) -> pa.Array:
+    """The JSON of values of which there are few distinct ones (topics): each rendered once."""
+    encoded = _JSON_TEXT(values).dictionary_encode()
+    return _JSON_TEXT(json_column(encoded.dictionary.to_pylist())).take(encoded.indices)
 
 
 def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
-                 records: Sequence[dict[str, Any]], periods: list[int], ts: np.ndarray, seconds: np.ndarray,
+                 records: Sequence[dict[str, Any]], periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
                  verdicts: lag_arrays.Verdicts | None) -> None:
     """The reports at `at` (all partitions, with their `verdicts`, or all groups) as columns: their latest
     values' JSON, their lag-in-seconds samples, and the partitions' verdicts (records and JSON)."""
@@ -275,22 +332,22 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
     kind, target, source, topic, partition, group = (list(c) for c in zip(*map(subjects.__getitem__, rows),
                                                                              strict=True))
     mine = [records[i] for i in rows]
-    ts_list = ts[at].tolist()
-    secs = seconds[at]
+    ts_at, secs = ts[at], seconds[at]
+    ts_list = ts_at.tolist()
     secs_list: list[float | None] = [None if x != x else x for x in secs.tolist()]  # NaN: none
-    ts_json, secs_json = json_column(ts_list), json_column(secs_list)
+    columns = {"ts": int_json(ts_at), "lag_seconds": _JSON_TEXT(json_column(secs_list))}
     if verdicts is None:
-        values = (json_column([r.get(f) for r in mine]) for f in ("group_downstream_offset", "group_lag"))
-        text = map(_GROUP_VALUE.format, *values, secs_json, ts_json,
-                   json_column([r.get("group_upstream_offset") for r in mine]))
-        judged.latest_columns.add(map(group_key, target, source, group), map(_field, topic, partition),
-                                  ts_list, text)
+        for name, column in (("downstream_offset", "group_downstream_offset"), ("group_lag", "group_lag"),
+                             ("upstream_offset", "group_upstream_offset")):
+            columns[name] = _record_json(mine, column)
+        judged.latest_columns.add(map(group_key, target, source, group),
+                                  _fields(topic, _partition_numbers(partition)), ts_list,
+                                  json_rows(_GROUP_VALUE, columns))
     else:
-        values = (json_column([r.get(f) for r in mine]) for f in ("records_lag", "source_end_offset",
-                                                                   "target_offset"))
-        text = map(_PARTITION_VALUE.format, secs_json, *values, ts_json,
-                   json_column([r.get("upstream_offset") for r in mine]))
-        judged.latest_columns.add(map(partition_key, target, source, topic), partition, ts_list, text)
+        for name in ("records_lag", "source_end_offset", "target_offset", "upstream_offset"):
+            columns[name] = _record_json(mine, name)
+        judged.latest_columns.add(map(partition_key, target, source, topic), partition, ts_list,
+                                  json_rows(_PARTITION_VALUE, columns))
     sampled = np.flatnonzero(~np.isnan(secs)).tolist()
     if sampled:
         judged.sample_tables.append(lag_seconds_columns(
@@ -298,54 +355,55 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
             [int(partition[k]) for k in sampled], [group[k] for k in sampled], [ts_list[k] for k in sampled],
             secs[sampled].tolist()))
     if verdicts is not None:
-        _add_verdicts(judged, at, target, source, topic, partition, mine, periods, ts_list, secs_list,
-                      verdicts)
+        _add_verdicts(judged, at, target, source, topic, partition, periods, ts_at, secs, columns, verdicts)
 
 
 def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: list[str], topic: list[str],
-                  partition: list[str], records: list[dict[str, Any]], periods: list[int], ts: list[int],
-                  seconds: list[float | None], v: lag_arrays.Verdicts) -> None:
+                  partition: list[str], periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
+                  value_json: Mapping[str, pa.Array], v: lag_arrays.Verdicts) -> None:
     """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as JSON and as
-    the columns a summary reads, per replication: no record a verdict."""
+    the columns a summary reads, per replication: no record a verdict, no format call a verdict."""
     observed = v.observed[at]
     if not observed.any():
         return
-    at = at[observed]
-    keep = np.flatnonzero(observed).tolist()
-    target, source, topic, partition = ([c[k] for k in keep] for c in (target, source, topic, partition))
-    records, ts, seconds = [records[k] for k in keep], [ts[k] for k in keep], [seconds[k] for k in keep]
-    policies = [partition_verdicts._policy(periods[i]) for i in at.tolist()]
-    lookback = [partition_verdicts._lookback(periods[i]) for i in at.tolist()]
-    code = v.reason[at].tolist()
-    complete = (v.count[at] / policies[0].intervals).tolist()  # one rule set a batch (_verdicts)
+    keep = np.flatnonzero(observed)
+    at, taken, keep_list = at[keep], pa.array(keep), keep.tolist()
+    topic, target, source = ([c[k] for k in keep_list] for c in (topic, target, source))
+    numbers = _partition_numbers([partition[k] for k in keep_list])
+    policies = _Policies(periods[at])
+    counts, count_of = np.unique(v.count[at], return_inverse=True)
+    count_of = count_of.reshape(-1)
+    intervals = next(iter(policies.intervals))  # one rule set a batch (_verdicts)
     current, start, end = (_integers(c[at]) for c in (v.current_lag, v.start, v.end))
-    report_topic = [str(r["topic"]) for r in records]
-    report_partition = [int(r["partition"]) for r in records]
-    allowed = [p.allowed_lag for p in policies]
-    stop_after = [p.stop_after_ms for p in policies]
-    start_json, end_json = (json_column([x for o in c for x in o]) for c in (start, end))
-    text = list(map(_VERDICT.format, json_column(allowed), json_column(complete), json_column(current),
-                    *(end_json[k::3] for k in range(3)), json_column(seconds), json_column(lookback),
-                    json_column(report_partition), [_REASON_JSON[c] for c in code],
-                    *(start_json[k::3] for k in range(3)), [_STATUS_JSON[c] for c in code],
-                    json_column(stop_after), json_column(report_topic), json_column(ts)))
-    ints = np.ascontiguousarray(np.array(
-        [ts, current, [o[0] for o in start], [o[0] for o in end], lookback, stop_after, allowed], np.int64).T)
+    reason = v.reason[at]
+    text = json_rows(_VERDICT, {
+        "allowed_lag": policies.json("allowed_lag"),
+        "complete": _JSON_TEXT(json_column((counts / intervals).tolist())).take(pa.array(count_of)),
+        "current_lag": int_json(current), "lag_seconds": value_json["lag_seconds"].take(taken),
+        **{f"{name}_{part}": int_json(c[:, k]) for name, c in (("start", start), ("end", end))
+           for k, part in enumerate(("ts", "offset", "lag"))},
+        "lookback": policies.json("lookback"), "partition": pc.cast(numbers, pa.string()),
+        "reason": _REASON_JSON.take(pa.array(reason)), "status": _STATUS_JSON.take(pa.array(reason)),
+        "stop_after_ms": policies.json("stop_after_ms"), "topic": _repeated_json(topic),
+        "ts": value_json["ts"].take(taken)})
+    ints = np.column_stack([ts[keep], current, start[:, 0], end[:, 0], policies.lookback,
+                            policies.stop_after_ms, policies.allowed_lag]).astype(np.int64)
     columns = VerdictColumns(
-        list(map(_field, topic, partition)), text, report_topic, report_partition, ints,
-        _STATUS_CODES[v.reason[at]], _REASON_CODES[v.reason[at]], np.array(complete, np.float64),
-        np.array([math.nan if x is None else x for x in seconds], np.float64),
+        _fields(topic, numbers), text, topic, numbers.to_pylist(), ints, _STATUS_CODES[reason],
+        _REASON_CODES[reason], counts[count_of] / intervals, seconds[keep],
         np.abs(ints[:, 1:]).max(axis=1) >= verdict_summaries.EXACT_BELOW)
+    if target.count(target[0]) == len(target) and source.count(source[0]) == len(source):
+        judged.verdicts.setdefault((target[0], source[0]), []).append(columns)
+        return
     pairs = list(zip(target, source, strict=True))
-    one = len(set(pairs)) == 1
     for pair in dict.fromkeys(pairs):
-        mine = columns if one else columns.taken([k for k, p in enumerate(pairs) if p == pair])
+        mine = columns.taken([k for k, p in enumerate(pairs) if p == pair])
         judged.verdicts.setdefault(pair, []).append(mine)
 
 
-def _integers(column: np.ndarray) -> list[Any]:
-    """A column of integral floats as Python ints (0 where it holds none: a row without a verdict)."""
-    return np.where(np.isfinite(column), column, 0).astype(np.int64).tolist()
+def _integers(column: np.ndarray) -> np.ndarray:
+    """A column of integral floats as int64 (0 where it holds none: a row without a verdict)."""
+    return np.where(np.isfinite(column), column, 0).astype(np.int64)
 
 
 def _add(judged: Judged, subject: Subject, record: dict[str, Any], value: LatestValue) -> None:
