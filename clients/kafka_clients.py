@@ -14,19 +14,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    ConsumerGroupDescription,
     NewPartitions,
     NewTopic,
     ResourceType,
@@ -42,6 +50,15 @@ __all__ = ["ClusterRejected", "ClusterUnavailable", "RequestRefused"]
 LOG = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
+# What librdkafka itself waits for a request to a group coordinator (GroupAdmin): far longer than we do.
+# librdkafka (2.16; its open issue 4605) aborts the whole process when such a request times out inside the
+# client while the coordinator is unreachable and the same client reaches the coordinator later (its
+# coordinator-request path then frees the request twice). So we give up first, after ADMIN_TIMEOUT_S, and
+# drop the client, which ends the waiting request safely. librdkafka caps this timeout at 3600 s.
+GROUP_REQUEST_TIMEOUT_S: Final = 900.0
+# librdkafka's errors that mean "no answer" (the cluster down, unresolvable or silent), not a refusal.
+UNANSWERED: Final = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                               KafkaError._RESOLVE, KafkaError._WAIT_COORD, KafkaError._DESTROY})
 POLL_STEP_S = 0.1
 METADATA_STEP_S = 1.0
 # Every client gives up on a connection attempt and on a silent broker in bounded time (librdkafka's own
@@ -158,11 +175,13 @@ def check(client: object) -> None:
         watch.check()
 
 
-def await_result(client: object, future: Future, timeout_s: float = ADMIN_TIMEOUT_S) -> Any:
+def await_result(client: object, future: Future, timeout_s: float = ADMIN_TIMEOUT_S,
+                 grace_s: float = 5.0) -> Any:
     """``future.result()`` of an admin request, polling ``client`` meanwhile so that a refused login
-    ends the wait at once (ClusterRejected) instead of at the request's timeout."""
-    # A little longer than the request's own timeout, so that librdkafka's answer normally comes first.
-    deadline = time.monotonic() + timeout_s + 5.0
+    ends the wait at once (ClusterRejected) instead of at the request's timeout. ``grace_s``: how much
+    longer than ``timeout_s`` to wait, so that librdkafka's own timeout normally answers first (0 where
+    librdkafka's is deliberately the longer one, GROUP_REQUEST_TIMEOUT_S)."""
+    deadline = time.monotonic() + timeout_s + grace_s
     poll = getattr(client, "poll", None)
     while not future.done() and time.monotonic() < deadline:
         if poll is not None:
@@ -174,6 +193,92 @@ def await_result(client: object, future: Future, timeout_s: float = ADMIN_TIMEOU
         return future.result(timeout=max(0.0, deadline - time.monotonic()))
     except FutureTimeout:
         raise ClusterUnavailable(f"no answer to an admin request within {timeout_s:.0f} s") from None
+
+
+class GroupAdmin:
+    """The consumer-group requests of one cluster (a group's committed offsets, its description, offset
+    commits), for workers that ask every interval. Two faults of librdkafka 2.16 shape it:
+
+    - An admin request to a group coordinator that times out inside librdkafka while the coordinator is
+      unreachable aborts the process once the same client reaches the coordinator (its issue 4605). So
+      librdkafka is given GROUP_REQUEST_TIMEOUT_S, we give up after ``wait_s``, and a client whose
+      request went unanswered (our deadline, librdkafka's timeout or transport failure) is dropped at
+      once, which ends its requests safely; the next request makes a new client. (A client that lived
+      through its coordinator's outage can also stay deaf to it.) A refusal keeps the client.
+    - The admin API's ListConsumerGroupOffsets dereferences a consumer group the admin client does not
+      have when the answer is NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (its issue 5040: a segfault),
+      which a coordinator just started or moved answers. So committed offsets are read the way a
+      consumer reads its own group's, by a consumer of that group that never joins it.
+    """
+
+    def __init__(self, config: SrmConfig, alias: str, overrides: Mapping[str, object] | None = None,
+                 wait_s: float = ADMIN_TIMEOUT_S) -> None:
+        self.alias, self.wait_s = alias, wait_s
+        self._config, self._overrides = config, overrides
+        self._client: WatchedAdmin | None = None
+        self.dropped = 0  # clients dropped after an unanswered request, for logs and tests
+
+    def committed(self, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets of ``partitions`` (a negative offset where it has none)."""
+        if not partitions:
+            return []
+        reader = consumer(self._config, self.alias, group, overrides={**(self._overrides or {}),
+                                                                        "enable.partition.eof": False})
+        try:
+            return reader.committed(partitions, timeout=self.wait_s)
+        except KafkaException as exc:
+            if not unanswered(exc):
+                raise
+            raise ClusterUnavailable(f"{self.alias}: no answer to a request for the offsets of group "
+                                     f"{group!r}: {exc}") from None
+        finally:
+            reader.close()
+
+    def describe(self, group: str) -> ConsumerGroupDescription:
+        return self._ask(f"a description of group {group!r}", lambda client: client.describe_consumer_groups(
+            [group], request_timeout=GROUP_REQUEST_TIMEOUT_S)[group])
+
+    def alter(self, group: str, partitions: list[TopicPartition]) -> ConsumerGroupTopicPartitions:
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        return self._ask(f"new offsets of group {group!r}",
+                         lambda client: client.alter_consumer_group_offsets(
+                             request, request_timeout=GROUP_REQUEST_TIMEOUT_S)[group])
+
+    def close(self) -> None:
+        """Drops the client; librdkafka destroys it with its last reference, ending its requests."""
+        self._client = None
+
+    def _ask(self, what: str, send: Callable[[AdminClient], Future]) -> Any:
+        if self._client is None:
+            self._client = admin(self._config, self.alias, self._overrides)
+        try:
+            return await_result(self._client, send(self._client), self.wait_s, grace_s=0.0)
+        except ClusterRejected:
+            raise
+        except (ClusterUnavailable, KafkaException) as exc:
+            if isinstance(exc, KafkaException) and not unanswered(exc):
+                raise
+            failure = f"{self.alias}: no answer to a request for {what}: {exc}"
+            _forget_frames(exc)
+        # Raised outside the except clause, so that no exception chain holds the client: it dies here.
+        self.close()
+        self.dropped += 1
+        raise ClusterUnavailable(failure)
+
+
+def _forget_frames(exc: BaseException | None) -> None:
+    """Drops the tracebacks of an exception chain: their frames hold the client that raised, and a
+    future's exception and the frame awaiting that future hold each other (a cycle that only the garbage
+    collector would end, at a time of its choosing)."""
+    while exc is not None:
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+def unanswered(exc: KafkaException) -> bool:
+    """librdkafka's way of saying the cluster did not answer (rather than refused the request)."""
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() in UNANSWERED
 
 
 def cluster_metadata(client: AdminClient, alias: str, topic: str | None = None,
@@ -295,13 +400,12 @@ def alter_topic_configs(client: AdminClient, alias: str, topic: str, set_values:
             raise ClusterUnavailable(f"cannot alter configs of {topic!r} on {alias!r}: {exc}") from exc
 
 
-def group_membership(client: AdminClient, alias: str, group: str) -> GroupMembership:
+def group_membership(groups: GroupAdmin, group: str) -> GroupMembership:
     """How many members a consumer group has, and how many of them hold partitions."""
     try:
-        futures = client.describe_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)
-        description = await_result(client, futures[group])
+        description = groups.describe(group)
     except KafkaException as exc:
-        raise ClusterUnavailable(f"cannot describe group {group!r} on {alias!r}: {exc}") from exc
+        raise ClusterUnavailable(f"cannot describe group {group!r} on {groups.alias!r}: {exc}") from exc
     members = list(description.members or [])
     holding = sum(1 for m in members if m.assignment is not None and m.assignment.topic_partitions)
     return GroupMembership(len(members), holding)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from clients import kafka_clients
@@ -132,7 +132,9 @@ class CheckpointWorker(threading.Thread):
         self.source_admin = kafka_clients.admin(self.config, source)
         self.target_admin = kafka_clients.admin(self.config, target)
         self.producer = kafka_clients.producer(self.config, target, source=source, target=target)
-        self.group_sync = GroupOffsetSync(self.target_admin, target)
+        # The consumer-group requests, on clients of their own that an unanswered request replaces.
+        self.source_groups = kafka_clients.GroupAdmin(self.config, source)
+        self.group_sync = GroupOffsetSync(kafka_clients.GroupAdmin(self.config, target))
         self._create_topics()
         for kind in ("checkpoints", "offset_syncs"):
             self.readers.watch(kind, lambda: self.is_alive() and self._reading)
@@ -223,7 +225,7 @@ class CheckpointWorker(threading.Thread):
         if producer is not None:
             producer.flush(2.0)  # checkpoints are re-emitted every interval: a stop does not wait long
         # Dropping the last reference destroys the handles, which stops their reconnecting (_run makes new).
-        for name in ("producer", "source_admin", "target_admin", "group_sync"):
+        for name in ("producer", "source_admin", "target_admin", "source_groups", "group_sync"):
             vars(self).pop(name, None)
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -259,9 +261,9 @@ class CheckpointWorker(threading.Thread):
     def checkpoint_round(self) -> None:
         """List, translate and emit the checkpoints of every eligible group once."""
         self._attach_reverse_feed()
-        topic_lists = self._control_lists("topic_lists")
-        committed = [entry for group in self._eligible_groups()
-                     for entry in self._committed_offsets(group, topic_lists)]
+        groups = self._eligible_groups()
+        partitions = self._checkpointable_partitions(self._control_lists("topic_lists")) if groups else []
+        committed = [entry for group in groups for entry in self._committed_offsets(group, partitions)]
         ends = self._end_offsets({(c.topic, c.partition) for c in committed})
         seen: list[GroupPartition] = []
         for entry in committed:
@@ -304,22 +306,25 @@ class CheckpointWorker(threading.Thread):
             LOG.warning("srm-control %s unavailable for %s: %s", kind, self.replication.name, exc)
             return frozenset(), frozenset()
 
-    def _committed_offsets(self, group: str, topic_lists: tuple[Set[str], Set[str]]) -> list[_Committed]:
-        """The group's committed offsets on checkpointable topics; a failing group is skipped."""
+    def _checkpointable_partitions(self, topic_lists: tuple[Set[str], Set[str]]) -> list[TopicPartition]:
+        """Every partition of the source's checkpointable topics: the offsets asked of each group."""
+        source, target = self.replication.source, self.replication.target
+        counts = kafka_clients.partition_counts(self.source_admin, source)
+        return [TopicPartition(topic, partition) for topic, count in sorted(counts.items())
+                if checkpointable_topic(topic, self.topic_filter, self.policy, source, target, *topic_lists)
+                for partition in range(count)]
+
+    def _committed_offsets(self, group: str, partitions: list[TopicPartition]) -> list[_Committed]:
+        """The group's committed offsets of ``partitions``; a group refused is skipped, a source that
+        does not answer ends the round (ClusterUnavailable) rather than being asked group by group."""
         listed_ms = _now_ms()
         try:
-            futures = self.source_admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)
-            answer = kafka_clients.await_result(self.source_admin, futures[group])
+            answer = self.source_groups.committed(group, partitions)
         except KafkaException as exc:
             LOG.warning("cannot list the offsets of group %s on %s: %s", group, self.replication.source, exc)
             return []
-        source, target = self.replication.source, self.replication.target
         return [_Committed(group, tp.topic, tp.partition, tp.offset, tp.metadata or "", listed_ms)
-                for tp in answer.topic_partitions or []
-                if tp.error is None and tp.offset >= 0
-                and checkpointable_topic(tp.topic, self.topic_filter, self.policy, source, target,
-                                         *topic_lists)]
+                for tp in answer if tp.error is None and tp.offset >= 0]
 
     def _end_offsets(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not partitions:

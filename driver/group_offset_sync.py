@@ -10,31 +10,29 @@ itself (UNKNOWN_MEMBER_ID), which is logged and left alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from clients import kafka_clients
+from clients.kafka_clients import GroupAdmin
 from driver.checkpoint_rules import offsets_to_sync
 
 LOG = logging.getLogger(__name__)
 
-ADMIN_TIMEOUT_S = 30.0
 PartitionKey = tuple[str, int]
 
 
 class GroupOffsetSync:
     """Writes translated offsets into the consumer groups of one target cluster."""
 
-    def __init__(self, admin: AdminClient, alias: str) -> None:
-        self.admin, self.alias = admin, alias
+    def __init__(self, groups: GroupAdmin) -> None:
+        self.groups, self.alias = groups, groups.alias
 
     def sync(self, group: str, translated: Mapping[PartitionKey, int]) -> dict[PartitionKey, int]:
         """Commit the translated offsets a group may take; returns what the target accepted."""
         if not translated:
             return {}
-        current = self.committed(group)
+        current = self.committed(group, translated)
         # Read last: the state decides, and the later it is read the smaller the window it can go stale.
         state = self.group_state(group)
         planned = offsets_to_sync(state, current, translated)
@@ -43,19 +41,15 @@ class GroupOffsetSync:
             return {}
         return self._alter(group, planned)
 
-    def committed(self, group: str) -> dict[PartitionKey, int]:
-        """The group's committed offsets on the target (empty for an absent group)."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        result = self.admin.list_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
-        listed = kafka_clients.await_result(self.admin, result[group])
-        return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions or []
-                if tp.error is None and tp.offset >= 0}
+    def committed(self, group: str, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+        """The group's committed offsets of ``partitions`` on the target (empty for an absent group)."""
+        listed = self.groups.committed(group, [TopicPartition(t, p) for t, p in sorted(partitions)])
+        return {(tp.topic, tp.partition): tp.offset for tp in listed if tp.error is None and tp.offset >= 0}
 
     def group_state(self, group: str) -> str | None:
         """Kafka group state name (e.g. EMPTY, STABLE), None when the group does not exist."""
         try:
-            description = kafka_clients.await_result(self.admin, self.admin.describe_consumer_groups(
-                [group], request_timeout=ADMIN_TIMEOUT_S)[group])
+            description = self.groups.describe(group)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
                 return None
@@ -65,10 +59,8 @@ class GroupOffsetSync:
     def _alter(self, group: str, planned: Mapping[PartitionKey, int]) -> dict[PartitionKey, int]:
         partitions = [TopicPartition(topic, partition, offset)
                       for (topic, partition), offset in sorted(planned.items())]
-        request = [ConsumerGroupTopicPartitions(group, partitions)]
         try:
-            answer = kafka_clients.await_result(self.admin, self.admin.alter_consumer_group_offsets(
-                request, request_timeout=ADMIN_TIMEOUT_S)[group])
+            answer = self.groups.alter(group, partitions)
         except KafkaException as exc:
             if exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
                 LOG.info("group %s on %s became active; offsets not synced", group, self.alias)

@@ -97,8 +97,8 @@ class ReplicationWorker(threading.Thread):
         self.source_watch = SourceWatch(source)
         self.flow = CopyFlow(replication.name, target, self.source_watch)
         self._refreshing = BackgroundRefresh(f"replication {replication.name}")
-        self.census = WorkerCensus(replication.name, source, group_id(source, target),
-                                   functools.partial(kafka_clients.admin, config, source))
+        self.census = WorkerCensus(replication.name, group_id(source, target),
+                                   kafka_clients.GroupAdmin(config, source))
         self.backoff = RetryBackoff(f"replication {replication.name}", LOG, first_s=RESTART_BACKOFF_S)
         self.emitter: OffsetSyncEmitter | None = None
         remote_name = functools.partial(self.policy.format_remote_topic, source)

@@ -4,31 +4,24 @@ A DescribeGroups request goes to the group coordinator and may wait out its whol
 the source cluster is down, and (seen with librdkafka 2.16) on every request of an admin client that
 lived through a restart of the coordinator's broker, although a new client is answered at once. Asked
 from the copy loop, each such wait stopped copying for 30 s every metrics period. So the count runs on a
-thread of its own, at most one at a time; the loop reads the last answer. A client that timed out is
-dropped and the next count gets a new one.
+thread of its own, at most one at a time; the loop reads the last answer. The requests go through a
+``GroupAdmin``, which replaces a client that got no answer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from clients import kafka_clients
-from clients.kafka_clients import ClusterUnavailable, GroupMembership
+from clients.kafka_clients import ClusterUnavailable, GroupAdmin, GroupMembership
 
 LOG = logging.getLogger(__name__)
 
 
 class WorkerCensus:
-    def __init__(self, replication: str, alias: str, group: str,
-                 new_admin: Callable[[], AdminClient]) -> None:
-        self.replication, self.alias, self.group = replication, alias, group
-        self._new_admin = new_admin
-        self._admin: AdminClient | None = None
+    def __init__(self, replication: str, group: str, groups: GroupAdmin) -> None:
+        self.replication, self.group, self._groups = replication, group, groups
         self._lock = threading.Lock()
         self._running = False
         self._latest: GroupMembership | None = None
@@ -50,12 +43,8 @@ class WorkerCensus:
 
     def _count(self) -> None:
         try:
-            if self._admin is None:
-                self._admin = self._new_admin()
-            membership = kafka_clients.group_membership(self._admin, self.alias, self.group)
+            membership = kafka_clients.group_membership(self._groups, self.group)
         except ClusterUnavailable as exc:
-            if _timed_out(exc):  # a client stuck on a restarted coordinator stays stuck: start afresh
-                self._admin = None
             if not self._failing:
                 LOG.warning("cannot count the workers of %s (keeping the last count until it can): %s",
                             self.replication, exc)
@@ -72,11 +61,3 @@ class WorkerCensus:
             with self._lock:
                 self._running = False
 
-
-def _timed_out(exc: ClusterUnavailable) -> bool:
-    """No answer at all (librdkafka's request timeout, or our deadline), rather than a refusal."""
-    cause = exc.__cause__
-    if cause is None:
-        return True
-    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-    return isinstance(error, KafkaError) and error.code() == KafkaError._TIMED_OUT

@@ -1,6 +1,8 @@
 """A real `srm-driver` under load while its target cluster is down for 30 s, and while its source broker
 restarts: nothing lost, memory bounded, the worker stays in its group with its partitions paused, the
-outage is reported while it lasts, and copying resumes within 10 s of the cluster's return.
+outage is reported while it lasts, and copying resumes within 10 s of the cluster's return. And a
+driver syncing group offsets into a target that is down longer than an admin request's timeout lives
+on (librdkafka 2.16 aborted the process there) and syncs again once the target is back.
 
 Both clusters are this module's own (the session's cannot be stopped), restarted on the same ports with
 their data.
@@ -31,7 +33,8 @@ from service.metrics_reader import MetricsReader
 from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters
 from stack.processes import ManagedProcess
-from tests.driver.replication_cluster_ops import copied_values, create_topic, eventually, read_topic
+from tests.driver.manual_replication import commit
+from tests.driver.replication_cluster_ops import copied_values, create_topic, eventually, produce, read_topic
 from tests.driver.test_replication_recovery import members_holding_partitions
 
 pytestmark = pytest.mark.integration
@@ -40,6 +43,7 @@ PARTITIONS = 4
 RATE_PER_S = 10_000
 VALUE_BYTES = 400
 OUTAGE_S = 30
+GROUP_OUTAGE_S = 50  # longer than an admin request's 30 s, from the first sync while down to the return
 RESUME_WITHIN_S = 10.0
 # The driver's peak RSS: Python + librdkafka (~80 MB) + the 16 MiB send queue + the 8 MiB prefetch, with
 # room for a loaded machine. librdkafka's defaults (1 GiB of queue, 64 MiB of prefetch) would let a 30 s
@@ -129,10 +133,11 @@ def replication_reports(bootstrap: str) -> list[raw_metrics.ReplicationMetrics]:
     return [m for m in decoded if isinstance(m, raw_metrics.ReplicationMetrics)]
 
 
-def start_driver(clusters: KafkaClusters, tmp_path: Path, topic: str) -> ManagedProcess:
+def start_driver(clusters: KafkaClusters, tmp_path: Path, topic: str,
+                 settings: dict[str, object] | None = None) -> ManagedProcess:
     bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
     srm_properties.write(tmp_path / "srm.properties", bootstraps, [("east", "west")], "redis://127.0.0.1:1/0",
-                         {**SETTINGS, "topics": topic})
+                         {**SETTINGS, "topics": topic, **(settings or {})})
     return ManagedProcess.python_module("driver-outage", "driver",
                                         ["--config", str(tmp_path / "srm.properties")], tmp_path).start()
 
@@ -240,3 +245,67 @@ def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Pat
     assert back
     assert resumed_s <= RESUME_WITHIN_S
     assert rss_mb <= MAX_RSS_MB
+
+
+def source_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+
+
+def synced_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of `topic` (read as a consumer reads them, not through an admin
+    client: this test's own process must not be exposed to what it tests)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        answer = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        return {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
+    except KafkaException:
+        return {}
+    finally:
+        consumer.close()
+
+
+def test_group_offset_sync_lives_through_a_target_outage(clusters: KafkaClusters, tmp_path: Path) -> None:
+    """West is down longer than a group request's wait (30 s): librdkafka must not time such a request
+    out itself and then meet the coordinator again on the same client (its issue 4605: an abort)."""
+    east, west = clusters.bootstrap("east"), clusters.bootstrap("west")
+    tag = uuid.uuid4().hex[:8]
+    topic, group = f"synced-{tag}", f"app-{tag}"
+    remote = f"east.{topic}"
+    create_topic(east, topic, PARTITIONS)
+    produce(east, topic, 400, tag)
+    commit(east, group, topic, dict.fromkeys(range(PARTITIONS), 20))
+    driver = start_driver(clusters, tmp_path, topic, {
+        "emit.checkpoints.enabled": "true", "emit.checkpoints.interval.seconds": 1, "groups": group,
+        "sync.group.offsets.enabled": "true", "sync.group.offsets.interval.seconds": 1})
+    try:
+        before = eventually(lambda: synced_offsets(west, group, remote) or None, "the group's first sync",
+                            timeout_s=120)
+        clusters["west"].stop()
+        down_at = time.monotonic()
+        while time.monotonic() - down_at < GROUP_OUTAGE_S:
+            assert driver.running, driver.log_tail()
+            time.sleep(5)
+        clusters["west"].start()
+        # New records and a commit at their end: a checkpoint that must move past the one before.
+        produce(east, topic, 400, f"{tag}-after")
+        eventually(lambda: end_offsets(west, remote) >= 800 or None, "the new records copied", timeout_s=120)
+        commit(east, group, topic, source_ends(east, topic))
+
+        def moved() -> dict[int, int] | None:
+            assert driver.running, driver.log_tail()
+            now = synced_offsets(west, group, remote)
+            return now if len(now) == PARTITIONS and all(now[p] > before.get(p, 0) for p in now) else None
+
+        after = eventually(moved, "the group synced again after the outage", timeout_s=180)
+        log = driver.log_file.read_text(errors="replace")
+    finally:
+        driver.stop()
+    print(f"group sync through a {GROUP_OUTAGE_S} s target outage: {before} -> {after}")
+    # The outage reached the coordinator requests (else this test proved nothing), and they ended on our
+    # side: the client dropped, not left to librdkafka's timer.
+    assert f"west: no answer to a request for the offsets of group '{group}'" in log, log[-3000:]
