@@ -52,8 +52,9 @@ def lag_seconds_partials(samples: Iterable[LagSample]) -> pa.Table:
 
 def lag_seconds_columns(kind: str, target: Sequence[str], source: Sequence[str], topic: Sequence[str],
                         partition: Sequence[int], group: Sequence[str], ts: Sequence[int],
-                        seconds: Sequence[float]) -> pa.Table:
-    """lag_seconds_partials of one kind's samples given as columns."""
+                        seconds: Sequence[float], *, one_a_subject: bool = False) -> pa.Table:
+    """lag_seconds_partials of one kind's samples given as columns. `one_a_subject`: no two samples of one
+    subject (a batch's newest report each), so that each is its own partial at level `p` as it is."""
     metric = METRIC_OF_KIND[kind]
     n = len(ts)
     ts = pa.array(ts, pa.int64())
@@ -69,7 +70,7 @@ def lag_seconds_columns(kind: str, target: Sequence[str], source: Sequence[str],
         f"{metric}__min": seconds, f"{metric}__max": seconds, f"{metric}__last": seconds,
         f"{metric}__last_ts": ts,
     })
-    levels = [roll_up(own, [metric])]
+    levels = [own if one_a_subject else roll_up(own, [metric])]
     levels.append(roll_up(relabel(own, level="t", partition=WHOLE_TOPIC), [metric]))
     if kind == "partition":
         levels.append(roll_up(relabel(own, level="r", topic=ALL_TOPICS, partition=WHOLE_TOPIC), [metric]))

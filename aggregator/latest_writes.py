@@ -10,11 +10,17 @@ holds already (a replayed batch) is not sent again.
 
 At 100,000 partitions a batch writes ~200,000 fields (values and verdicts). A Lua upsert that read each
 field, decoded its JSON for the `ts` and wrote it back cost ~7 s of a batch, most of it waiting on Redis;
-here a hash's fields go in one HSET, and its lifetime in one PEXPIRE, inside one MULTI.
+here a hash's fields go in one HSET inside one MULTI. A hash's lifetime (LATEST_TTL_MS, a week) is set
+by a PEXPIRE the first time this writer writes it, then renewed at most every EXPIRY_RENEWAL_MS: a
+PEXPIRE at every write was half the commands of a batch (a partition hash is a topic's ~10 fields), and
+the client's time goes per command, so a hash now lives from its last write one renewal period less at
+worst.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -35,6 +41,7 @@ NOTHING = np.iinfo(np.int64).min  # the ts of a field Redis does not hold
 # Fields known at most (~100 bytes each): past it the writer starts over, reading each field again once.
 # Subjects a replication may keep are capped (subject_cap), fields that stopped coming are not.
 CAPACITY = 1 << 21
+EXPIRY_RENEWAL_MS = 3_600_000
 Field = tuple[str, str]  # hash key, field
 
 
@@ -45,13 +52,15 @@ class LatestWriter:
         self.slot: dict[Field, int] = {}
         self.ts = np.empty(0, np.int64)
         self.digest = np.empty(0, np.int64)
+        self.expiry_set: dict[str, float] = {}  # hash key -> when (time.monotonic) its lifetime was set
 
     def clear(self) -> None:
         """Forgets every field (a write that may or may not have happened, Redis state lost): each is read
-        again before it is written."""
+        again before it is written, and each hash's lifetime set again."""
         self.slot.clear()
         self.ts = np.empty(0, np.int64)
         self.digest = np.empty(0, np.int64)
+        self.expiry_set.clear()
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -119,18 +128,22 @@ class LatestWriter:
         self.ts = np.concatenate([self.ts, np.array(ts, np.int64)])
         self.digest = np.concatenate([self.digest, np.array(digest, np.int64)])
 
-    @staticmethod
-    def _send(client: redis.Redis, rows: np.ndarray, keys: Sequence[str], names: Sequence[str],
+    def _send(self, client: redis.Redis, rows: np.ndarray, keys: Sequence[str], names: Sequence[str],
               encoded: Sequence[str]) -> None:
         by_key: dict[str, list[str]] = {}
         for i in rows.tolist():
             by_key.setdefault(keys[i], []).extend((names[i], encoded[i]))
+        now = time.monotonic()
+        renew_before = now - EXPIRY_RENEWAL_MS / 1000
+        expiring = [key for key in by_key if self.expiry_set.get(key, -math.inf) <= renew_before]
         pipe = client.pipeline(transaction=True)
         for key, flat in by_key.items():
             for at in range(0, len(flat), 2 * FIELDS_PER_HSET):
                 pipe.execute_command("HSET", key, *flat[at:at + 2 * FIELDS_PER_HSET])
+        for key in expiring:
             pipe.pexpire(key, LATEST_TTL_MS)
         pipe.execute()
+        self.expiry_set.update(dict.fromkeys(expiring, now))
 
 
 def _held(raw: bytes | None) -> tuple[int, int]:

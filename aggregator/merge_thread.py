@@ -41,6 +41,11 @@ BATCH_GAP_S = 1.5
 # quickest, so a merge interval holds a dozen or more. More (a merge that fell behind) and the sink waits
 # for a merge, asked at once.
 MAX_BEHIND = 64
+# The coarser windows (1 min, 1 h) are merged at most this often, the finest (10 s) at every merge: at
+# 100,000 series a merge's cost and its Redis commands were two thirds those two sizes, rewritten at every
+# batch though a batch adds a few seconds to them. They then trail the finest windows by up to this much
+# (and a merge), a 10 s window's length.
+COARSE_INTERVAL_S = 10.0
 THREAD_PREFIX = "srm-windows-"
 
 
@@ -56,9 +61,11 @@ class MergeThread:
         self._waiting: list[tuple[int, pa.Table]] = []
         self._merging = False
         self._at_once = False  # merge what waits without waiting for the interval
+        self._everything = False  # and at every size, without waiting for COARSE_INTERVAL_S
         self._closing = False
         self._failure: Exception | None = None
         self._last_merge = 0.0
+        self._last_every_size = float("-inf")  # the first merge is at every size
         self._last_arrival: float | None = None
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{scope}", daemon=True)
         self._thread.start()
@@ -80,11 +87,11 @@ class MergeThread:
         self.raise_failure()
 
     def wait_idle(self) -> None:
-        """Returns once every batch handed over is merged (Redis holds their windows)."""
+        """Returns once every batch handed over is merged at every size (Redis holds their windows)."""
         with self._changed:
-            self._at_once = True
+            self._at_once = self._everything = True
             self._changed.notify_all()
-            while (self._waiting or self._merging) and self._running():
+            while (self._waiting or self._merging or self._writer.behind) and self._running():
                 self._changed.wait()
         self.raise_failure()
 
@@ -108,13 +115,14 @@ class MergeThread:
     def _run(self) -> None:
         while True:
             with self._changed:
-                batches = self._next_batches()
-                if batches is None:
+                due = self._next_batches()
+                if due is None:
                     return
+                batches, every_size = due
                 self._merging = True
             try:
                 if self._failure is None:
-                    self._writer.apply_all(batches, staged=True)
+                    self._writer.apply_all(batches, staged=True, every_size=every_size)
             except Exception as exc:
                 LOG.exception("%s: merging the windows of batches %s failed", self.scope,
                               [i for i, _ in batches])
@@ -123,23 +131,33 @@ class MergeThread:
                 with self._changed:
                     self._merging = False
                     self._last_merge = time.monotonic()
+                    if every_size:
+                        self._last_every_size = self._last_merge
                     self._changed.notify_all()
 
-    def _next_batches(self) -> list[tuple[int, pa.Table]] | None:
+    def _next_batches(self) -> tuple[list[tuple[int, pa.Table]], bool] | None:
         """(Holding the lock.) The batches to merge next, once they are due: handed over after a gap,
-        asked for at once, MERGE_INTERVAL_S after the last merge, or the sink closing. None: closed, and
+        asked for at once, MERGE_INTERVAL_S after the last merge, or the sink closing; and whether to
+        merge them at every size (COARSE_INTERVAL_S after the last merge at every size, asked for at once,
+        closing), which alone is due when batches wait at the coarser sizes only. None: closed, and
         nothing left."""
         while True:
+            coarse_in = self._last_every_size + COARSE_INTERVAL_S - time.monotonic()
+            every_size = self._everything or self._closing or coarse_in <= 0
             if self._waiting and (self._at_once or self._closing):
                 break
             if not self._waiting:
+                if self._writer.behind and every_size:
+                    break
                 if self._closing:
                     return None
-                self._changed.wait()
+                self._changed.wait(coarse_in if self._writer.behind else None)
                 continue
             due = self._last_merge + MERGE_INTERVAL_S - time.monotonic()
             if due <= 0:
                 break
             self._changed.wait(due)
         batches, self._waiting, self._at_once = self._waiting, [], False
-        return batches
+        if every_size:
+            self._everything = False
+        return batches, every_size

@@ -5,9 +5,10 @@ the upstream offsets and lags of the lookback (partition_verdicts). At 100,000 p
 objects a series held ~1.3 GB in the driver and as much again in a verdict child, and reading it was a
 Python call a partition. Here each partition is a row of SLOTS window slots, a ring indexed by window
 number (start / 10 s) modulo SLOTS: per slot the window number it holds (int32), the `last` of each of
-METRICS (float64, NaN where the window had none) and when in the window that last was seen (int16 ms
-after its start: the merge keeps the last of greatest (ts, value), as redis_layout.merge_windows does).
-About 4.4 KB a partition.
+METRICS (an int32 delta from the row's base for the metric, or none; a row whose values deltas cannot
+hold keeps float64 lasts, _Block) and when in the window that last was seen (int16 ms after its start:
+the merge keeps the last of greatest (ts, value), as redis_layout.merge_windows does). About 2.8 KB a
+partition (4.4 KB with float64 lasts).
 
 A row is exact from `complete_from` (a window number) on and over the newest SLOTS windows: those windows
 are there as Redis holds them once the batch merged in commits, or there were none. A row is filled from
@@ -20,7 +21,7 @@ hold (a report older than its newest windows by more than the ring, a lookback l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,7 @@ import pyarrow.compute as pc
 import redis
 
 from aggregator.window_history import decoded_members, finest_key, series_id
+from aggregator.window_partials import subject_numbers
 from aggregator.window_reads import read_windows
 from contract.redis_layout import FINEST_WINDOW
 
@@ -37,9 +39,10 @@ METRIC = {m: i for i, m in enumerate(METRICS)}
 # 21 minutes of windows: a lag table's 60 and a 30 s metrics period's lookback (2 x 10 intervals), with room
 # for reports a few minutes behind their partition's newest window.
 SLOTS = 128
-BLOCK_ROWS = 2048  # ~9 MB a block at 128 slots
+BLOCK_ROWS = 2048  # ~6 MB a block at 128 slots
 NOTHING = np.iinfo(np.int64).max  # complete_from of a row nothing was read for
 PartitionKey = tuple[str, str, str, int]  # target, source, topic, partition
+KEY_COLUMNS = ["target", "source", "topic", "partition"]
 
 
 def window_number(ts_ms: np.ndarray) -> np.ndarray:
@@ -163,21 +166,29 @@ class OffsetHistory:
             newer = block.merge(m, local, slot[at_rows], number[at_rows], at[at_rows], last[at_rows])
             np.maximum.at(self.newest, rows[at_rows][newer], number[at_rows][newer])
 
-    def merge_rows(self, metric: str, partials: pa.Table) -> None:
-        """A batch's partials of `metric` (batch_plan.HISTORY_METRICS rows) into the rows of partitions
-        already kept; others are read from Redis when a report needs them."""
-        if partials.num_rows == 0 or not self.rows:
+    def merge_rows(self, partials: Mapping[str, pa.Table]) -> None:
+        """A batch's partials (batch_plan.HISTORY_METRICS rows, a table a metric) into the rows of partitions
+        already kept; others are read from Redis when a report needs them. Each partition's row is looked up
+        once for every metric and window of it (a dict lookup a window and metric cost ~2 us a report at
+        100,000 partitions)."""
+        tables = [(m, partials[m]) for m in METRICS if m in partials and partials[m].num_rows]
+        if not tables or not self.rows:
             return
-        keys = zip(*(partials[c].to_pylist() for c in ("target", "source", "topic", "partition")),
-                   strict=True)
+        keys = [t.select(KEY_COLUMNS) for _, t in tables]
+        subjects, number = subject_numbers(pa.concat_tables([k.cast(keys[0].schema) for k in keys]),
+                                           KEY_COLUMNS)
         known = self.rows
-        rows = np.array([known.get(k, -1) for k in keys], np.int64)
-        mine = rows >= 0
-        if not mine.any():
-            return
-        self.merge(metric, rows[mine], partials["window_start"].to_numpy()[mine],
-                   pc.cast(partials[f"{metric}__last"], pa.float64()).to_numpy(zero_copy_only=False)[mine],
-                   partials["last_ts"].to_numpy()[mine])
+        row_of = np.fromiter((known.get(k, -1) for k in zip(*(subjects[c].to_pylist() for c in KEY_COLUMNS),
+                                                              strict=True)), np.int64, subjects.num_rows)
+        rows = row_of[number]
+        at = 0
+        for metric, table in tables:
+            mine_rows, at = rows[at:at + table.num_rows], at + table.num_rows
+            mine = mine_rows >= 0
+            if mine.any():
+                last = pc.cast(table[f"{metric}__last"], pa.float64()).to_numpy(zero_copy_only=False)
+                self.merge(metric, mine_rows[mine], table["window_start"].to_numpy()[mine], last[mine],
+                           table["last_ts"].to_numpy()[mine])
 
     def gather(self, metric: str, rows: np.ndarray, high: np.ndarray, width: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -188,28 +199,59 @@ class OffsetHistory:
         last = np.empty(number.shape)
         for block, at, local in self._by_block(rows):
             held[at] = block.window[local[:, None], slot[at]]
-            last[at] = block.last[local[:, None], slot[at], METRIC[metric]]
+            last[at] = block.read(local[:, None], slot[at], METRIC[metric])
         present = (held == number) & ~np.isnan(last)
         return number, last, present
 
 
+# A slot's `last` is kept as an int32 delta from its row's base (one a metric): offsets and lags are
+# integers, and a partition's within its ring's 21 minutes are far less than 2^31 apart.
+_NONE = np.iinfo(np.int32).min  # a slot without a value of the metric
+_SPAN = np.iinfo(np.int32).max  # the most a delta holds either way
+_EXACT = 2**53  # past it a float64 is not every integer
+
+
 class _Block:
     """BLOCK_ROWS rows of the ring: per row and slot the window number it holds (-1: none), the last of
-    each metric (NaN: none) and its ms within the window."""
+    each metric and its ms within the window. A last is an int32 delta from the row's base for the metric
+    (_NONE: none), 12 bytes a slot where float64 lasts were 24 (~150 MB less at 100,000 partitions). A row
+    whose values a delta cannot hold (not an integer, past 2^53, -0.0, or further apart than 2^31 even
+    with the base moved to their middle) keeps its lasts as float64 in `wide` instead: the arrays read
+    exactly what was merged either way."""
 
     def __init__(self, slots: int) -> None:
         self.window = np.full((BLOCK_ROWS, slots), -1, np.int32)
-        self.last = np.full((BLOCK_ROWS, slots, len(METRICS)), np.nan)
+        self.delta = np.full((BLOCK_ROWS, slots, len(METRICS)), _NONE, np.int32)
+        self.base = np.zeros((BLOCK_ROWS, len(METRICS)), np.int64)
+        self.based = np.zeros((BLOCK_ROWS, len(METRICS)), bool)  # a base chosen since the row's reset
         self.last_at = np.zeros((BLOCK_ROWS, slots, len(METRICS)), np.int16)
+        self.wide: dict[int, np.ndarray] = {}  # row -> (slots, METRICS) float64 lasts, NaN: none
 
     @property
     def nbytes(self) -> int:
-        return self.window.nbytes + self.last.nbytes + self.last_at.nbytes
+        return (self.window.nbytes + self.delta.nbytes + self.base.nbytes + self.based.nbytes
+                + self.last_at.nbytes + sum(w.nbytes for w in self.wide.values()))
 
     def reset(self, rows: np.ndarray) -> None:
         self.window[rows] = -1
-        self.last[rows] = np.nan
+        self.delta[rows] = _NONE
+        self.based[rows] = False
         self.last_at[rows] = 0
+        for row in np.asarray(rows).reshape(-1).tolist():
+            self.wide.pop(row, None)
+
+    def read(self, rows: np.ndarray, slot: np.ndarray, m: int) -> np.ndarray:
+        """The lasts of metric `m` at (rows, slot) (broadcast together), NaN where none."""
+        delta = self.delta[rows, slot, m]
+        out = np.where(delta == _NONE, np.nan, (self.base[rows, m] + delta).astype(np.float64))
+        if self.wide:
+            every_row = np.broadcast_to(rows, out.shape)
+            at = np.nonzero(np.isin(every_row, np.fromiter(self.wide, np.int64, len(self.wide))))
+            if len(at[0]):
+                wide, every_slot = self.wide, np.broadcast_to(slot, out.shape)
+                out[at] = [wide[r][s, m] for r, s in zip(every_row[at].tolist(), every_slot[at].tolist(),
+                                                            strict=True)]
+        return out
 
     def merge(self, m: int, rows: np.ndarray, slot: np.ndarray, number: np.ndarray, at: np.ndarray,
               last: np.ndarray) -> np.ndarray:
@@ -220,13 +262,81 @@ class _Block:
         same = number == held
         # A slot taken by a newer window loses every metric of the old one.
         self.window[rows[newer], slot[newer]] = number[newer]
-        self.last[rows[newer], slot[newer], :] = np.nan
+        self.delta[rows[newer], slot[newer], :] = _NONE
         self.last_at[rows[newer], slot[newer], :] = 0
-        old_last, old_at = self.last[rows, slot, m], self.last_at[rows, slot, m]
+        for row, s in self._wide_at(rows[newer], slot[newer]):
+            self.wide[row][s, :] = np.nan
+        old_last, old_at = self.read(rows, slot, m), self.last_at[rows, slot, m]
         wins = newer | (same & (np.isnan(old_last) | (at > old_at) | ((at == old_at) & (last > old_last))))
-        self.last[rows[wins], slot[wins], m] = last[wins]
         self.last_at[rows[wins], slot[wins], m] = at[wins]
+        self._write(m, rows[wins], slot[wins], last[wins])
         return newer
+
+    def _wide_at(self, rows: np.ndarray, slot: np.ndarray) -> list[tuple[int, int]]:
+        if not self.wide:
+            return []
+        return [(r, s) for r, s in zip(rows.tolist(), slot.tolist(), strict=True) if r in self.wide]
+
+    def _write(self, m: int, rows: np.ndarray, slot: np.ndarray, last: np.ndarray) -> None:
+        """Sets the lasts of metric `m` at (rows, slot): as deltas where the row's values allow it."""
+        none = np.isnan(last)
+        negative_zero = (last == 0) & np.signbit(last)
+        whole = none | ((np.abs(last) < _EXACT) & (np.trunc(last) == last) & ~negative_zero)
+        wide = np.fromiter((r in self.wide for r in rows.tolist()), bool, len(rows)) if self.wide \
+            else np.zeros(len(rows), bool)
+        self._to_wide(np.unique(rows[~whole & ~wide]))
+        deltas = np.flatnonzero(whole & ~wide & ~none)
+        if len(deltas):
+            self._fit(m, rows[deltas], last[deltas].astype(np.int64))
+        wide = np.fromiter((r in self.wide for r in rows.tolist()), bool, len(rows)) if self.wide \
+            else np.zeros(len(rows), bool)
+        value = np.zeros(len(rows), np.int64)
+        value[~none] = np.where(np.isfinite(last[~none]), last[~none], 0).astype(np.int64)
+        narrow = ~wide
+        delta = np.where(none, _NONE, value - self.base[rows, m])
+        self.delta[rows[narrow], slot[narrow], m] = delta[narrow].astype(np.int32)
+        for k in np.flatnonzero(wide).tolist():
+            self.wide[int(rows[k])][int(slot[k]), m] = last[k]
+
+    def _fit(self, m: int, rows: np.ndarray, value: np.ndarray) -> None:
+        """Gives each row a base for metric `m` its `value`s (integers below 2^53) are deltas from: the
+        first value of a row without one, its values' middle when one falls outside (the row's other
+        slots moved to it), or the row goes wide when they are too far apart."""
+        unbased = ~self.based[rows, m]
+        if unbased.any():
+            first, at = np.unique(rows[unbased], return_index=True)
+            self.base[first, m] = value[unbased][at]
+            self.based[first, m] = True
+        outside = np.abs(value - self.base[rows, m]) >= _SPAN
+        if not outside.any():
+            return
+        moved = np.unique(rows[outside])
+        held = self.delta[moved, :, m]
+        present = held != _NONE
+        values = self.base[moved, m][:, None] + held.astype(np.int64)
+        low = np.where(present, values, _EXACT).min(axis=1)
+        high = np.where(present, values, -_EXACT).max(axis=1)
+        mine = np.isin(rows, moved)  # every value of those rows, not only those outside
+        which = np.searchsorted(moved, rows[mine])
+        np.minimum.at(low, which, value[mine])
+        np.maximum.at(high, which, value[mine])
+        middle = low + (high - low) // 2
+        fits = (high - middle < _SPAN) & (middle - low < _SPAN)
+        kept = moved[fits]
+        self.base[kept, m] = middle[fits]
+        self.delta[kept, :, m] = np.where(present[fits], values[fits] - middle[fits][:, None], _NONE)
+        self._to_wide(moved[~fits])
+
+    def _to_wide(self, rows: np.ndarray) -> None:
+        """Rows whose lasts go to float64 (every metric), out of the deltas."""
+        for row in rows.tolist():
+            if row in self.wide:
+                continue
+            delta = self.delta[row]
+            self.wide[row] = np.where(delta == _NONE, np.nan,
+                                      (self.base[row][None, :] + delta).astype(np.float64))
+            self.delta[row] = _NONE
+
 
 def partition_keys(subjects: Sequence[tuple[str, ...]]) -> list[PartitionKey]:
     """(target, source, topic, partition) of subjects (kind, target, source, topic, partition, group)."""

@@ -123,8 +123,7 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     merged there first)."""
     judged = Judged()
     if not reports:
-        for metric in METRICS:
-            history.merge_rows(metric, partials.get(metric, _EMPTY))
+        history.merge_rows(partials)
         return judged
     subjects = [s for s, _ in reports]
     records = [r for _, r in reports]
@@ -141,8 +140,7 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     if missing.any():
         before_read()
         history.load(client, rows[missing], low[missing])
-    for metric in METRICS:
-        history.merge_rows(metric, partials.get(metric, _EMPTY))
+    history.merge_rows(partials)
     covered = history.covered(rows, low)
 
     seconds, exact, verdicts = _judged_arrays(history, records, periods, is_partition, rows, ts, high,
@@ -353,7 +351,7 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
         judged.sample_tables.append(lag_seconds_columns(
             kind[0], [target[k] for k in sampled], [source[k] for k in sampled], [topic[k] for k in sampled],
             [int(partition[k]) for k in sampled], [group[k] for k in sampled], [ts_list[k] for k in sampled],
-            secs[sampled].tolist()))
+            secs[sampled].tolist(), one_a_subject=True))  # the batch's newest report of each subject
     if verdicts is not None:
         _add_verdicts(judged, at, target, source, topic, partition, periods, ts_at, secs, columns, verdicts)
 

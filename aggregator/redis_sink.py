@@ -168,7 +168,7 @@ class RedisRollupSink:
         up on its batch, whose Python goes on) and for the merge thread to merge what it was handed (it ends
         after that, waited for or not), then forgets what the sink keeps of Redis. An ended query's sink may
         stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and at 100,000
-        partitions its offset history alone is ~0.45 GB; a later batch reads it again."""
+        partitions its offset history alone is ~0.3 GB; a later batch reads it again."""
         deadline = time.monotonic() + wait_s
         if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
             self._in_batch.release()

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +64,7 @@ class SeriesKeys:
     keys: list[tuple[str, ...]] = field(default_factory=list)  # by subject: key per size (WINDOWS order)
     tags: list[int] = field(default_factory=list)  # by subject: its hash tag's number
     tag_ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    tag_crcs: list[int] = field(default_factory=list)  # by hash tag number: CRC-32 of its text (merge_part)
 
     def number(self, subjects: Iterable[SubjectColumns]) -> list[int]:
         out = []
@@ -73,9 +75,23 @@ class SeriesKeys:
                 target, source, topic, partition, group = s
                 named = layout.SeriesId(target, source, topic, partition, "", group or None)
                 self.keys.append(tuple(layout.series_key(named, w) for w in layout.WINDOWS))
-                self.tags.append(self.tag_ids.setdefault((target, source, topic), len(self.tag_ids)))
+                tag = self.tag_ids.setdefault((target, source, topic), len(self.tag_ids))
+                if tag == len(self.tag_crcs):
+                    self.tag_crcs.append(zlib.crc32(hash_tag(self.keys[-1][0]).encode()))
+                self.tags.append(tag)
             out.append(known)
         return out
+
+
+def hash_tag(key: str) -> str:
+    """A key's hash tag, braces included: the keys a call may touch together on Redis Cluster."""
+    return key[key.index("{"):key.index("}") + 1]
+
+
+def merge_part(tag: str, parts: int) -> int:
+    """The transaction of a merge cut in `parts` that writes the keys of hash tag `tag` (braces included):
+    a function of the tag's text alone, so a restarted process cuts a merge the same way."""
+    return zlib.crc32(tag.encode()) % parts
 
 
 def size_partials(finest: pa.Table, window: str) -> pa.Table:
@@ -264,15 +280,35 @@ CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64(
 CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
 
 
-def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[list[str], list[str]]]:
-    """(KEYS, ARGV) of REPLACE_WINDOWS_LUA calls: one per hash tag (a topic's series), so this also works on
-    Redis Cluster. ARGV: the number of keys trimmed; per key (a series at one size) its number of fields,
-    then start and member of each window, and the key's newest start (redis_layout.NEWEST_FIELD) when the
-    batch moves it; then per key trimmed its position in KEYS, the trim's first start ("*": the hash's own
-    fields), the cut-off, the window's size and the key's lifetime. Most keys are not trimmed in a batch:
-    a key's head is one entry, not five (the script's own parsing of ARGV is much of Redis's time).
-    Laid out by Arrow and numpy in one list: a merge writes ~50k keys, and a Python loop over them was a
-    third of the merge's own time."""
+Call = tuple[list[str], list[str]]  # KEYS, ARGV of one REPLACE_WINDOWS_LUA call
+
+
+def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
+                  skip: Sequence[int] = ()) -> Iterator[tuple[int, list[Call]]]:
+    """(part, its REPLACE_WINDOWS_LUA calls) for each part of a merge cut in `parts` (merge_part of the
+    keys' hash tag), in part order, leaving out the parts in `skip` (done already). One call per hash tag
+    (a topic's series), so this also works on Redis Cluster. ARGV: the number of keys trimmed; per key (a
+    series at one size) its number of fields, then start and member of each window, and the key's newest
+    start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
+    the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
+    lifetime. Most keys are not trimmed in a batch: a key's head is one entry, not five (the script's own
+    parsing of ARGV is much of Redis's time). Laid out by Arrow and numpy, a part at a time: a merge writes
+    ~330k keys at 100,000 series, and its ARGV as Python strings all at once was ~0.5 GB of the driver's
+    peak; a Python loop over the keys was a third of the merge's own time."""
+    changed = _changed_rows(updates, keys, parts)
+    if changed is None:
+        return
+    part_of = changed["part"].to_numpy()
+    trims = _trim_rows(updates)
+    for part in range(parts):
+        lo, hi = np.searchsorted(part_of, [part, part + 1])
+        if part not in skip and hi > lo:
+            yield part, _calls(changed.slice(lo, hi - lo), keys, trims)
+
+
+def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
+    """Every field a merge writes (series, start, member, size; NEWEST_ROW for a key's newest start) with
+    its hash tag's number and its part, ordered by part, tag, series, size and start."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
     tables = [u.changed.select(["series", "start", "member"]).cast(CHANGED)
               .append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
@@ -284,17 +320,23 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
                          "size": pa.repeat(sizes[u.window], len(u.newest))}).cast(CHANGED_SIZED)
                for u in updates if u.newest]
     if not tables:
-        return []
+        return None
     changed = pa.concat_tables([t.cast(CHANGED_SIZED) for t in tables])
-    tags = pa.array(keys.tags, pa.int64())
-    changed = changed.append_column("tag", pc.take(tags, changed["series"])).sort_by(
-        [(c, "ascending") for c in ("tag", "series", "size", "start")]).combine_chunks()
-    key_ids = pc.add(pc.multiply(changed["series"], len(sizes)), changed["size"]).combine_chunks()
+    tags = np.asarray(keys.tags, np.int64)[int64(changed["series"])]
+    tag_parts = np.asarray(keys.tag_crcs, np.int64) % parts
+    return changed.append_column("tag", pa.array(tags)).append_column("part", pa.array(tag_parts[tags])) \
+        .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
+
+
+def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
+           ) -> list[Call]:
+    """The calls writing `changed` (_changed_rows of whole hash tags); `trims`: _trim_rows."""
+    sizes = len(layout.WINDOWS)
+    key_ids = pc.add(pc.multiply(changed["series"], sizes), changed["size"]).combine_chunks()
     runs = pc.run_end_encode(key_ids)
     run_keys = runs.values.to_numpy()
     ends = runs.run_ends.to_numpy().astype(np.int64)
     begins = np.concatenate([[0], ends[:-1]])
-    run_series, run_size = np.divmod(run_keys, len(sizes))
     counts = ends - begins
     # Where each key's part of ARGV starts (and, last, where the last one ends).
     offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
@@ -303,35 +345,37 @@ def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list[tuple[li
     argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
                                      changed["member"].combine_chunks()]),
                    _argv_order(begins, counts, offsets)).to_pylist()
-    key_names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
-                                                                  strict=True)]
-    trims = _trim_args(run_series, run_size, updates, sizes)
-    run_tags = pc.take(tags, pa.array(run_series)).to_numpy()
-    tag_starts = np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]])).tolist()
-    bounds = [*tag_starts, len(run_keys)]
-    offsets = offsets.tolist()
+    run_series, run_size = np.divmod(run_keys, sizes)
+    names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
+                                                             strict=True)]
+    run_tags = int64(changed["tag"]).take(begins)
+    tag_starts = np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]]))
+    bounds = [*tag_starts.tolist(), len(run_keys)]
+    # The trimmed keys among the runs, by run: few in most batches (a key's first window of a trim period).
+    trim_keys, trim_args = trims
+    at = np.minimum(np.searchsorted(trim_keys, run_keys), max(len(trim_keys) - 1, 0))
+    trimmed = np.flatnonzero(trim_keys[at] == run_keys) if len(trim_keys) else np.zeros(0, np.int64)
+    trim_at = at[trimmed].tolist()
+    first_trims = np.searchsorted(trimmed, bounds).tolist()
+    trim_runs, starts = trimmed.tolist(), offsets.tolist()
     calls = []
-    for a, b in itertools.pairwise(bounds):
-        tail = [arg for k in range(a, b) if (trim := trims.get(k)) is not None
-                for arg in (str(k - a + 1), *trim)]
-        calls.append((key_names[a:b], [str(len(tail) // 5), *argv[offsets[a]:offsets[b]], *tail]))
+    for call, (a, b) in enumerate(itertools.pairwise(bounds)):
+        tail = [arg for t in range(first_trims[call], first_trims[call + 1])
+                for arg in (str(trim_runs[t] - a + 1), *trim_args[trim_at[t]])]
+        calls.append((names[a:b], [str(len(tail) // 5), *argv[starts[a]:starts[b]], *tail]))
     return calls
 
 
-def _trim_args(run_series: np.ndarray, run_size: np.ndarray, updates: list[WindowUpdates],
-               sizes: dict[str, int]) -> dict[int, tuple[str, str, str, str]]:
-    """Key (its position among the runs) -> the trim's ARGV: first start ("*": the hash's own fields),
-    cut-off, window size, lifetime."""
-    names = list(layout.WINDOWS)
-    trims = {(sizes[u.window], s): t for u in updates for s, t in u.trims.items()}
-    out = {}
-    for k, key in enumerate(zip(run_size.tolist(), run_series.tolist(), strict=True)):
-        trim = trims.get(key)
-        if trim is not None:
-            window = names[key[0]]
-            out[k] = ("*" if trim[0] is None else str(trim[0]), str(trim[1]),
-                      str(layout.WINDOWS[window].size_ms), str(layout.key_ttl_ms(window)))
-    return out
+def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str, str, str, str]]]:
+    """The keys trimmed (series * sizes + size, sorted) and each one's trim ARGV: first start ("*": the
+    hash's own fields), cut-off, window size, lifetime."""
+    sizes = len(layout.WINDOWS)
+    rows = sorted(((series * sizes + i, window, trim) for i, window in enumerate(layout.WINDOWS)
+                   for u in updates if u.window == window for series, trim in u.trims.items()),
+                  key=lambda row: row[0])
+    args = [("*" if trim[0] is None else str(trim[0]), str(trim[1]), str(layout.WINDOWS[window].size_ms),
+             str(layout.key_ttl_ms(window))) for _, window, trim in rows]
+    return np.array([key for key, _, _ in rows], np.int64), args
 
 
 def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:

@@ -278,6 +278,13 @@ def _one_row_a_ts(rows: pa.Table, sorted_rows: pa.Array, same_ts: pa.BooleanArra
     return pa.concat_tables([alone, grouped.cast(alone.schema)])
 
 
+def subject_numbers(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, np.ndarray]:
+    """The distinct values of `columns` (a row each, in order of first appearance) and each row's number
+    of its values there."""
+    subjects, numbered = _numbered_subjects(rows.select(columns), columns)
+    return subjects, numbered["subject"].to_numpy()
+
+
 def _numbered_subjects(rows: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Table]:
     """The distinct values of `columns` (one row per subject) and `rows` with those columns replaced by
     `subject`, the number of its row there (subjects numbered in order of first appearance)."""

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from typing import cast
 
+import numpy as np
 import pyarrow as pa
 import redis
 
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, redis_calls, size_partials
+from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, calls_by_part, size_partials
 from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
@@ -36,7 +36,8 @@ LOG = logging.getLogger(__name__)
 WATCH_RETRIES = 5
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 # Transactions a merge is cut into, so one does not hold Redis for long (bench/RESULTS.md, "MERGE_PARTS").
-# Fixed, and a topic's part depends only on its name: a restart must cut a merge the same way.
+# Fixed, and a topic's part depends only on its name (stored_windows.merge_part): a restart must cut a
+# merge the same way.
 MERGE_PARTS = 8
 
 
@@ -65,6 +66,7 @@ class WindowWriter:
     # How a batch's partials are numbered and sized for the merge (a test merges with the old ones).
     number = staticmethod(numbered_partials)
     size = staticmethod(size_partials)
+    parts = staticmethod(calls_by_part)  # a test sees the calls of each part through it
 
     def __init__(self, client: redis.Redis, scope: str) -> None:
         self.client = client
@@ -72,34 +74,41 @@ class WindowWriter:
         self.stored = StoredWindows()
         self.series_keys = SeriesKeys()
         self._replace = client.register_script(REPLACE_WINDOWS_LUA)
+        self._finest_key = layout.finest_applied_batch_key(scope)
+        # Batches merged at the finest size only since the last merge at every size, by group: (first,
+        # last, their numbered partials), which that merge takes up at the coarser sizes.
+        self._finest_only: list[tuple[int, int, pa.Table | None]] = []
 
     def recover(self, committed: int | None) -> None:
-        """Merge, now, the batches up to `committed` that were staged but never merged: first a merge cut
-        off part-way, grouped as it was."""
+        """Merge, now, the batches up to `committed` that were staged but never merged at every size: first
+        a merge cut off part-way, grouped as it was."""
         raw = cast(bytes | None, self.client.get(layout.applied_batch_key(self.scope)))
         if committed is None or raw is None or int(raw) >= committed:
             return
-        first = int(raw) + 1
-        LOG.info("%s: merging the windows of batches %d..%d, staged before a restart", self.scope, first,
-                 committed)
+        applied, finest = self._applied(self.client)
+        LOG.info("%s: merging the windows of batches %d..%d (the finest from %d), staged before a restart",
+                 self.scope, applied + 1, committed, finest + 1)
         cut_off = _merging(cast(dict, self.client.hgetall(layout.merging_batches_key(self.scope))))
-        if cut_off is not None and cut_off[0] == first and cut_off[1] <= committed:
-            self.merge_staged(list(range(first, cut_off[1] + 1)))
-            first = cut_off[1] + 1
-        if first <= committed:
-            self.merge_staged(list(range(first, committed + 1)))
+        if cut_off is not None and cut_off[1] <= committed:
+            first, last, _, every_size = cut_off
+            if first == (applied if every_size else finest) + 1:
+                self.merge_staged(list(range(finest + 1, last + 1)), every_size)
+                applied, finest = self._applied(self.client)
+        self.merge_staged(list(range(finest + 1, committed + 1)))
 
-    def merge_staged(self, batch_ids: list[int]) -> None:
+    def merge_staged(self, batch_ids: list[int], every_size: bool = True) -> None:
         """Merge staged batches from their staged copies; one without a copy was merged already (by
         another writer) or, if the applied id is still below it, lost (its staged key expired)."""
+        self.apply_all(self._staged(batch_ids), staged=True, every_size=every_size)
+
+    def _staged(self, batch_ids: list[int]) -> list[tuple[int, pa.Table]]:
         keys = [layout.staged_batch_key(self.scope, i) for i in batch_ids]
-        blobs = cast(list[bytes | None], self.client.mget(keys))
+        blobs = cast(list[bytes | None], self.client.mget(keys)) if keys else []
         missing = [i for i, blob in zip(batch_ids, blobs, strict=True) if blob is None]
         if missing:
             LOG.warning("%s: no staged windows for batches %s (merged by another writer, or expired)",
                         self.scope, missing)
-        staged = zip(batch_ids, blobs, strict=True)
-        self.apply_all([(i, decode_partials(blob)) for i, blob in staged if blob is not None], staged=True)
+        return [(i, decode_partials(b)) for i, b in zip(batch_ids, blobs, strict=True) if b is not None]
 
     def submit(self, batch_id: int, windows: pa.Table) -> None:
         """Merge a batch the caller has just committed and staged, from the windows in hand: if Redis lost
@@ -112,29 +121,37 @@ class WindowWriter:
     def raise_failure(self) -> None:
         """A failed merge raised from submit."""
 
+    @property
+    def behind(self) -> bool:
+        """Whether batches have their finest windows merged and not yet their coarser ones."""
+        return bool(self._finest_only)
+
     def apply(self, batch_id: int, windows: pa.Table) -> None:
         """Merge one staged batch's partial windows into Redis, unless it was merged already."""
         self.apply_all([(batch_id, windows)])
 
-    def apply_all(self, batches: list[tuple[int, pa.Table]], staged: bool = False) -> None:
+    def apply_all(self, batches: list[tuple[int, pa.Table]], staged: bool = False,
+                  every_size: bool = True) -> None:
         """Merge consecutive staged batches (id, partial windows) in one go, those not merged already: the
-        cost of a merge grows with the series it touches, not with the batches. For `staged` copies the
-        applied id was set when they were staged: without it Redis lost the query's state (a flush
-        after they were read), and nothing is merged into the emptied Redis (the rebuild redoes it)."""
-        applied_key = layout.applied_batch_key(self.scope)
+        cost of a merge grows with the series it touches, not with the batches. `every_size` false: only
+        their finest windows, the coarser ones left for a later merge (with every batch merged only at the
+        finest size since the last one). For `staged` copies the applied id was set when they were staged:
+        without it Redis lost the query's state (a flush after they were read), and nothing is merged into
+        the emptied Redis (the rebuild redoes it)."""
         for _ in range(WATCH_RETRIES):
             try:
                 with self.client.pipeline(transaction=True) as pipe:
-                    pipe.watch(applied_key, layout.merging_batches_key(self.scope))
-                    applied = cast(bytes | None, pipe.get(applied_key))  # watching: answered at once
-                    if staged and applied is None:
+                    pipe.watch(layout.applied_batch_key(self.scope), self._finest_key,
+                               layout.merging_batches_key(self.scope))
+                    if staged and pipe.get(layout.applied_batch_key(self.scope)) is None:
                         LOG.warning("%s: batches %s not merged: the query's state is gone from Redis",
                                     self.scope, [i for i, _ in batches])
+                        self._finest_only.clear()
                         return
-                    todo = [(i, w) for i, w in batches if applied is None or i > int(applied)]
-                    if todo:
-                        self._merge(pipe, [i for i, _ in todo], pa.concat_tables([w for _, w in todo]),
-                                    applied)
+                    applied, finest = self._applied(pipe)  # watching: answered at once
+                    todo = [(i, w) for i, w in batches if i > finest]
+                    if todo or (every_size and finest > applied):
+                        self._merge(pipe, todo, applied, finest, every_size)
                     return
             except redis.WatchError:
                 self.stored.clear()  # merged from Redis as it was before another writer's batch
@@ -146,67 +163,117 @@ class WindowWriter:
         ids = [i for i, _ in batches]
         raise RuntimeError(f"{self.scope}: batches {ids}: the applied batch id kept changing")
 
-    def _merge(self, pipe: redis.client.Pipeline, batch_ids: list[int], windows: pa.Table,
-               applied: bytes | None) -> None:
-        """Merges the batches in parts; pipe WATCHes the applied id (read as `applied`) and the parts done."""
+    def _applied(self, client: redis.Redis | redis.client.Pipeline) -> tuple[int, int]:
+        """(The last batch merged at every size, the last merged at the finest), -1 for none."""
+        applied, finest = (cast(bytes | None, client.get(k)) for k in (layout.applied_batch_key(self.scope),
+                                                                         self._finest_key))
+        every = -1 if applied is None else int(applied)
+        return every, every if finest is None else max(every, int(finest))
+
+    def _merge(self, pipe: redis.client.Pipeline, todo: list[tuple[int, pa.Table]], applied: int, finest: int,
+               every_size: bool) -> None:
+        """Merges batches `todo` (after `finest`) in parts, at the finest size, and at every size with the
+        batches after `applied` when `every_size`; pipe WATCHes the applied ids and the parts done."""
         began = time.monotonic()
         merging_key = layout.merging_batches_key(self.scope)
-        group = (batch_ids[0], batch_ids[-1])
+        last = todo[-1][0] if todo else finest
+        group = (applied + 1 if every_size else finest + 1, last, every_size)
         done = self._parts_done(pipe, group)
         resumed = bool(done)
         if resumed:  # Redis holds these parts merged already: kept windows would count them twice
             self.stored.clear()
-        finest, series = self.number(windows, self.series_keys)
+        fresh, series = self.number(pa.concat_tables([w for _, w in todo]), self.series_keys) if todo \
+            else (None, 0)
+        coarse = self._coarse(pipe, applied, finest, fresh) if every_size else None
         numbered = time.monotonic()
-        updates = self._updates(finest)
+        updates = self._updates(fresh, coarse)
         merged = time.monotonic()
-        parts = merge_parts(redis_calls(updates, self.series_keys))
         applied_key = layout.applied_batch_key(self.scope)
-        for part, calls in sorted(parts.items()):
-            if part in done:
-                continue
+        watched = [applied_key, self._finest_key, merging_key]
+        seen = [pipe.get(k) for k in watched[:2]]
+        laid_out, ready = 0.0, merged
+        # A part's calls are laid out just before they are sent, and let go after: the ARGV of all of them
+        # at once was ~0.5 GB of Python strings at 100,000 series.
+        for part, calls in self.parts(updates, self.series_keys, MERGE_PARTS, sorted(done)):
+            laid_out += time.monotonic() - ready
             pipe.multi()
             for keys, argv in calls:
                 self._replace(keys=keys, args=argv, client=pipe)
+            del calls
             done.add(part)
             pipe.hset(merging_key, mapping={"first": group[0], "last": group[1],
+                                            "sizes": "all" if every_size else "finest",
                                             "parts": ",".join(map(str, sorted(done)))})
             pipe.pexpire(merging_key, layout.INDEX_TTL_MS)
             pipe.execute()
             # The next part WATCHes again: what another writer did in between aborts it.
-            pipe.watch(applied_key, merging_key)
-            if pipe.get(applied_key) != applied or self._parts_done(pipe, group) != done:
-                raise redis.WatchError(f"{self.scope}: another writer merged batches {group} meanwhile")
+            pipe.watch(*watched)
+            if [pipe.get(k) for k in watched[:2]] != seen or self._parts_done(pipe, group) != done:
+                raise redis.WatchError(f"{self.scope}: another writer merged batches {group[:2]} meanwhile")
+            ready = time.monotonic()
         queued = time.monotonic()
         pipe.multi()
-        pipe.set(applied_key, batch_ids[-1], px=layout.INDEX_TTL_MS)
-        pipe.delete(merging_key, *(layout.staged_batch_key(self.scope, i) for i in batch_ids))
+        if every_size:
+            pipe.set(applied_key, last, px=layout.INDEX_TTL_MS)
+            pipe.delete(self._finest_key, merging_key,
+                        *(layout.staged_batch_key(self.scope, i) for i in range(applied + 1, last + 1)))
+        else:
+            pipe.set(self._finest_key, last, px=layout.INDEX_TTL_MS)
+            pipe.delete(merging_key)
         pipe.execute()
+        if every_size:
+            self._finest_only.clear()
+        else:
+            self._finest_only.append((finest + 1, last, fresh))
         if resumed:  # the skipped parts' kept windows were merged from Redis, where they were already
             self.stored.clear()
-        LOG.debug("%s: batches %s: windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
-                  "Redis in %d parts %.0f, done %.0f)", self.scope, batch_ids, series,
+        LOG.debug("%s: batches %s (%s): windows of %d series merged in %.0f ms (numbered %.0f, merged %.0f, "
+                  "Redis calls laid out %.0f, sent in parts %.0f, done %.0f)", self.scope,
+                  [i for i, _ in todo], f"every size from {applied + 1}" if every_size else "finest only",
+                  series,
                   (time.monotonic() - began) * 1000, (numbered - began) * 1000, (merged - numbered) * 1000,
-                  len(parts), (queued - merged) * 1000, (time.monotonic() - queued) * 1000)
+                  laid_out * 1000, (queued - merged - laid_out) * 1000, (time.monotonic() - queued) * 1000)
 
-    def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int]) -> set[int]:
-        """The parts of a merge of `group` (first, last batch) already in Redis."""
+    def _coarse(self, pipe: redis.client.Pipeline, applied: int, finest: int, fresh: pa.Table | None
+                ) -> pa.Table | None:
+        """The numbered partials the coarser sizes merge: the batches after `applied` up to `finest` (kept
+        from their finest merges, or read from their staged copies), then `fresh`."""
+        ranges = [(first, last) for first, last, _ in self._finest_only]
+        ends = [applied, *(last for _, last in ranges)]
+        if ends[-1] == finest and all(f == end + 1 for (f, _), end in zip(ranges, ends[:-1], strict=True)):
+            behind = [table for _, _, table in self._finest_only]
+        else:  # a new process, or another writer merged some: the staged copies are the batches
+            staged = self._staged(list(range(applied + 1, finest + 1)))
+            behind = [self.number(pa.concat_tables([w for _, w in staged]), self.series_keys)[0]] if staged \
+                else []
+        tables = [t for t in (*behind, fresh) if t is not None]
+        if not tables:
+            return None
+        table = pa.concat_tables(tables)
+        # By series as numbered_partials orders them (each batch's rows after the earlier batches').
+        return table if len(tables) == 1 else \
+            table.take(np.argsort(table["series"].to_numpy(), kind="stable"))
+
+    def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int, bool]) -> set[int]:
+        """The parts of a merge of `group` (first, last batch, at every size) already in Redis."""
         cut_off = _merging(cast(dict, pipe.hgetall(layout.merging_batches_key(self.scope))))
         if cut_off is None:
             return set()
-        if cut_off[:2] != group:
-            raise RuntimeError(f"{self.scope}: batches {cut_off[0]}..{cut_off[1]} were being merged "
-                               f"together, not {group[0]}..{group[1]}")
+        if (cut_off[0], cut_off[1], cut_off[3]) != group:
+            raise RuntimeError(f"{self.scope}: batches {cut_off[0]}..{cut_off[1]} were being merged together "
+                               f"({_sizes(cut_off[3])}), not {group[0]}..{group[1]} ({_sizes(group[2])})")
         return set(cut_off[2])
 
-    def _updates(self, finest: pa.Table | None) -> list[WindowUpdates]:
-        """The batch's partials merged at every window size with the stored windows (read from Redis
-        first where they are not kept)."""
-        if finest is None:
-            return []
+    def _updates(self, fresh: pa.Table | None, coarse: pa.Table | None) -> list[WindowUpdates]:
+        """Partials merged with the stored windows (read from Redis first where they are not kept): `fresh`
+        at the finest size, `coarse` at the others."""
         updates = []
         for i, window in enumerate(layout.WINDOWS):
-            partials = self.size(finest, window)
+            finest = layout.WINDOWS[window] == layout.FINEST_WINDOW
+            numbered = fresh if finest else coarse
+            if numbered is None:
+                continue
+            partials = self.size(numbered, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
                 self._load(missing, window, i)
@@ -225,24 +292,22 @@ class WindowWriter:
                          dict(zip(missing, newest, strict=True)))
 
 
-def merge_parts(calls: list[tuple[list[str], list[str]]]) -> dict[int, list[tuple[list[str], list[str]]]]:
-    """The REPLACE_WINDOWS_LUA calls (one per topic) by merge part: a hash of the topic's hash tag."""
-    parts: dict[int, list[tuple[list[str], list[str]]]] = {}
-    for keys, argv in calls:
-        key = keys[0]
-        tag = key[key.index("{"):key.index("}") + 1]
-        parts.setdefault(zlib.crc32(tag.encode()) % MERGE_PARTS, []).append((keys, argv))
-    return parts
-
-
-def _merging(raw: dict) -> tuple[int, int, frozenset[int]] | None:
-    """(first, last, parts done) of a merge in progress, from its hash; None when there is none."""
+def _merging(raw: dict) -> tuple[int, int, frozenset[int], bool] | None:
+    """(first, last, parts done, at every size) of a merge in progress, from its hash; None when there is
+    none. A merge recorded before some were finest only was at every size."""
     if not raw:
         return None
     fields = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
               for k, v in raw.items()}
     try:
         parts = frozenset(int(p) for p in fields.get("parts", "").split(",") if p)
-        return int(fields["first"]), int(fields["last"]), parts
+        sizes = fields.get("sizes", "all")
+        if sizes not in ("all", "finest"):
+            raise ValueError(f"sizes {sizes!r}")
+        return int(fields["first"]), int(fields["last"]), parts, sizes == "all"
     except (KeyError, ValueError) as exc:
         raise RuntimeError(f"unreadable merge in progress {fields!r}: {exc}") from exc
+
+
+def _sizes(every_size: bool) -> str:
+    return "every size" if every_size else "finest only"

@@ -41,7 +41,7 @@ from typing import cast
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
 from bench.process_cpu import CLOCK_TICKS, stat_ticks  # noqa: E402
@@ -194,14 +194,7 @@ class Bench:
                     continue
                 if began is None:
                     began, cpu_began = time.monotonic(), time.process_time()
-                while True:
-                    try:
-                        producer.produce(f"{name}.{message.topic()}", message.value(), message.key(),
-                                         cast(int, message.partition()), timestamp=message.timestamp()[1],
-                                         headers=message.headers())
-                        break
-                    except BufferError:
-                        producer.poll(0.1)
+                produce_waiting(producer, f"{name}.{message.topic()}", message)
                 copied += 1
             producer.poll(0)
         producer.flush(120)
@@ -288,6 +281,18 @@ def driver_process(name: str, config: Path, workdir: Path, checkout: Path | None
     # -P: the other checkout's packages, not this one's from the working directory
     command = [str(checkout / ".venv/bin/python"), "-P", "-m", "driver", "--config", str(config)]
     return ManagedProcess(name, command, workdir / f"{name}.log", {"PYTHONPATH": str(checkout)})
+
+
+def produce_waiting(producer: Producer, topic: str, message: Message) -> None:
+    """A copy of `message` (partition, key, value, timestamp, headers) into `topic`; while the producer's
+    queue is full, serves its delivery reports and tries again."""
+    while True:
+        try:
+            producer.produce(topic, message.value(), message.key(), cast(int, message.partition()),
+                             timestamp=message.timestamp()[1], headers=message.headers())
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 def finish(process: subprocess.Popen, timeout_s: float, what: str) -> None:
@@ -396,6 +401,18 @@ def line_8(bench: Bench, systems: dict[str, Replicator]) -> str:
     return line
 
 
+def broker_heap(scale: bool, min_heap: str | None, workdir: Path) -> list[str]:
+    """The local brokers' JVM options: at `--scale` 1 GB, as thousands of partitions and their copies
+    outgrow the stack's 384 MB; started at that size (`-Xms`) unless told otherwise. The stack's brokers
+    start at 128 MB and grow: the first copy of every scale call, whichever replicator made it, ran at
+    a third of the later ones' rate (bench/RESULTS.md, s26 and s27). Each broker logs its collections
+    into the bench's folder (gc-<pid>.log), to read a copy's rate against its brokers' pauses."""
+    max_heap = "1g" if scale else next(o[4:] for o in kafka_cluster.HEAP_OPTS if o.startswith("-Xmx"))
+    kept = [o for o in kafka_cluster.HEAP_OPTS if not o.startswith(("-Xms", "-Xmx"))]
+    return [f"-Xms{min_heap or max_heap}", f"-Xmx{max_heap}", *kept,
+            f"-Xlog:gc:file={workdir}/gc-%p.log:time,uptime"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="records per value size")
@@ -413,6 +430,12 @@ def main() -> None:
     parser.add_argument("--compare-driver", type=Path,
                         help="also run the driver of this checkout (with its own .venv), e.g. the code "
                              "before a change")
+    parser.add_argument("--broker-min-heap", default=None,
+                        help="the local brokers' -Xms (default: their -Xmx, so that no copy pays for "
+                             "growing a broker's heap; e.g. 128m for the stack's setting)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="--scale: no unmeasured copy of the preloaded topic before the first "
+                             "measured one")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     workdir = Path(tempfile.mkdtemp(prefix="srm-bench-replication-"))
@@ -420,8 +443,7 @@ def main() -> None:
     if args.bootstraps:
         bootstraps = dict(item.split("=", 1) for item in args.bootstraps.split(","))
     else:
-        if args.scale:  # thousands of partitions and their copies outgrow the stack's 384 MB broker heap
-            kafka_cluster.HEAP_OPTS = [*kafka_cluster.HEAP_OPTS, "-Xmx1g"]
+        kafka_cluster.HEAP_OPTS = broker_heap(args.scale, args.broker_min_heap, workdir)
         clusters = KafkaClusters(["east", "west"], workdir / "kafka").start()
         bootstraps = {alias: clusters.bootstrap(alias) for alias in ("east", "west")}
     try:
@@ -430,6 +452,10 @@ def main() -> None:
             scale_bench = ScaleBench(bootstraps["east"], bootstraps["west"], args.records, workdir,
                                      args.compare_driver)
             scale_bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
+            scale_bench.warm_up_first = not args.no_warm_up
+            if clusters is not None:
+                scale_bench.broker_pids = {alias: cast(subprocess.Popen, clusters[alias].process).pid
+                                           for alias in ("east", "west")}
             line = measure_scale(scale_bench, args.latency_seconds,
                                  [int(v) for v in args.tasks_max.split(",")], args.repeat,
                                  args.first_repetition)

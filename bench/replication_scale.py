@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.replication import (
     LATENCY_RATE,
+    PIPE_PRODUCER,
     POLL_BATCH,
     POLL_TIMEOUT_S,
     Bench,
@@ -56,6 +57,8 @@ from bench.replication import (
     driver_process,
     finish,
     percentile,
+    process_cpu_s,
+    produce_waiting,
     wait_for_topic,
 )
 from stack import srm_properties
@@ -96,6 +99,8 @@ class ScaleBench(Bench):
         self.peak_rss_mb, self.peak_threads, self.assign_s, self.assign_s_base = 0.0, 0, 0.0, 0.0
         self.runs = 0
         self.modes: tuple[bool, ...] = (False, True)  # exactly once or not; `--modes` runs one alone
+        self.warm_up_first = True  # an unmeasured copy of the preloaded topic before the measured ones
+        self.broker_pids: dict[str, int] = {}  # the local brokers (east, west): their CPU a copy is logged
 
     def preload_scale(self) -> None:
         names = [self.topic, self.latency_topic]
@@ -105,18 +110,60 @@ class ScaleBench(Bench):
         # Lingering fills the batches of 1,000 partitions: fewer, fuller requests than the default.
         finish(self.perf_producer(self.topic, self.records, SIZE, -1, ["linger.ms=100", "batch.size=262144"]),
                PRELOAD_S, f"preload of {self.topic}")
-        self.expected = end_offsets(self.east_admin, self.topic)
+        self.expected = source_count(self.east_admin, self.topic)
         LOG.info("preloaded %d x %d B into %s (%d partitions) in %.1f s; it holds %d", self.records, SIZE,
                  self.topic, PARTITIONS, time.monotonic() - began, self.expected)
         if self.expected < self.records * 0.99:
             raise RuntimeError(f"the perf producer lost {self.records - self.expected} of {self.records} "
                                f"records: see {self.workdir}/perf-{self.topic}.log")
+        if self.warm_up_first:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """One unmeasured copy of the whole preloaded topic into a topic of west, by a bare consume ->
+        produce loop here, then deleted: both brokers serve a full copy before the first measured one,
+        which otherwise ran alone on brokers that had not (its reads the first of the preloaded logs,
+        its writes the first on west)."""
+        began = time.monotonic()
+        name = f"warmup.{self.topic}"
+        for future in self.west_admin.create_topics([NewTopic(name, PARTITIONS, 1)],
+                                                    operation_timeout=ADMIN_S).values():
+            future.result(ADMIN_S)
+        consumer = Consumer({"bootstrap.servers": self.east, "group.id": f"bench-{name}",
+                             "enable.auto.commit": False, "fetch.queue.backoff.ms": 50})
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        producer = Producer({"bootstrap.servers": self.west, **PIPE_PRODUCER})
+        copied, moved_at = 0, time.monotonic()
+        try:
+            while copied < self.expected:
+                messages = consumer.consume(POLL_BATCH, timeout=POLL_TIMEOUT_S)
+                for message in messages:
+                    if message.error() is None:
+                        produce_waiting(producer, name, message)
+                        copied += 1
+                producer.poll(0)
+                if messages:
+                    moved_at = time.monotonic()
+                elif time.monotonic() - moved_at > STALL_S:
+                    raise TimeoutError(f"the warm-up copy stalled at {copied} of {self.expected} records "
+                                       f"(nothing read for {STALL_S:.0f} s)")
+            left = producer.flush(STALL_S)
+            if left:
+                raise TimeoutError(f"the warm-up copy's producer still held {left} records after "
+                                   f"{STALL_S:.0f} s")
+        finally:
+            consumer.close()
+        for future in self.west_admin.delete_topics([name], operation_timeout=ADMIN_S).values():
+            future.result(ADMIN_S)
+        LOG.info("warm-up: copied %d records into %s (unmeasured) in %.1f s", copied, name,
+                 time.monotonic() - began)
 
     # --- counting copies -------------------------------------------------------------------------
 
     def time_scale_copy(self, name: str, count: Callable[[], int]) -> Run:
         started = time.monotonic()
         first_at, first_count, last_count, moved_at = None, 0, -1, started
+        brokers_cpu: dict[str, float] = {}
         while True:
             copied = count()
             now = time.monotonic()
@@ -124,10 +171,14 @@ class ScaleBench(Bench):
                 last_count, moved_at = copied, now
             if first_at is None and copied > 0:
                 first_at, first_count = now, copied
+                brokers_cpu = self.brokers_cpu()
             if copied >= self.expected:
                 run = Run(name, self.expected - first_count, now - (first_at or now))
-                LOG.info("%s copied %d records in %.2f s: %.0f rec/s", name, run.records, run.seconds,
-                         run.rate)
+                spent = {alias: cpu - brokers_cpu.get(alias, cpu)
+                         for alias, cpu in self.brokers_cpu().items()}
+                LOG.info("%s copied %d records in %.2f s: %.0f rec/s; brokers' CPU over it: %s", name,
+                         run.records, run.seconds, run.rate,
+                         ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
                 return run
             if first_at is None and now - started > FIRST_RECORD_S:
                 raise TimeoutError(f"{name} copied no record within {FIRST_RECORD_S:.0f} s of its start")
@@ -135,6 +186,13 @@ class ScaleBench(Bench):
                 raise TimeoutError(f"{name} stalled at {copied} of {self.expected} records "
                                    f"(nothing more for {STALL_S:.0f} s)")
             time.sleep(0.2)
+
+    def brokers_cpu(self) -> dict[str, float]:
+        """The local brokers' CPU seconds so far (all threads), by alias; none for clusters not ours."""
+        try:
+            return {alias: process_cpu_s(pid) for alias, pid in self.broker_pids.items()}
+        except OSError:  # a broker gone: the copy fails on its own
+            return {}
 
     # --- the runs --------------------------------------------------------------------------------
 
@@ -322,6 +380,23 @@ def leaders_ready(admin: AdminClient, topic: str) -> bool:
     metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
     return (metadata is not None and metadata.error is None and len(metadata.partitions) == PARTITIONS
             and all(p.leader >= 0 for p in metadata.partitions.values()))
+
+
+def source_count(admin: AdminClient, topic: str) -> int:
+    """What the preloaded topic holds: its end offsets, read until every partition answers (a broker
+    still busy with the preload may fail a read), within `ADMIN_S`."""
+    requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+    deadline = time.monotonic() + ADMIN_S
+    while True:
+        try:
+            futures = admin.list_offsets(requests, request_timeout=30)
+            return sum(future.result().offset for future in futures.values())
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the end offsets of {topic} were not readable within {ADMIN_S:.0f} s "
+                                   f"of the preload: {exc}") from None
+            LOG.info("end offsets of %s not read yet: %s", topic, exc)
+            time.sleep(1)
 
 
 def end_offsets(admin: AdminClient, topic: str) -> int:

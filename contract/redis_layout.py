@@ -355,10 +355,17 @@ def applied_batch_key(query_name: str) -> str:
     return f"{batch_key(query_name)}:applied"
 
 
+def finest_applied_batch_key(query_name: str) -> str:
+    """The last batch whose finest (10 s) windows are merged, when that is past applied_batch_key (the
+    coarser windows are merged less often: window_writer); absent, it is applied_batch_key."""
+    return f"{batch_key(query_name)}:applied:finest"
+
+
 def merging_batches_key(query_name: str) -> str:
-    """Hash of a merge in progress (window_writer): `first` and `last`, the batches merged together, and
-    `parts`, the merge's parts already in Redis (comma-separated numbers). Written with each part, deleted
-    with the last one (which advances applied_batch_key), so a merge cut off part-way is finished on
+    """Hash of a merge in progress (window_writer): `first` and `last`, the batches merged together,
+    `sizes` ("all" or "finest": which window sizes it writes; absent, all), and `parts`, the merge's parts
+    already in Redis (comma-separated numbers). Written with each part, deleted with the last one (which
+    advances applied_batch_key or finest_applied_batch_key), so a merge cut off part-way is finished on
     restart without merging a part twice."""
     return f"{batch_key(query_name)}:merging"
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import redis
 
-from aggregator.lag_seconds_windows import LagSample, lag_seconds_partials
+from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns, lag_seconds_partials
 from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import BatchPartials, partials_schema
 from contract import redis_layout as layout
@@ -39,6 +39,20 @@ def test_samples_roll_up_to_the_worst_partition_at_the_newest_report():
     # The replication's newest report is east.pay's: its value is the range's `last`.
     assert rows[("partition", "r", layout.ALL_TOPICS, layout.WHOLE_TOPIC, "")] == (3, 11.0, 1.0, 7.0, 1.0,
                                                                                    HOUR + 2_000)
+
+
+@pytest.mark.parametrize("kind", ["partition", "group"])
+def test_samples_of_distinct_subjects_are_their_own_partition_level_partials(kind: str):
+    """A batch's newest report of each subject (one_a_subject) skips the rollup of its own level: the rows
+    are those the rollup gives, in another order."""
+    group = "billing" if kind == "group" else ""
+    rows = [("west", "east", f"east.t{p % 3}", p, group, HOUR + 500 * p + (p % 4) * 9_000, float(p % 5))
+            for p in range(12)]
+    columns = [list(c) for c in zip(*rows, strict=True)]
+    rolled, own = (lag_seconds_columns(kind, *columns, one_a_subject=alone) for alone in (False, True))
+    assert own.schema == partials_schema() == rolled.schema
+    order = [(c, "ascending") for c in ("level", "topic", "partition", "window_start")]
+    assert own.sort_by(order).equals(rolled.sort_by(order))
 
 
 def test_group_samples_are_kept_per_partition_and_topic():

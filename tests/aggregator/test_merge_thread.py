@@ -24,18 +24,24 @@ class StandInWriter:
 
     def __init__(self, client: object, scope: str) -> None:
         self.merges: list[list[int]] = []
+        self.every_size: list[bool] = []  # of each merge: at every size, or the finest only
         self.merged = threading.Condition()
 
     def recover(self, committed: int | None) -> None:
         pass
 
-    def apply_all(self, batches: list, staged: bool = False) -> None:
+    @property
+    def behind(self) -> bool:
+        return bool(self.merges) and not self.every_size[-1] and bool(self.merges[-1])
+
+    def apply_all(self, batches: list, staged: bool = False, every_size: bool = True) -> None:
         assert staged  # committed batches, staged by the sink: none merged into a Redis that lost them
         ids = [i for i, _ in batches]
         if self.fail_on in ids:
             raise ConnectionError("Redis went away")
         with self.merged:
             self.merges.append(ids)
+            self.every_size.append(every_size)
             self.merged.notify_all()
 
     def wait_for(self, merges: int) -> list[list[int]]:
@@ -120,3 +126,38 @@ def test_a_query_run_ends_only_its_own_sink():
     closer.sinks.update({"run-1": Sink("old"), "run-2": Sink("new")})
     closer.onQueryTerminated(SimpleNamespace(id="query", runId="run-1"))
     assert closed == ["old"] and list(closer.sinks) == ["run-2"]
+
+
+def test_the_coarser_sizes_wait_for_their_interval_and_the_sink_asking_merges_them(thread, monkeypatch):
+    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
+    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
+    for batch_id in (1, 2, 3):
+        thread.submit(batch_id, None)
+        thread._writer.wait_for(batch_id)
+    # The first merge is at every size; then the finest only, until the interval is past.
+    assert (thread._writer.merges, thread._writer.every_size) == ([[1], [2], [3]], [True, False, False])
+    thread.wait_idle()  # the sink reads windows from Redis: every size is merged first
+    assert (thread._writer.merges, thread._writer.every_size) == ([[1], [2], [3], []],
+                                                                  [True, False, False, True])
+
+
+def test_once_the_interval_is_past_the_coarser_sizes_are_merged_with_no_batch_waiting(thread, monkeypatch):
+    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
+    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
+    for batch_id in (1, 2):
+        thread.submit(batch_id, None)
+        thread._writer.wait_for(batch_id)
+    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", 0.0)
+    with thread._changed:  # the thread waits for the interval it read: as if it had run out
+        thread._changed.notify_all()
+    assert thread._writer.wait_for(3) == [[1], [2], []] and thread._writer.every_size[-1]
+
+
+def test_close_merges_the_coarser_sizes_of_what_was_merged_at_the_finest_only(thread, monkeypatch):
+    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
+    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
+    for batch_id in (1, 2):
+        thread.submit(batch_id, None)
+        thread._writer.wait_for(batch_id)
+    thread.close(30)
+    assert thread._writer.merges == [[1], [2], []] and thread._writer.every_size == [True, False, True]

@@ -229,6 +229,27 @@ def test_a_value_the_field_holds_already_is_not_sent_again(sink: RedisRollupSink
     assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0"))) == {"ts": 10, "v": 3}
 
 
+def test_a_hash_lifetime_is_set_at_its_first_write_and_renewed_once_a_period(
+        sink: RedisRollupSink, monkeypatch: pytest.MonkeyPatch):
+    """A PEXPIRE at every write was half a batch's commands: the writer sets a hash's lifetime the first
+    time it writes it (and after it forgot what it wrote), then again once EXPIRY_RENEWAL_MS passed."""
+    key = f"latest:{uuid.uuid4().hex[:6]}"
+    sink._write_latest([(key, "0", {"ts": 10})])
+    assert 0 < cast(int, sink.client.pttl(key)) <= layout.LATEST_TTL_MS
+    sink.client.persist(key)  # a mark: whatever PEXPIRE comes next sets a lifetime again
+    sink._write_latest([(key, "0", {"ts": 11})])
+    assert sink.client.pttl(key) == -1, "renewed within the period"
+    assert layout.decode_latest(cast(bytes, sink.client.hget(key, "0")))["ts"] == 11
+    monkeypatch.setattr(latest_writes, "EXPIRY_RENEWAL_MS", 0)
+    sink._write_latest([(key, "0", {"ts": 12})])
+    assert 0 < cast(int, sink.client.pttl(key)) <= layout.LATEST_TTL_MS
+    monkeypatch.undo()
+    sink.client.persist(key)
+    sink.latest_writer.clear()  # as a failed write leaves it
+    sink._write_latest([(key, "0", {"ts": 13})])
+    assert 0 < cast(int, sink.client.pttl(key)) <= layout.LATEST_TTL_MS
+
+
 def test_latest_values_split_into_hsets_keep_each_fields_rule(sink: RedisRollupSink,
                                                                monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(latest_writes, "FIELDS_PER_HSET", 1)  # an HSET a field

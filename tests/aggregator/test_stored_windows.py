@@ -9,13 +9,20 @@ from aggregator.stored_windows import (
     SeriesKeys,
     StoredWindows,
     WindowUpdates,
+    calls_by_part,
+    hash_tag,
     keep_ms,
-    redis_calls,
+    merge_part,
     size_partials,
 )
 from contract import redis_layout as layout
 
 KEY = 0  # the subject's number
+
+
+def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list:
+    """The calls of a merge in one part."""
+    return [call for _, calls in calls_by_part(updates, keys) for call in calls]
 COUNT, LAG = layout.METRIC_INDEX["record_count"], layout.METRIC_INDEX["records_lag"]
 
 
@@ -176,3 +183,30 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     assert argv == ["1", "1", "0", "m0-0", "1", "0", "m0-0", "1", "0", "m1-0",
                     "3", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000",
                     "2", "*", "0", "3600000", ttl_1h]
+
+
+def test_a_merge_cut_into_parts_splits_its_calls_by_topic_and_leaves_out_the_parts_done():
+    keys = SeriesKeys()
+    ids = keys.number([("west", "east", f"east.t{t}", p, "") for t in range(40) for p in range(2)])
+    changed = pa.table({"series": pa.array(ids, pa.int64()), "start": pa.array([0] * len(ids), pa.int64()),
+                        "member": [f"m{i}" for i in ids], "replaces": pa.array([False] * len(ids))})
+    updates = [WindowUpdates("10s", changed, {ids[3]: (None, -5)}, {ids[5]: 0})]
+    whole = redis_calls(updates, keys)
+    parts = dict(calls_by_part(updates, keys, 8))
+    assert 1 < len(parts) <= 8 and list(parts) == sorted(parts)
+    # The calls of one part in one process are those of the merge uncut, each topic's in its tag's part.
+    assert sorted(call for calls in parts.values() for call in calls) == sorted(whole)
+    for part, calls in parts.items():
+        assert all(merge_part(hash_tag(names[0]), 8) == part for names, _ in calls)
+    skipped = dict(calls_by_part(updates, keys, 8, skip=list(parts)[:2]))
+    assert skipped == {p: c for p, c in parts.items() if p not in list(parts)[:2]}
+
+
+def test_a_topics_merge_part_depends_on_its_name_only():
+    first, second = SeriesKeys(), SeriesKeys()
+    topics = [("west", "east", f"east.t{t}", 0, "") for t in range(40)]
+    first.number(topics)
+    second.number(list(reversed(topics)))
+    assert {first.keys[i][0]: first.tag_crcs[first.tags[i]] for i in range(40)} == \
+        {second.keys[i][0]: second.tag_crcs[second.tags[i]] for i in range(40)}
+    assert merge_part("{west|east|east.t1}", 8) == merge_part("{west|east|east.t1}", 8) < 8

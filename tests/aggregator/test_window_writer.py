@@ -9,15 +9,12 @@ from typing import cast
 
 import pytest
 
-from aggregator import window_writer
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
 from aggregator.window_writer import (
-    MERGE_PARTS,
     WindowWriter,
     decode_partials,
     encode_partials,
-    merge_parts,
     stage,
 )
 from contract import redis_layout as layout
@@ -126,14 +123,6 @@ def topics_batch(prefix: str, topics: int, first_window: int):
         for i in range(4) for t in range(topics)])
 
 
-def test_a_merge_is_cut_into_parts_by_topic():
-    calls = [([f"srm:win:{{west|east|east.t{t}}}:0::10s"], ["1"]) for t in range(40)]
-    parts = merge_parts(calls)
-    assert 1 < len(parts) <= MERGE_PARTS and sum(len(c) for c in parts.values()) == 40
-    # A topic's part depends on its name only, not on the order of the calls.
-    assert merge_parts(list(reversed(calls))).keys() == parts.keys()
-
-
 def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_twice(redis_url: str,
                                                                                      monkeypatch):
     prefixes = [f"east.t{uuid.uuid4().hex[:6]}-" for _ in range(2)]
@@ -142,19 +131,19 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
         whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
     cut.write(topics_batch(prefixes[1], 24, 0), 0)
     merged: list[list] = []
-    real_parts = window_writer.merge_parts
-
-    def seen_parts(calls):
-        parts = real_parts(calls)
-        merged.extend(parts[p] for p in sorted(parts))
-        return parts
-
-    monkeypatch.setattr(window_writer, "merge_parts", seen_parts)
     assert isinstance(cut.windows, WindowWriter)  # merging inline
+    real_parts = cut.windows.parts
+
+    def seen_parts(*args):
+        for part, calls in real_parts(*args):
+            merged.append(calls)
+            yield part, calls
+
+    monkeypatch.setattr(cut.windows, "parts", seen_parts)
     replace = cut.windows._replace
 
     def dies_in_the_third_part(keys, args, client):
-        if keys is merged[2][0][0]:
+        if len(merged) == 3 and keys is merged[2][0][0]:
             raise ConnectionError("the process died between the merge's second and third part")
         return replace(keys=keys, args=args, client=client)
 
@@ -206,3 +195,86 @@ def test_a_key_written_on_and_on_is_trimmed_to_its_retention_by_its_grid(redis_u
     assert int(fields.pop(layout.NEWEST_FIELD.encode())) == HOUR + 2_399 * 10_000
     cut = 2_399 - layout.WINDOWS["10s"].retention_ms // 10_000
     assert sorted(int(f) for f in fields) == [HOUR + i * 10_000 for i in range(cut, 2_400)]
+
+
+def staged_only(sink: RedisRollupSink, batches: list, monkeypatch: pytest.MonkeyPatch) -> WindowWriter:
+    """Commits (stages) `batches` through the sink, merging none; a writer of the sink's query."""
+    monkeypatch.setattr(sink.windows, "submit", lambda *_: None)
+    for batch_id, windows in enumerate(batches):
+        sink.write(windows, batch_id)
+    return WindowWriter(sink.client, sink.batch_scope)
+
+
+def renamed(sink: RedisRollupSink, name: str) -> dict:
+    return {k.replace(name, "T"): v for k, v in snapshot(sink.client, match=f"*{name}*").items()}
+
+
+def test_batches_merged_at_the_finest_size_then_at_every_size_equal_batches_merged_at_every_size(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch):
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    expected = run(new_sink(redis_url), topics[1], range(4))
+    sink = new_sink(redis_url)
+    writer = staged_only(sink, [batch(topics[0], 4 * b) for b in range(4)], monkeypatch)
+    scope = sink.batch_scope
+
+    def coarse() -> dict:
+        return {k: v for k, v in renamed(sink, topics[0]).items() if not k.endswith(":10s")}
+
+    writer.merge_staged([0])
+    before = coarse()
+    writer.merge_staged([1], every_size=False)
+    writer.merge_staged([2], every_size=False)
+    assert writer.behind and coarse() == before  # the 1 min and 1 h windows wait
+    assert (sink.client.get(layout.applied_batch_key(scope)),
+            sink.client.get(layout.finest_applied_batch_key(scope))) == (b"0", b"2")
+    assert not windows_merged(sink.client, sink.query_name, None)
+    assert sink.client.exists(*(layout.staged_batch_key(scope, b) for b in (1, 2))) == 2  # kept for them
+    writer.merge_staged([3])
+    assert renamed(sink, topics[0]) == expected and not writer.behind
+    assert sink.client.get(layout.applied_batch_key(scope)) == b"3"
+    assert sink.client.exists(layout.finest_applied_batch_key(scope), *(layout.staged_batch_key(scope, b)
+                                                                        for b in range(4))) == 0
+
+
+def test_a_restart_merges_at_every_size_what_was_merged_at_the_finest_only(redis_url: str,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    topics = [f"east.t{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    expected = run(new_sink(redis_url), topics[1], range(3))
+    sink = new_sink(redis_url)
+    writer = staged_only(sink, [batch(topics[0], 4 * b) for b in range(3)], monkeypatch)
+    writer.merge_staged([0])
+    writer.merge_staged([1], every_size=False)
+    writer.merge_staged([2], every_size=False)
+    restarted = WindowWriter(sink.client, sink.batch_scope)  # a new process: nothing kept
+    restarted.recover(2)
+    assert renamed(sink, topics[0]) == expected and windows_merged(sink.client, sink.query_name, None)
+
+
+def test_a_merge_at_every_size_cut_off_part_way_is_finished_on_restart(redis_url: str,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    prefixes = [f"east.t{uuid.uuid4().hex[:6]}-" for _ in range(2)]
+    whole = new_sink(redis_url)
+    for batch_id in range(3):
+        whole.write(topics_batch(prefixes[0], 24, 4 * batch_id), batch_id)
+    cut = new_sink(redis_url)
+    writer = staged_only(cut, [topics_batch(prefixes[1], 24, 4 * b) for b in range(3)], monkeypatch)
+    writer.merge_staged([0])
+    writer.merge_staged([1], every_size=False)
+    sent: list[int] = []
+    real_parts = writer.parts
+
+    def dies_in_the_third_part(*args):
+        for part, calls in real_parts(*args):
+            if len(sent) == 2:
+                raise ConnectionError("the process died between the merge's second and third part")
+            sent.append(part)
+            yield part, calls
+
+    monkeypatch.setattr(writer, "parts", dies_in_the_third_part)
+    with pytest.raises(ConnectionError):
+        writer.merge_staged([2])
+    progress = cast(dict, cut.client.hgetall(layout.merging_batches_key(cut.batch_scope)))
+    assert (progress[b"first"], progress[b"last"], progress[b"sizes"]) == (b"1", b"2", b"all")
+    restarted = WindowWriter(cut.client, cut.batch_scope)
+    restarted.recover(2)
+    assert renamed(cut, prefixes[1]) == renamed(whole, prefixes[0])
