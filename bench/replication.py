@@ -403,10 +403,10 @@ def line_8(bench: Bench, systems: dict[str, Replicator]) -> str:
 
 def broker_heap(scale: bool, min_heap: str | None, workdir: Path) -> list[str]:
     """The local brokers' JVM options: at `--scale` 1 GB, as thousands of partitions and their copies
-    outgrow the stack's 384 MB; started at that size (`-Xms`) unless told otherwise. The stack's brokers
-    start at 128 MB and grow: the first copy of every scale call, whichever replicator made it, ran at
-    a third of the later ones' rate (bench/RESULTS.md, s26 and s27). Each broker logs its collections
-    into the bench's folder (gc-<pid>.log), to read a copy's rate against its brokers' pauses."""
+    outgrow the stack's 384 MB; started at that size (`-Xms`) unless told otherwise, so that the heap's
+    growth (full collections of about a second) falls before the measured copies and latency loads, not
+    inside one of them. Each broker logs its collections into the bench's folder (gc-<pid>.log), to read
+    a copy's rate against its brokers' pauses."""
     max_heap = "1g" if scale else next(o[4:] for o in kafka_cluster.HEAP_OPTS if o.startswith("-Xmx"))
     kept = [o for o in kafka_cluster.HEAP_OPTS if not o.startswith(("-Xms", "-Xmx"))]
     return [f"-Xms{min_heap or max_heap}", f"-Xmx{max_heap}", *kept,

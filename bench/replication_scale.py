@@ -121,9 +121,10 @@ class ScaleBench(Bench):
 
     def warm_up(self) -> None:
         """One unmeasured copy of the whole preloaded topic into a topic of west, by a bare consume ->
-        produce loop here, then deleted: both brokers serve a full copy before the first measured one,
-        which otherwise ran alone on brokers that had not (its reads the first of the preloaded logs,
-        its writes the first on west)."""
+        produce loop here, then deleted: both brokers serve a full copy before the first measured one.
+        Without it the first copy of a call, whichever replicator made it, was the first to read the
+        preloaded logs and to write on west, and ran at a fraction of the later copies' rate with the
+        brokers spending twice their CPU a record (bench/RESULTS.md)."""
         began = time.monotonic()
         name = f"warmup.{self.topic}"
         for future in self.west_admin.create_topics([NewTopic(name, PARTITIONS, 1)],
