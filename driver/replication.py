@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from confluent_kafka import OFFSET_INVALID, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, Message, TopicPartition
 
 from clients import kafka_clients
 from clients.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
@@ -44,6 +44,7 @@ from driver import replication_clients as clients
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
+from driver.count_recovery import LastReports, tail_size, uncounted
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
 from driver.progress_record import PROGRESS_TOPIC_CONFIGS, PROGRESS_TOPIC_PARTITIONS, resume_offset
@@ -70,6 +71,9 @@ POLL_BATCH: Final = 2000
 POLL_TIMEOUT_S: Final = 0.1
 RESTART_BACKOFF_S: Final = 10.0
 PROGRESS_READ_TIMEOUT_S: Final = 2 * TRANSACTION_TIMEOUT_S
+LAST_REPORTS_READ_TIMEOUT_S: Final = 30.0
+# A final report is flushed before its partitions go: the next owner must find it (driver.count_recovery).
+FINAL_REPORT_FLUSH_S: Final = 5.0
 OUTAGE_CHECK_S: Final = 1.0
 # A topic refresh that failed (a cluster not answering) is tried again this soon.
 REFRESH_RETRY_S: Final = 10.0
@@ -109,6 +113,7 @@ class ReplicationWorker(threading.Thread):
         self.refreshes = 0  # completed topic refreshes, for observers waiting on one
         self._control_version: int | None = None
         self.refusals = TopicRefusals(replication.name)
+        self.last_reports = LastReports(source, target, metrics_topic(source))
 
     @property
     def topics(self) -> dict[str, int]:
@@ -241,6 +246,7 @@ class ReplicationWorker(threading.Thread):
             keys = list(self.writer.flows)
             self.writer.release(keys, timeout_s=SHUTDOWN_FLUSH_S)
             self._produce_metrics(self.stats.retire(set(keys)))
+            self.producer.flush(min(FINAL_REPORT_FLUSH_S, SHUTDOWN_FLUSH_S))  # before the group learns we go
             self.writer.retire(list(self.tasks.owned))
         finally:
             self.tasks.close()
@@ -324,16 +330,37 @@ class ReplicationWorker(threading.Thread):
         LOG.info("%s->%s: %d partition(s) fenced in %.1f s, their progress read in %.1f s",
                  self.replication.source, self.replication.target, len(keys), fenced - began,
                  time.monotonic() - fenced)
-        flows, positions = [], []
+        reported = self._last_reports(keys)
+        flows, positions, recovered = [], [], []
         for topic, partition in keys:
             last = self.progress.last_replicated(topic, partition)
             start = resume_offset(last)
             positions.append(TopicPartition(topic, partition, OFFSET_INVALID if start is None else start))
             flows.append(self._flow(topic, partition, -1 if start is None else start - 1))
+            flows[-1].stats.recovered_count += uncounted(last, reported.get((topic, partition)))
+            if flows[-1].stats.recovered_count:
+                recovered.append(f"{topic}[{partition}]: {flows[-1].stats.recovered_count}")
+        if recovered:
+            LOG.info("%s->%s counts records copied before a restart and never reported: %s",
+                     self.replication.source, self.replication.target, ", ".join(recovered))
         self.writer.add(flows)
         LOG.info("%s->%s assigned %s", self.replication.source, self.replication.target,
                  ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in positions))
         self.consumer.incremental_assign(positions)
+
+    def _last_reports(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Up to where the partitions' last reports counted (driver.count_recovery); nothing when the
+        metrics topic cannot be read, which only leaves a crash's lost counts lost."""
+        reader = clients.metrics_reader(self.config, self.replication)
+        try:
+            return self.last_reports.read(reader, keys, tail_size(sum(self._topics.values())),
+                                          LAST_REPORTS_READ_TIMEOUT_S)
+        except KafkaException as exc:
+            LOG.warning("%s: the last metrics reports are not readable (%s); counts a crash lost before "
+                        "this start are not recovered", self.replication.name, exc)
+            return {}
+        finally:
+            reader.close()
 
     def _flow(self, topic: str, partition: int, last_replicated: int) -> PartitionFlow:
         remote = self.policy.format_remote_topic(self.replication.source, topic)
@@ -352,6 +379,7 @@ class ReplicationWorker(threading.Thread):
         if self.emitter is not None:
             self.emitter.forget(keys)
         self._produce_metrics(self.stats.retire(set(keys)))
+        self.producer.flush(FINAL_REPORT_FLUSH_S)
         LOG.info("%s->%s %s %s", self.replication.source, self.replication.target,
                  "lost" if lost else "released", ", ".join(f"{t}[{p}]" for t, p in keys))
         self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])

@@ -4,6 +4,8 @@
 - the coordination consumer (source): the worker's member of the replication's group, which hands out
   tasks (`driver.replication_tasks`) and reads nothing;
 - the progress consumer (target): reads `mm2-offsets.<source>.internal`, committed records only;
+- the metrics reader (target): reads the tail of `srm-metrics.<source>.internal` when tasks start
+  (`driver.count_recovery`), assigned by hand;
 - a task's transactional producer (target), in exactly-once mode.
 """
 
@@ -53,6 +55,12 @@ def progress_consumer(config: SrmConfig, replication: Replication) -> Consumer:
     return kafka_clients.consumer(config, target, f"{group_id(source, target)}.progress-reader",
                                   source=source, target=target, overrides={
                                       "enable.partition.eof": True, "isolation.level": "read_committed"})
+
+
+def metrics_reader(config: SrmConfig, replication: Replication) -> Consumer:
+    source, target = replication.source, replication.target
+    return kafka_clients.consumer(config, target, f"{group_id(source, target)}.metrics-reader",
+                                  source=source, target=target, overrides={"enable.partition.eof": False})
 
 
 def transactional_producer(config: SrmConfig, replication: Replication, limits: QueueLimits,

@@ -1,7 +1,9 @@
 """Turns the replication's per-partition counters into raw-metrics records, once per `metrics.period`.
 
 Counters are deltas since the last report (MM2's record-count/byte-count, made per period); latency
-and age are summarised per period; offsets and lag are the latest levels seen.
+and age are summarised per period; offsets and lag are the latest levels seen. A partition's first
+report after a task start also counts what a crashed worker copied and never reported
+(``driver.count_recovery``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class PartitionStats:
     age_max: float = -INFINITY
     age_sum: float = 0.0
     upstream_offset: int | None = None  # last replicated
+    recovered_count: int = 0  # copied by an earlier worker that died before reporting them
     target_offset: int | None = None
     source_end_offset: int | None = None
 
@@ -89,11 +92,11 @@ class PartitionStats:
         record = PartitionMetrics(
             ts=ts, period_ms=period_ms, source=source, target=target, topic=self.remote_topic,
             upstream_topic=self.upstream_topic, partition=self.partition,
-            record_count=self.record_count, byte_count=self.byte_count,
+            record_count=self.record_count + self.recovered_count, byte_count=self.byte_count,
             replication_latency_ms=latency, record_age_ms=age, records_lag=self.records_lag(),
             source_end_offset=self.source_end_offset, upstream_offset=self.upstream_offset,
             target_offset=self.target_offset)
-        self.record_count = self.byte_count = self.polled_count = 0
+        self.record_count = self.byte_count = self.polled_count = self.recovered_count = 0
         self.latency_min = self.age_min = INFINITY
         self.latency_max = self.age_max = -INFINITY
         self.latency_sum = self.age_sum = 0.0
@@ -137,7 +140,7 @@ class ReplicationStats:
         with self._lock:
             leaving = [self._partitions.pop(key) for key in keys if key in self._partitions]
         return [stats.report(ts, period_ms, self.source, self.target) for stats in leaving
-                if stats.record_count or stats.polled_count]
+                if stats.record_count or stats.polled_count or stats.recovered_count]
 
     def drain(self, now: float | None = None) -> list[PartitionMetrics | ReplicationMetrics]:
         now = time.time() if now is None else now

@@ -15,14 +15,22 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from contract.records import raw_metrics
-from contract.replication_policy import metrics_topic
+from contract.replication_policy import metrics_topic, progress_topic
+from driver import progress_record
 from driver.replication import group_id
 from stack import srm_properties
 from stack.processes import ManagedProcess
-from tests.driver.replication_cluster_ops import admin, copied_values, create_topic, eventually, read_topic
+from tests.driver.replication_cluster_ops import (
+    admin,
+    copied_values,
+    create_topic,
+    eventually,
+    produce,
+    read_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -185,3 +193,75 @@ def test_a_standby_driver_reports_the_replication_running(kafka_clusters: dict[s
                              "six replication reports")[0]
         assert {r.status for r in reports} == {"RUNNING"}, [(r.status, r.tasks) for r in reports]
         assert {(r.workers, r.tasks) for r in reports} == {(2, 1)}
+
+
+def counted(bootstrap: str, topic: str) -> int:
+    """record_count of `topic`'s partitions over every east -> west report so far."""
+    decoded = (raw_metrics.decode(r.value) for r in read_topic(bootstrap, metrics_topic("east"), None)
+               if r.value is not None)
+    return sum(m.record_count for m in decoded if isinstance(m, raw_metrics.PartitionMetrics)
+               and m.target == "west" and m.upstream_topic == topic)
+
+
+def recorded_progress(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> the last replicated offset of `topic` recorded in the progress topic."""
+    found: dict[int, int] = {}
+    for record in read_topic(bootstrap, progress_topic("east"), None):
+        source = progress_record.decode_key(record.key)
+        last = progress_record.decode_value(record.value)
+        if source is not None and source.topic == topic and last is not None:
+            found[source.partition] = last
+    return found
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+def test_counts_a_kill9_left_unreported_are_counted_after_the_restart(kafka_clusters: dict[str, str],
+                                                                      tmp_path: Path,
+                                                                      exactly_once: bool) -> None:
+    """A driver killed after recording its progress and before its next report: the driver that takes
+    the partitions over counts what the dead one copied and never reported (CI2 lost 70 this way)."""
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    quiet = {"metrics.period": 600, "exactly.once": str(exactly_once).lower()}
+    topic = setup_replication(kafka_clusters, tmp_path, quiet)
+    remote = f"east.{topic}"
+    with ExitStack() as cleanup:
+        produce(east, topic, 300, "first")
+        first = driver(tmp_path, "driver-counted-1")
+        cleanup.callback(first.stop)
+        eventually(lambda: remote_count(west, remote) == 300 or None, "the first 300 copied")
+        first.stop()  # a clean stop reports what it counted: 300
+        eventually(lambda: counted(west, topic) == 300 or None, "the first driver's final report")
+
+        produce(east, topic, 200, "second")
+        second = driver(tmp_path, "driver-counted-2")
+        cleanup.callback(second.stop)
+        ends = source_ends(east, topic)
+        eventually(lambda: recorded_progress(west, topic) == {p: end - 1 for p, end in ends.items() if end}
+                   or None, "the second 200 copied and recorded as progress")
+        second.kill()  # its first report was 600 s away: it counted 200 and reported none
+        assert counted(west, topic) == 300
+
+        srm_properties.write(tmp_path / "srm.properties", kafka_clusters, [("east", "west")],
+                             "redis://127.0.0.1:1/0", {**FAST_FAILOVER, "topics": topic,
+                                                       "exactly.once": str(exactly_once).lower()})
+        third = driver(tmp_path, "driver-counted-3")
+        cleanup.callback(third.stop)
+
+        def reported_all() -> bool:
+            total = counted(west, topic)
+            assert total <= 500, f"{total} records counted, 500 copied"
+            return total == 500
+
+        eventually(reported_all, "the restarted driver counting what the killed one never reported",
+                   timeout_s=120)
+    assert remote_count(west, remote) == 500
+    assert "never reported" in third.log_file.read_text(errors="replace")
+
+
+def source_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
