@@ -75,6 +75,15 @@ def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
     return eventually(ask, f"the high watermark of {topic}[{partition}]")[0]
 
 
+def partition_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's high watermark, read by a consumer that joins no group."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
+    try:
+        return {p: high_watermark(consumer, topic, p) for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
 def read_topic(bootstrap: str, topic: str, expected: int | None, timeout_s: float = 90.0) -> list[Record]:
     """Committed records of every partition, read until each partition was once at its end (and until
     `expected` records arrived): a topic still being written is read up to about when this began."""

@@ -34,7 +34,14 @@ from stack import srm_properties
 from stack.kafka_cluster import KafkaClusters
 from stack.processes import ManagedProcess
 from tests.driver.manual_replication import commit
-from tests.driver.replication_cluster_ops import copied_values, create_topic, eventually, produce, read_topic
+from tests.driver.replication_cluster_ops import (
+    copied_values,
+    create_topic,
+    eventually,
+    partition_ends,
+    produce,
+    read_topic,
+)
 from tests.driver.test_replication_recovery import members_holding_partitions
 
 pytestmark = pytest.mark.integration
@@ -247,14 +254,6 @@ def test_source_broker_restart_under_load(clusters: KafkaClusters, tmp_path: Pat
     assert rss_mb <= MAX_RSS_MB
 
 
-def source_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-    finally:
-        consumer.close()
-
 
 def synced_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets of `topic` (read as a consumer reads them, not through an admin
@@ -294,7 +293,7 @@ def test_group_offset_sync_lives_through_a_target_outage(clusters: KafkaClusters
         # New records and a commit at their end: a checkpoint that must move past the one before.
         produce(east, topic, 400, f"{tag}-after")
         eventually(lambda: end_offsets(west, remote) >= 800 or None, "the new records copied", timeout_s=120)
-        commit(east, group, topic, source_ends(east, topic))
+        commit(east, group, topic, partition_ends(east, topic, PARTITIONS))
 
         def moved() -> dict[int, int] | None:
             assert driver.running, driver.log_tail()

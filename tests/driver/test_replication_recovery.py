@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, Message, Producer
 
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic, progress_topic
@@ -28,6 +28,7 @@ from tests.driver.replication_cluster_ops import (
     copied_values,
     create_topic,
     eventually,
+    partition_ends,
     produce,
     read_topic,
 )
@@ -235,7 +236,7 @@ def test_counts_a_kill9_left_unreported_are_counted_after_the_restart(kafka_clus
         produce(east, topic, 200, "second")
         second = driver(tmp_path, "driver-counted-2")
         cleanup.callback(second.stop)
-        ends = source_ends(east, topic)
+        ends = partition_ends(east, topic, PARTITIONS)
         eventually(lambda: recorded_progress(west, topic) == {p: end - 1 for p, end in ends.items() if end}
                    or None, "the second 200 copied and recorded as progress")
         second.kill()  # its first report was 600 s away: it counted 200 and reported none
@@ -257,11 +258,3 @@ def test_counts_a_kill9_left_unreported_are_counted_after_the_restart(kafka_clus
     assert remote_count(west, remote) == 500
     assert "never reported" in third.log_file.read_text(errors="replace")
 
-
-def source_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-    finally:
-        consumer.close()
