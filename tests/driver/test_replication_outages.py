@@ -305,6 +305,10 @@ def test_group_offset_sync_lives_through_a_target_outage(clusters: KafkaClusters
     finally:
         driver.stop()
     print(f"group sync through a {GROUP_OUTAGE_S} s target outage: {before} -> {after}")
-    # The outage reached the coordinator requests (else this test proved nothing), and they ended on our
-    # side: the client dropped, not left to librdkafka's timer.
-    assert f"west: no answer to a request for the offsets of group '{group}'" in log, log[-3000:]
+    # The outage reached the checkpoint rounds (else this test proved nothing). Which request of a round
+    # meets it is timing: a round asks west for metadata before its group requests, so a group request
+    # meets the outage only when west stops between the two (a fresh-clone CI run saw only the metadata
+    # request fail). The drop of a client whose group request went unanswered is shown without timing in
+    # tests/clients/test_group_admin.py; here, that the process lives and syncs again.
+    met = ("checkpoint round of east->west failed: cluster 'west'", "west: no answer to a request for")
+    assert any(line in log for line in met), log[-3000:]
