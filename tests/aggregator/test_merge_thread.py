@@ -141,12 +141,17 @@ def test_the_coarser_sizes_wait_for_their_interval_and_the_sink_asking_merges_th
                                                                   [True, False, False, True])
 
 
-def test_once_the_interval_is_past_the_coarser_sizes_are_merged_with_no_batch_waiting(thread, monkeypatch):
+def merge_two_at_the_finest_only(thread, monkeypatch) -> None:
+    """Batches 1 and 2 merged at the finest size only: the coarser sizes' interval never runs out."""
     monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
     for batch_id in (1, 2):
         thread.submit(batch_id, None)
         thread._writer.wait_for(batch_id)
+
+
+def test_once_the_interval_is_past_the_coarser_sizes_are_merged_with_no_batch_waiting(thread, monkeypatch):
+    merge_two_at_the_finest_only(thread, monkeypatch)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", 0.0)
     with thread._changed:  # the thread waits for the interval it read: as if it had run out
         thread._changed.notify_all()
@@ -154,10 +159,6 @@ def test_once_the_interval_is_past_the_coarser_sizes_are_merged_with_no_batch_wa
 
 
 def test_close_merges_the_coarser_sizes_of_what_was_merged_at_the_finest_only(thread, monkeypatch):
-    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
-    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
-    for batch_id in (1, 2):
-        thread.submit(batch_id, None)
-        thread._writer.wait_for(batch_id)
+    merge_two_at_the_finest_only(thread, monkeypatch)
     thread.close(30)
     assert thread._writer.merges == [[1], [2], []] and thread._writer.every_size == [True, False, True]
