@@ -17,11 +17,11 @@ MM2's Connect format, written by both), since end offsets there also count trans
 after each at-least-once copy, 20k records/s of 100 B into a second 1,000-partition topic, round robin
 over its partitions (`--latency-load sticky`: the perf producer's default partitioner instead), emptied
 by `DeleteRecords` before each replicator starts, so it starts at its end; arrival on west minus
-CreateTime, until every record of the load arrived. The driver's peak RSS and thread count are sampled from /proc throughout its runs;
-`assign_s` is the slowest of its runs from process start to its log naming all 1,000 partitions
-assigned (`assign_s_base` the same of the compared driver). Before each replicator starts, both brokers
-serve a topic created then (`settle`). Every wait is bounded and ends with a message naming what did
-not happen.
+CreateTime, until every record of the load arrived. The driver's peak RSS and thread count are
+sampled from /proc throughout its runs; `assign_s` is the slowest of its runs from process start to
+its log naming all 1,000 partitions assigned (`assign_s_base` the same of the compared driver). Before
+each replicator starts, both brokers serve a topic created then (`settle`). Every wait is bounded and
+ends with a message naming what did not happen.
 
 `--compare-driver PATH` adds a third replicator: the driver of another checkout (its own `.venv`), run
 the same way in the same repetitions, e.g. the code before a change.
