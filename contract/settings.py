@@ -142,6 +142,11 @@ SETTINGS: Final[dict[str, Setting]] = _table(
             "partitions pause."),
     _driver("replication.fetch.queue.max.bytes", "integer", 16_777_216,
             "Bytes the source consumer fetches ahead of the copy (librdkafka's queued.max.messages.kbytes)."),
+    _driver("replication.producer.partitions.per.broker", "integer", 250,
+            "At least once: partitions led by one target broker that one producer of a worker copies; "
+            "past it the worker copies through another (0: one producer)."),
+    _driver("replication.producers.max", "integer", 4,
+            "At least once: the most producers a worker copies through."),
     # --- aggregator --------------------------------------------------------------------------------
     _process("redis.url", "string", DEFAULT_REDIS_URL, "all", "Redis holding the rollups."),
     _process("redis.connect.timeout.ms", "integer", 5000, "all",

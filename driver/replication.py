@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from confluent_kafka import OFFSET_INVALID, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, Message, Producer, TopicPartition
 
 from clients import kafka_clients
 from clients.kafka_clients import ClusterRejected, ClusterUnavailable, TopicSpec
@@ -44,6 +44,7 @@ from driver import replication_clients as clients
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
+from driver.copy_producers import CopyProducers
 from driver.count_recovery import LastReports, tail_size, uncounted
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
@@ -94,6 +95,9 @@ class ReplicationWorker(threading.Thread):
             raise config.config_error("tasks.max", f"must be at least 1, got {self.tasks_max}",
                                       source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
+        # At least once: (partitions of one target broker a producer carries, most producers)
+        self.producers_spread = (config.setting("replication.producer.partitions.per.broker", source, target),
+                                 config.setting("replication.producers.max", source, target))
         self.readers = readers or ReplicationReaders(replication.name)
         self.stats = ReplicationStats(source, target, self.readers.report)
         self.progress_guard = self.readers.progress_guard(self)
@@ -188,7 +192,8 @@ class ReplicationWorker(threading.Thread):
         next_census = next_report - self.metrics_period_s / 2
         while not self.stopping.is_set():
             kafka_clients.check(self.consumer)  # a login refused after the start (credentials rotated)
-            kafka_clients.check(self.producer)
+            for producer in self._copy_producers():
+                kafka_clients.check(producer)
             kafka_clients.check(self.tasks.consumer)
             arrived = self.tasks.poll()  # the group's callbacks run here; new tasks start outside them
             if arrived:
@@ -223,6 +228,11 @@ class ReplicationWorker(threading.Thread):
                 self._publish_metrics()
                 next_report = now + self.metrics_period_s
                 next_census = next_report - self.metrics_period_s / 2
+
+    def _copy_producers(self) -> list[Producer]:
+        """The replication's producer and, at least once, the others the copy spreads over."""
+        writer = self.writer
+        return writer.copying.producers if isinstance(writer, AtLeastOnceWriter) else [self.producer]
 
     def _start_refresh(self) -> None:
         """The first refresh runs here (start-up fails with it), later ones beside the loop."""
@@ -259,7 +269,10 @@ class ReplicationWorker(threading.Thread):
     def _writer(self, emitter: OffsetSyncEmitter | None) -> AtLeastOnceWriter | TransactionalWriter:
         source, target = self.replication.source, self.replication.target
         if not self.exactly_once:
-            return AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits)
+            more = functools.partial(clients.copy_producer, self.config, self.replication, self.limits)
+            producers = CopyProducers(self.producer, more, *self.producers_spread)
+            return AtLeastOnceWriter(self.producer, source, progress_topic(source), emitter, self.limits,
+                                     producers)
         factory = functools.partial(clients.transactional_producer, self.config, self.replication,
                                     self.limits)
         return TransactionalWriter(factory, source, progress_topic(source), group_id(source, target), emitter,

@@ -6,6 +6,8 @@
 - the progress consumer (target): reads `mm2-offsets.<source>.internal`, committed records only;
 - the metrics reader (target): reads the tail of `srm-metrics.<source>.internal` when tasks start
   (`driver.count_recovery`), assigned by hand;
+- further producers of an at-least-once copy (target), where a target broker leads many of its
+  partitions (`driver.copy_producers`);
 - a task's transactional producer (target), in exactly-once mode.
 """
 
@@ -17,7 +19,7 @@ from clients import kafka_clients
 from contract.config import Replication, SrmConfig
 from driver.send_queue import QueueLimits
 from driver.source_watch import SourceWatch
-from driver.target_writer import TRANSACTION_TIMEOUT_S
+from driver.target_writer import AT_LEAST_ONCE_PRODUCER, TRANSACTION_TIMEOUT_S
 
 
 def group_id(source: str, target: str) -> str:
@@ -61,6 +63,13 @@ def metrics_reader(config: SrmConfig, replication: Replication) -> Consumer:
     source, target = replication.source, replication.target
     return kafka_clients.consumer(config, target, f"{group_id(source, target)}.metrics-reader",
                                   source=source, target=target, overrides={"enable.partition.eof": False})
+
+
+def copy_producer(config: SrmConfig, replication: Replication, limits: QueueLimits) -> Producer:
+    """A further producer of an at-least-once copy (`driver.copy_producers`), set as the replication's own."""
+    source, target = replication.source, replication.target
+    return kafka_clients.producer(config, target, source=source, target=target,
+                                  overrides={**AT_LEAST_ONCE_PRODUCER, **limits.producer_limits()})
 
 
 def transactional_producer(config: SrmConfig, replication: Replication, limits: QueueLimits,

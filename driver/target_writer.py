@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from driver.copy_producers import CopyProducers
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_record import SourcePartition, encode_key, encode_value
 from driver.replication_stats import PartitionStats
@@ -91,6 +92,7 @@ class PartitionFlow:
     produced: int = -1  # last upstream offset handed to the producer
     pending_syncs: list[CopiedRun] = field(default_factory=list)  # acked inside the open transaction
     task: int = 0  # the task copying it (driver.replication_tasks)
+    lane: int = 0  # at least once: which of the worker's producers carries it (driver.copy_producers)
     key: tuple[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -358,9 +360,13 @@ class _WriterBase:
 
 class AtLeastOnceWriter(_WriterBase):
     def __init__(self, producer: Producer, source: str, progress_topic: str,
-                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None) -> None:
+                 emitter: OffsetSyncEmitter | None, limits: QueueLimits | None = None,
+                 producers: CopyProducers | None = None) -> None:
+        """``producer`` carries progress and metrics, and copies; ``producers`` (whose first is
+        ``producer``) spread the copy over more when a target broker leads many partitions."""
         super().__init__(source, progress_topic, emitter, limits)
         self.producer = producer
+        self.copying = producers or CopyProducers(producer)
         self._next_flush = time.monotonic() + PROGRESS_FLUSH_INTERVAL_S
         self._next_delivery_check = 0.0
 
@@ -375,15 +381,17 @@ class AtLeastOnceWriter(_WriterBase):
         self._feed_syncs(copied)
 
     def add(self, flows: Iterable[PartitionFlow]) -> None:
+        flows = list(flows)
         for flow in flows:
             self.flows[flow.key] = flow
+        self.copying.place(flows)
 
     def _producer_of(self, flow: PartitionFlow) -> Producer:
-        return self.producer
+        return self.copying.producers[flow.lane]
 
     def tick(self, now: float) -> None:
         self._now_ms = time.time() * 1000
-        self.producer.poll(0)
+        self.copying.poll()
         self.queue.note_acknowledgements(now)
         self._check()
         if now >= self._next_delivery_check:
@@ -419,6 +427,7 @@ class AtLeastOnceWriter(_WriterBase):
             self._flush(max(0.1, deadline - time.monotonic()))
         for flow in flows:
             del self.flows[flow.key]
+        self.copying.leave(flows)
         self.queue.drop(flow.key for flow in flows)
 
     def _persist(self, flows: Iterable[PartitionFlow]) -> None:
@@ -430,7 +439,7 @@ class AtLeastOnceWriter(_WriterBase):
 
     def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         self._now_ms = time.time() * 1000
-        if self.producer.flush(timeout_s) > 0:
+        if self.copying.flush(timeout_s) > 0:
             raise DeliveryFailed(f"records not acknowledged by the target within {timeout_s:.0f} s")
         self.queue.note_acknowledgements(time.monotonic())
         self._check()

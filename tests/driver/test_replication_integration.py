@@ -23,6 +23,7 @@ from contract.replication_policy import progress_topic
 from driver.control_lists import AllowDenyLists
 from driver.progress_record import PROGRESS_TOPIC_PARTITIONS
 from driver.replication import ReplicationWorker
+from driver.target_writer import AtLeastOnceWriter
 from stack import srm_properties
 from tests.driver.replication_cluster_ops import (
     admin,
@@ -138,6 +139,29 @@ def test_topic_sync_progress_offset_syncs_and_metrics(kafka_clusters: dict[str, 
                    "offset syncs of every partition's last record")
         report = eventually(lambda: replication_report(west, "east"), "a RUNNING replication report")
         assert report.workers >= 1 and report.tasks >= 1 and report.topics_replicated == 1
+
+
+def test_at_least_once_copies_through_several_producers_each_partition_in_order(
+        kafka_clusters: dict[str, str], tmp_path: Path) -> None:
+    """Two partitions per producer on the one west broker: 8 partitions go through 4 producers, every
+    record arrives in its partition's order, and progress names each partition's last record."""
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    topic = f"spread-{uuid.uuid4().hex[:8]}"
+    create_topic(east, topic, 8)
+    config = write_config(tmp_path, kafka_clusters, [("east", "west")], {
+        "topics": topic, "replication.producer.partitions.per.broker": 2, "replication.producers.max": 4})
+    with running(config) as workers:
+        worker = workers["east->west"]
+        produce(east, topic, 400)
+        produce(east, topic, 400, tag="more")
+        source, remote = read_topic(east, topic, 800), read_topic(west, f"east.{topic}", 800)
+        assert {p: [r.value for r in remote if r.partition == p] for p in range(8)} == {
+            p: [r.value for r in source if r.partition == p] for p in range(8)}
+        writer = worker.writer
+        assert isinstance(writer, AtLeastOnceWriter) and len(writer.copying.producers) == 4
+        assert sorted(flow.lane for flow in writer.flows.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+        last = {p: max(r.offset for r in source if r.partition == p) for p in range(8)}
+        eventually(lambda: progress_offsets(west, "east", topic) == last, "progress of every partition")
 
 
 def set_retention(bootstrap: str, topic: str, value: str) -> None:
