@@ -26,10 +26,22 @@ from typing import Final, Protocol
 
 from confluent_kafka import KafkaException, Producer
 
+from contract.config import SrmConfig
+
 LOG = logging.getLogger(__name__)
 
 METADATA_TIMEOUT_S: Final = 5.0
 UNKNOWN_LEADER: Final = -1
+
+
+def spread_settings(config: SrmConfig, source: str, target: str) -> tuple[int, int]:
+    """(partitions of one target broker a producer carries, the most producers) of a replication."""
+    least = {"replication.producer.partitions.per.broker": 0, "replication.producers.max": 1}
+    values = {key: config.setting(key, source, target) for key in least}
+    for key, value in values.items():
+        if value < least[key]:
+            raise config.config_error(key, f"must be at least {least[key]}, got {value}", source, target)
+    return values["replication.producer.partitions.per.broker"], values["replication.producers.max"]
 
 
 class Placed(Protocol):

@@ -44,7 +44,7 @@ from driver import replication_clients as clients
 from driver.acl_sync import TopicAclSync
 from driver.control_lists import AllowDenyLists
 from driver.copy_flow import BackgroundRefresh, CopyFlow
-from driver.copy_producers import CopyProducers
+from driver.copy_producers import CopyProducers, spread_settings
 from driver.count_recovery import LastReports, tail_size, uncounted
 from driver.offset_sync_emitter import OffsetSyncEmitter
 from driver.progress_reader import ProgressReader
@@ -95,9 +95,7 @@ class ReplicationWorker(threading.Thread):
             raise config.config_error("tasks.max", f"must be at least 1, got {self.tasks_max}",
                                       source, target)
         self.emit_offset_syncs = config.setting("emit.offset-syncs.enabled", source, target)
-        # At least once: (partitions of one target broker a producer carries, most producers)
-        self.producers_spread = (config.setting("replication.producer.partitions.per.broker", source, target),
-                                 config.setting("replication.producers.max", source, target))
+        self.producers_spread = spread_settings(config, source, target)
         self.readers = readers or ReplicationReaders(replication.name)
         self.stats = ReplicationStats(source, target, self.readers.report)
         self.progress_guard = self.readers.progress_guard(self)

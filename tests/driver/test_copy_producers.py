@@ -8,9 +8,11 @@ from types import SimpleNamespace
 from typing import cast
 
 import confluent_kafka
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from driver.copy_producers import UNKNOWN_LEADER, CopyProducers
+from contract.config import ConfigError, load_config
+from driver.copy_producers import UNKNOWN_LEADER, CopyProducers, spread_settings
 from driver.replication_stats import PartitionStats
 from driver.target_writer import AtLeastOnceWriter, PartitionFlow
 from tests.driver.test_send_queue import Producer as QueueProducer
@@ -148,3 +150,18 @@ def test_the_writer_sends_each_partitions_records_through_its_own_producer_only(
             assert [v for _, p, v in lane.produced if p == partition] == [b"0", b"1", b"2"]
         lane.acknowledge(len(lane.produced))
     assert {key: flow.acked for key, flow in writer.flows.items()} == {("t", p): 2 for p in range(4)}
+
+
+def test_the_spread_comes_from_the_settings_and_refuses_what_cannot_work(tmp_path) -> None:
+    path = tmp_path / "srm.properties"
+    base = ("clusters = east, west\neast.bootstrap.servers = a:9092\n"
+            "west.bootstrap.servers = b:9092\neast->west.enabled = true\n")
+    for extra, spread_ in (("", (250, 4)),
+                           ("east->west.replication.producer.partitions.per.broker = 0\n", (0, 4)),
+                           ("replication.producers.max = 8\n", (250, 8))):
+        path.write_text(base + extra)
+        assert spread_settings(load_config(path), "east", "west") == spread_
+    for key, bad in (("replication.producers.max", 0), ("replication.producer.partitions.per.broker", -1)):
+        path.write_text(f"{base}{key} = {bad}\n")
+        with pytest.raises(ConfigError, match=key):
+            spread_settings(load_config(path), "east", "west")
