@@ -433,6 +433,10 @@ def main() -> None:
     parser.add_argument("--broker-min-heap", default=None,
                         help="the local brokers' -Xms (default: their -Xmx, so that no copy pays for "
                              "growing a broker's heap; e.g. 128m for the stack's setting)")
+    parser.add_argument("--latency-load", choices=("uniform", "sticky"), default="uniform",
+                        help="--scale: the latency load over every partition in turn (round robin), or "
+                             "the perf producer's sticky partitioner (the method before s28: ~30 of the "
+                             "1,000 partitions active a second)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="--scale: no unmeasured copy of the preloaded topic before the first "
                              "measured one")
@@ -453,6 +457,7 @@ def main() -> None:
                                      args.compare_driver)
             scale_bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
             scale_bench.warm_up_first = not args.no_warm_up
+            scale_bench.latency_load = args.latency_load
             if clusters is not None:
                 scale_bench.broker_pids = {alias: cast(subprocess.Popen, clusters[alias].process).pid
                                            for alias in ("east", "west")}

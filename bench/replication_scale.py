@@ -14,13 +14,14 @@ pile up in the brokers).
 Throughput counts from the first copied record to the last: end offsets of the remote topic at least
 once; in exactly-once runs the progress committed with the records (`mm2-offsets.<alias>.internal`,
 MM2's Connect format, written by both), since end offsets there also count transaction markers. Latency:
-after each at-least-once copy, 20k records/s of 100 B into a second 1,000-partition topic (emptied by
-`DeleteRecords` before each replicator starts, so it starts at its end), arrival on west minus
-CreateTime. The driver's peak RSS and thread count are sampled from /proc throughout its runs;
-`assign_s` is the slowest of its runs from process start to its log naming all 1,000 partitions
-assigned (`assign_s_base` the same of the compared driver). Before each replicator starts, both brokers
-serve a topic created then (`settle`). Every wait is bounded and ends with a message naming what did
-not happen.
+after each at-least-once copy, 20k records/s of 100 B into a second 1,000-partition topic, round robin
+over its partitions (`--latency-load sticky`: the perf producer's default partitioner instead), emptied
+by `DeleteRecords` before each replicator starts, so it starts at its end; arrival on west minus
+CreateTime, until every record of the load arrived. The driver's peak RSS and thread count are
+sampled from /proc throughout its runs; `assign_s` is the slowest of its runs from process start to
+its log naming all 1,000 partitions assigned (`assign_s_base` the same of the compared driver). Before
+each replicator starts, both brokers serve a topic created then (`settle`). Every wait is bounded and
+ends with a message naming what did not happen.
 
 `--compare-driver PATH` adds a third replicator: the driver of another checkout (its own `.venv`), run
 the same way in the same repetitions, e.g. the code before a change.
@@ -75,6 +76,15 @@ FIRST_RECORD_S = 240.0  # from a replicator's start to its first copied record
 STALL_S = 120.0  # a copy whose count does not move for this long has stalled
 PRELOAD_S = 600.0
 ADMIN_S = 60.0
+# The latency load's records still missing this long after the load ended are left out (and logged).
+ARRIVAL_S = 30.0
+# Kafka's perf producer at 20k records/s: its default (sticky) partitioner fills one partition's batch
+# before it moves on, so only ~30 of the 1,000 partitions got records in any second, in bursts of ~600;
+# round robin gives every partition a record every 50 ms, as 1,000 partitions reporting steadily do.
+LATENCY_LOADS: dict[str, list[str] | None] = {
+    "uniform": ["linger.ms=5", "batch.size=65536",
+                "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
+    "sticky": None}  # the perf producer's defaults of bench/replication.py (the method before s28)
 ASSIGNED = re.compile(r"^(\S+ \S+) INFO driver\.replication: \S+ assigned (.*)$")
 
 
@@ -100,6 +110,7 @@ class ScaleBench(Bench):
         self.runs = 0
         self.modes: tuple[bool, ...] = (False, True)  # exactly once or not; `--modes` runs one alone
         self.warm_up_first = True  # an unmeasured copy of the preloaded topic before the measured ones
+        self.latency_load = "uniform"  # a key of LATENCY_LOADS
         self.broker_pids: dict[str, int] = {}  # the local brokers (east, west): their CPU a copy is logged
 
     def preload_scale(self) -> None:
@@ -317,6 +328,9 @@ class ScaleBench(Bench):
                 LOG.warning("could not delete the topics of %s: %s", alias, exc)
 
     def scale_latency(self, remote: str, seconds: float) -> list[float]:
+        """Arrival on west minus CreateTime of a steady load of 100 B records into the latency topic,
+        spread over every partition (`latency_load`); sampled until every record of the load arrived,
+        so a replicator's slowest records count too (bounded by `ARRIVAL_S` after the load's end)."""
         consumer = Consumer({"bootstrap.servers": self.west, "group.id": f"bench-lat-{remote}",
                              "enable.auto.commit": False})
         wait_for_topic(self.west_admin, remote)
@@ -324,22 +338,31 @@ class ScaleBench(Bench):
                 for p in range(PARTITIONS)]
         consumer.assign([TopicPartition(remote, p, end) for p, end in enumerate(ends)])
         samples: list[float] = []
-        load = self.perf_producer(self.latency_topic, int(LATENCY_RATE * seconds), 100, LATENCY_RATE)
+        count = int(LATENCY_RATE * seconds)
+        load = self.perf_producer(self.latency_topic, count, 100, LATENCY_RATE,
+                                  LATENCY_LOADS[self.latency_load])
+        brokers_cpu, began = self.brokers_cpu(), time.monotonic()
         warm_until = time.time() * 1000 + 2000
         load_deadline = time.monotonic() + seconds + 60
-        stop_at: float | None = None
-        while stop_at is None or time.monotonic() < stop_at:
-            if stop_at is None and load.poll() is not None:
-                stop_at = time.monotonic() + 3  # the load's last records
-            if stop_at is None and time.monotonic() > load_deadline:
+        arrived, load_ended = 0, None
+        while arrived < count and (load_ended is None or time.monotonic() - load_ended < ARRIVAL_S):
+            if load_ended is None and load.poll() is not None:
+                load_ended = time.monotonic()
+            if load_ended is None and time.monotonic() > load_deadline:
                 finish(load, 0, f"latency load into {self.latency_topic}")
             # What is fetched at once, else the first record only: a batch consume would stamp every
             # record with the time its batch filled (bench/replication.py's latency()).
             messages = consumer.consume(POLL_BATCH, timeout=0) or consumer.consume(1, timeout=POLL_TIMEOUT_S)
             for message in messages:
-                if message.error() is None and message.timestamp()[1] > warm_until:
-                    samples.append(time.time() * 1000 - message.timestamp()[1])
+                if message.error() is None:
+                    arrived += 1
+                    if message.timestamp()[1] > warm_until:
+                        samples.append(time.time() * 1000 - message.timestamp()[1])
         consumer.close()
+        spent = {alias: cpu - brokers_cpu.get(alias, cpu) for alias, cpu in self.brokers_cpu().items()}
+        LOG.info("latency load (%s) of %d records into %s: %d arrived in %.1f s; brokers' CPU over it: %s",
+                 self.latency_load, count, remote, arrived, time.monotonic() - began,
+                 ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
         if not samples:
             raise RuntimeError(f"no latency sample arrived in {remote}")
         return samples
