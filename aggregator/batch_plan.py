@@ -25,7 +25,13 @@ import pyarrow.compute as pc
 from aggregator.raw_records import INVALID_KIND
 from aggregator.stored_windows import SeriesKeys
 from aggregator.window_history import series_id
-from aggregator.window_partials import ALL_METRICS, BatchPartials
+from aggregator.window_partials import (
+    ALL_METRICS,
+    BatchPartials,
+    latest_schema,
+    newest_of_subjects,
+    records_of,
+)
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -55,7 +61,10 @@ class BatchPlan:
     history_rows: dict[str, pa.Table] = field(default_factory=dict, repr=False)
     counted_replications: set[tuple[str, str]] = field(default_factory=set)  # with record-count windows
     invalid: list[InvalidWindow] = field(default_factory=list)
-    latest: dict[Subject, dict[str, Any]] = field(default_factory=dict)  # subject -> newest record
+    # the newest partition and group report of each subject, latest_schema's rows: judged as columns
+    # (partition_lag), not a dict a report
+    reports: pa.Table = field(default_factory=lambda: latest_schema().empty_table(), repr=False)
+    replications: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # newest report each
     index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
     index_sets: dict[str, set[str]] = field(default_factory=dict)
     max_event_ts: int | None = None
@@ -76,17 +85,17 @@ class BatchPlan:
             valid_ts = windows["max_ts"].filter(pc.not_equal(windows["kind"], INVALID_KIND))
             top = pc.max(valid_ts).as_py() if len(valid_ts) else None
             plan.max_event_ts = None if top is None else int(top)
-        for record in batch.latest:
-            plan.add_latest(record)
+        plan._add_latest(batch.latest)
         return plan
 
-    def add_latest(self, record: Mapping[str, Any]) -> None:
-        """The newest record of a subject in the batch (window_partials.latest_records)."""
-        subject = (record["kind"], record["target"], record["source"], record["topic"],
-                   str(record["partition"]), record.get("group") or "")
-        known = self.latest.get(subject)
-        if known is None or known["ts"] < record["ts"]:
-            self.latest[subject] = dict(record)
+    def _add_latest(self, latest: pa.Table) -> None:
+        """The newest record of each subject in the batch (window_partials.latest_table rows)."""
+        latest = newest_of_subjects(latest)
+        kind = latest["kind"]
+        self.reports = latest.filter(pc.is_in(kind, pa.array(["partition", "group"])))
+        replications = latest.filter(pc.equal(kind, "replication"))
+        if replications.num_rows:
+            self.replications = {(r["target"], r["source"]): r for r in records_of(replications)}
 
     def add_history(self, metrics: Iterable[str], read_from: Mapping[str, int],
                     keeps: Callable[[], Mapping[str, int]]) -> list[layout.SeriesId]:

@@ -12,7 +12,7 @@ batch's partials merged in, as the sink did for every report before.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any
@@ -28,9 +28,10 @@ from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns
 from aggregator.latest_value_reads import latest_value
 from aggregator.latest_writes import LatestColumns, int_json, json_column, json_rows
-from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, partition_keys, window_number
+from aggregator.offset_history import METRICS, WINDOW_MS, OffsetHistory, window_number
 from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored, series_id
+from aggregator.window_partials import one_array, records_of
 from contract import redis_layout as layout
 
 LatestValue = tuple[str, str, dict[str, Any]]
@@ -73,18 +74,59 @@ def _numbers(values: list[Any]) -> np.ndarray:
     return np.array([_number(v) for v in values], np.float64)
 
 
-def _periods(records: list[dict[str, Any]]) -> np.ndarray:
-    """partition_verdicts.period_of of each record, as int64: one conversion where every period is a
-    positive int (a report's usual case), the rule a record at a time otherwise."""
-    given = [r.get("period_ms") for r in records]
-    if set(map(type, given)) == {int}:
-        try:
-            periods = np.array(given, np.int64)
-        except OverflowError:
-            periods = None
-        if periods is not None and (periods > 0).all():
+def _periods(column: pa.ChunkedArray) -> np.ndarray:
+    """partition_verdicts.period_of of each report's `period_ms`, as int64: one conversion where every
+    period is a positive integer (a report's usual case), the rule a report at a time otherwise."""
+    if pa.types.is_integer(column.type) and column.null_count == 0:
+        periods = column.to_numpy().astype(np.int64)
+        if (periods > 0).all():
             return periods
-    return np.array([partition_verdicts.period_of(r) for r in records], np.int64)
+    return np.array([partition_verdicts.period_of({"period_ms": p}) for p in column.to_pylist()], np.int64)
+
+
+class _Reports:
+    """A batch's partition and group reports (batch_plan.BatchPlan.reports: window_partials.latest_schema's
+    rows, a subject each) as the columns judging reads. A report becomes a dict only on the way to the
+    pure functions (pairs): at 100,000 partitions, a dict a report and reading its fields back cost ~7 us a
+    report of the sink's Python."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.is_partition = pc.equal(table["kind"], "partition").to_numpy(zero_copy_only=False)
+        self.ts = pc.cast(table["ts"], pa.int64()).to_numpy()
+        self.periods = _periods(table["period_ms"])
+        self.target, self.source, self.topic = (table[c].to_pylist() for c in ("target", "source", "topic"))
+        self.group = pc.fill_null(table["group"], "").to_pylist()  # a subject's: "" for a partition
+        self.partition = one_array(pc.cast(table["partition"], pa.int64()))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def partition_keys(self) -> list[tuple[str, str, str, int]]:
+        """(target, source, topic, partition) of each report (offset_history's keys)."""
+        return list(zip(self.target, self.source, self.topic, self.partition.to_pylist(), strict=True))
+
+    def numbers(self, name: str) -> np.ndarray:
+        """_number of each report's field `name`, as float64: NaN for none."""
+        column = self.table[name]
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            floats = pc.cast(column, pa.float64(), safe=False)
+            return one_array(pc.fill_null(floats, math.nan)).to_numpy(zero_copy_only=False)
+        return _numbers(column.to_pylist())
+
+    def json(self, name: str, at: pa.Array) -> pa.Array:
+        """The JSON of field `name` of the reports at `at`, as redis_layout.encode_latest renders it (null
+        for none): integers cast by Arrow, anything else by json_column."""
+        column = one_array(self.table[name]).take(at)
+        if pa.types.is_integer(column.type):
+            return pc.fill_null(pc.cast(column, pa.string()), "null")
+        return _JSON_TEXT(json_column(column.to_pylist()))
+
+    def pairs(self, at: np.ndarray) -> list[tuple[Subject, dict[str, Any]]]:
+        """(subject, record as window_partials.records_of gives it) of the reports at `at`."""
+        rows = self.table.take(pa.array(at, pa.int64()))
+        return [((r["kind"], r["target"], r["source"], r["topic"], str(r["partition"]), r.get("group") or ""),
+                 r) for r in records_of(rows)]
 
 
 class _Policies:
@@ -114,28 +156,24 @@ def _ceil_window(ms: np.ndarray) -> np.ndarray:
     return -np.floor_divide(-ms, WINDOW_MS)
 
 
-def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: OffsetHistory,
-                partials: Mapping[str, pa.Table], client: redis.Redis,
-                before_read: Callable[[], None]) -> Judged:
-    """Latest values of the partition and group `reports` (subject, newest record), and the partitions'
-    verdicts (without summaries). `partials`: the batch's history rows of METRICS (batch_plan), merged
-    into `history` here; `before_read` is called before any read of Redis (the sink has every staged batch
-    merged there first)."""
+def judge_batch(reports: pa.Table, history: OffsetHistory, partials: Mapping[str, pa.Table],
+                client: redis.Redis, before_read: Callable[[], None]) -> Judged:
+    """Latest values of the partition and group `reports` (batch_plan.BatchPlan.reports: the newest record
+    of each subject), and the partitions' verdicts (without summaries). `partials`: the batch's history
+    rows of METRICS (batch_plan), merged into `history` here; `before_read` is called before any read of
+    Redis (the sink has every staged batch merged there first)."""
     judged = Judged()
-    if not reports:
+    if not reports.num_rows:
         history.merge_rows(partials)
         return judged
-    subjects = [s for s, _ in reports]
-    records = [r for _, r in reports]
-    is_partition = np.array([s[0] == "partition" for s in subjects])
-    ts = np.array([int(r["ts"]) for r in records], np.int64)
-    periods = _periods(records)
+    given = _Reports(reports)
+    is_partition, ts, periods = given.is_partition, given.ts, given.periods
     lookback = _Policies(periods).lookback
     high = window_number(ts)
     low_lag = _ceil_window(ts - latest_values.HISTORY_SPAN_MS)
     low_verdict = np.where(is_partition, _ceil_window(ts - lookback), low_lag)
     low = np.minimum(low_lag, low_verdict)
-    rows = history.row_of(partition_keys(subjects))
+    rows = history.row_of(given.partition_keys())
     missing = ~history.covered(rows, low) & (low > high - history.slots)  # a read the ring can hold
     if missing.any():
         before_read()
@@ -143,17 +181,16 @@ def judge_batch(reports: Sequence[tuple[Subject, dict[str, Any]]], history: Offs
     history.merge_rows(partials)
     covered = history.covered(rows, low)
 
-    seconds, exact, verdicts = _judged_arrays(history, records, periods, is_partition, rows, ts, high,
+    seconds, exact, verdicts = _judged_arrays(history, given, periods, is_partition, rows, ts, high,
                                               low_lag, low_verdict)
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
-    _add_columns(judged, np.flatnonzero(fast & is_partition), subjects, records, periods, ts, seconds,
-                 verdicts)
-    _add_columns(judged, np.flatnonzero(fast & ~is_partition), subjects, records, periods, ts, seconds, None)
-    slow = np.flatnonzero(~fast).tolist()
-    if slow:
+    _add_columns(judged, np.flatnonzero(fast & is_partition), given, periods, ts, seconds, verdicts)
+    _add_columns(judged, np.flatnonzero(fast & ~is_partition), given, periods, ts, seconds, None)
+    slow = np.flatnonzero(~fast)
+    if len(slow):
         before_read()
-        _one_at_a_time(judged, [reports[i] for i in slow], partials, client)
+        _one_at_a_time(judged, given.pairs(slow), partials, client)
         judged.fallback = len(slow)
     return judged
 
@@ -175,14 +212,15 @@ def _chunks(rows: int, width: int) -> Iterator[slice]:
     return (slice(lo, lo + step) for lo in range(0, rows, step))
 
 
-def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], periods: np.ndarray,
+def _judged_arrays(history: OffsetHistory, reports: _Reports, periods: np.ndarray,
                    is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
                    low_lag: np.ndarray, low_verdict: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
     """Lag in seconds (and whether exact) and verdicts of every report."""
-    seconds, exact = _lag_seconds(history, records, is_partition, rows, ts, high, low_lag)
+    seconds, exact = _lag_seconds(history, reports, is_partition, rows, ts, high, low_lag)
     width = int(min(max(int((high - low_verdict).max()) + 1, 1), history.slots))
-    parts = [_verdicts(history, records[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
+    current = reports.numbers("records_lag")
+    parts = [_verdicts(history, current[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
                        is_partition[at], width) for at in _chunks(len(rows), width)]
     if len(parts) == 1:
         return seconds, exact, parts[0]
@@ -191,7 +229,7 @@ def _judged_arrays(history: OffsetHistory, records: list[dict[str, Any]], period
     return seconds, exact, joined
 
 
-def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_partition: np.ndarray,
+def _lag_seconds(history: OffsetHistory, reports: _Reports, is_partition: np.ndarray,
                  rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it: over
@@ -200,10 +238,9 @@ def _lag_seconds(history: OffsetHistory, records: list[dict[str, Any]], is_parti
     nothing older (lag_arrays.LagSeconds.local) and no older window's end offset is above the newest
     windows' least, nor past what float64 holds exactly: the table keeps then the same points from the
     newest windows on, and finds the same pair."""
-    end = np.where(is_partition, _numbers([r.get("source_end_offset") for r in records]), math.nan)
-    lag = np.where(is_partition, _numbers([r.get("records_lag") for r in records]),
-                   _numbers([r.get("group_lag") for r in records]))
-    upstream = np.where(is_partition, math.nan, _numbers([r.get("group_upstream_offset") for r in records]))
+    end = np.where(is_partition, reports.numbers("source_end_offset"), math.nan)
+    lag = np.where(is_partition, reports.numbers("records_lag"), reports.numbers("group_lag"))
+    upstream = np.where(is_partition, math.nan, reports.numbers("group_upstream_offset"))
     position = np.trunc(np.where(is_partition, end - lag, upstream))
     seconds, exact = np.full(len(rows), math.nan), np.zeros(len(rows), bool)
     settled = np.zeros(len(rows), bool)
@@ -255,12 +292,12 @@ def _older_end_offsets(history: OffsetHistory, rows: np.ndarray, high: np.ndarra
             np.all(~present | (np.abs(offsets) < lag_arrays.EXACT_BELOW), axis=1))
 
 
-def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: np.ndarray, rows: np.ndarray,
+def _verdicts(history: OffsetHistory, current: np.ndarray, periods: np.ndarray, rows: np.ndarray,
               ts: np.ndarray, high: np.ndarray, low: np.ndarray, is_partition: np.ndarray, width: int
               ) -> lag_arrays.Verdicts:
     """Burrow's rules over each partition report's newest offset windows in its lookback (the newest
     `intervals` of them, within the newest `width`; one rule set a batch: the policy of each metrics period
-    has the same intervals)."""
+    has the same intervals); `current`: each report's records_lag."""
     policies = _Policies(periods)
     intervals = policies.intervals
     if len(intervals) != 1:
@@ -268,7 +305,6 @@ def _verdicts(history: OffsetHistory, records: list[dict[str, Any]], periods: np
     number, offsets, present = history.gather("upstream_offset", rows, high, width)
     _, lags, has_lag = history.gather("records_lag", rows, high, width)
     present &= (number >= low[:, None]) & is_partition[:, None]
-    current = _numbers([r.get("records_lag") for r in records])
     return lag_arrays.burrow(
         number * WINDOW_MS, np.trunc(offsets), np.where(has_lag, np.trunc(lags), 0.0), present,
         intervals.pop(), np.trunc(current), ts, policies.stop_after_ms, policies.stall_after_ms,
@@ -297,20 +333,10 @@ partition_key = lru_cache(maxsize=1 << 16)(layout.partition_latest_key)
 group_key = lru_cache(maxsize=1 << 16)(layout.group_latest_key)
 
 
-def _partition_numbers(partition: list[str]) -> pa.Array:
-    """Subjects' partitions (text) as int64: int() of each."""
-    return pc.cast(_JSON_TEXT(partition), pa.int64())
-
-
 def _fields(topic: list[str], numbers: pa.Array) -> list[str]:
     """A group's latest field, a partition's verdict field (the same text: redis_layout.group_latest_field,
     lag_verdicts.verdict_field) of each (topic, partition number)."""
     return pc.binary_join_element_wise(_JSON_TEXT(topic), pc.cast(numbers, pa.string()), "|").to_pylist()
-
-
-def _record_json(records: list[dict[str, Any]], name: str) -> pa.Array:
-    """A field of each record as its JSON (null where it has none)."""
-    return _JSON_TEXT(json_column([r.get(name) for r in records]))
 
 
 def _repeated_json(values: list[Any]) -> pa.Array:
@@ -319,17 +345,17 @@ def _repeated_json(values: list[Any]) -> pa.Array:
     return _JSON_TEXT(json_column(encoded.dictionary.to_pylist())).take(encoded.indices)
 
 
-def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
-                 records: Sequence[dict[str, Any]], periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
-                 verdicts: lag_arrays.Verdicts | None) -> None:
+def _add_columns(judged: Judged, at: np.ndarray, reports: _Reports, periods: np.ndarray, ts: np.ndarray,
+                 seconds: np.ndarray, verdicts: lag_arrays.Verdicts | None) -> None:
     """The reports at `at` (all partitions, with their `verdicts`, or all groups) as columns: their latest
     values' JSON, their lag-in-seconds samples, and the partitions' verdicts (records and JSON)."""
     if not len(at):
         return
-    rows = at.tolist()
-    kind, target, source, topic, partition, group = (list(c) for c in zip(*map(subjects.__getitem__, rows),
-                                                                             strict=True))
-    mine = [records[i] for i in rows]
+    rows, taken = at.tolist(), pa.array(at, pa.int64())
+    target, source, topic, group = ([column[i] for i in rows] for column in (reports.target, reports.source,
+                                                                            reports.topic, reports.group))
+    numbers = reports.partition.take(taken)
+    partition = pc.cast(numbers, pa.string()).to_pylist()
     ts_at, secs = ts[at], seconds[at]
     ts_list = ts_at.tolist()
     secs_list: list[float | None] = [None if x != x else x for x in secs.tolist()]  # NaN: none
@@ -337,27 +363,27 @@ def _add_columns(judged: Judged, at: np.ndarray, subjects: Sequence[Subject],
     if verdicts is None:
         for name, column in (("downstream_offset", "group_downstream_offset"), ("group_lag", "group_lag"),
                              ("upstream_offset", "group_upstream_offset")):
-            columns[name] = _record_json(mine, column)
-        judged.latest_columns.add(map(group_key, target, source, group),
-                                  _fields(topic, _partition_numbers(partition)), ts_list,
+            columns[name] = reports.json(column, taken)
+        judged.latest_columns.add(map(group_key, target, source, group), _fields(topic, numbers), ts_list,
                                   json_rows(_GROUP_VALUE, columns))
     else:
         for name in ("records_lag", "source_end_offset", "target_offset", "upstream_offset"):
-            columns[name] = _record_json(mine, name)
+            columns[name] = reports.json(name, taken)
         judged.latest_columns.add(map(partition_key, target, source, topic), partition, ts_list,
                                   json_rows(_PARTITION_VALUE, columns))
-    sampled = np.flatnonzero(~np.isnan(secs)).tolist()
-    if sampled:
+    sampled = np.flatnonzero(~np.isnan(secs))
+    if len(sampled):
+        some = sampled.tolist()
         judged.sample_tables.append(lag_seconds_columns(
-            kind[0], [target[k] for k in sampled], [source[k] for k in sampled], [topic[k] for k in sampled],
-            [int(partition[k]) for k in sampled], [group[k] for k in sampled], [ts_list[k] for k in sampled],
-            secs[sampled].tolist(), one_a_subject=True))  # the batch's newest report of each subject
+            "partition" if verdicts is not None else "group", [target[k] for k in some],
+            [source[k] for k in some], [topic[k] for k in some], numbers.take(pa.array(sampled)),
+            [group[k] for k in some], ts_at[sampled], secs[sampled], one_a_subject=True))  # one a subject
     if verdicts is not None:
-        _add_verdicts(judged, at, target, source, topic, partition, periods, ts_at, secs, columns, verdicts)
+        _add_verdicts(judged, at, target, source, topic, numbers, periods, ts_at, secs, columns, verdicts)
 
 
 def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: list[str], topic: list[str],
-                  partition: list[str], periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
+                  partition: pa.Array, periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
                   value_json: Mapping[str, pa.Array], v: lag_arrays.Verdicts) -> None:
     """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as JSON and as
     the columns a summary reads, per replication: no record a verdict, no format call a verdict."""
@@ -367,7 +393,7 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: lis
     keep = np.flatnonzero(observed)
     at, taken, keep_list = at[keep], pa.array(keep), keep.tolist()
     topic, target, source = ([c[k] for k in keep_list] for c in (topic, target, source))
-    numbers = _partition_numbers([partition[k] for k in keep_list])
+    numbers = partition.take(taken)
     policies = _Policies(periods[at])
     counts, count_of = np.unique(v.count[at], return_inverse=True)
     count_of = count_of.reshape(-1)

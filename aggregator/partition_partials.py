@@ -101,7 +101,9 @@ def collect(parts: pa.Table) -> CollectedParts:
             for name in PARTS_SCHEMA.names}
     windows = window_partials.merge_partials([_table(b) for b in rows["windows"]])
     latest_parts = [_table(b) for b in rows["latest"]]
-    latest = pa.concat_tables(latest_parts, promote_options="default") if latest_parts else None
+    latest = window_partials.with_schema(pa.concat_tables(latest_parts, promote_options="default"),
+                                         window_partials.latest_schema()) if latest_parts \
+        else window_partials.latest_schema().empty_table()
     excerpts: dict[tuple[str, str, int, int], str] = {}
     for blob in rows["excerpts"]:
         for r in _table(blob).to_pylist():
@@ -110,11 +112,10 @@ def collect(parts: pa.Table) -> CollectedParts:
     for blob in rows["late"]:
         for r in _table(blob).to_pylist():
             late[(r["target"], r["source"])] = late.get((r["target"], r["source"]), 0) + r["count"]
-    partials = BatchPartials(windows, [] if latest is None else window_partials.records_of(latest),
-                             excerpts, late)
+    partials = BatchPartials(windows, latest, excerpts, late)
     blobs = sum(b.size for name in ("windows", "latest", "excerpts", "late") for b in rows[name])
     return CollectedParts(partials, sum(rows["records"]), parts.num_rows, frozenset(rows["worker_pid"]),
-                          blobs, 0 if latest is None else latest.num_rows)
+                          blobs, latest.num_rows)
 
 
 def _taken(chunks: list[pa.RecordBatch]) -> pa.Table:

@@ -14,7 +14,7 @@ from __future__ import annotations
 # not the clock, so a replay of the same input leaves the same fields: the fields of the window's grid from
 # `from` up to the cut-off are deleted (stored_windows._key_changes bounds them by what the key can hold),
 # or, `from` "*" (the key's windows unknown) or that grid longer than the hash, every field before the
-# cut-off among the hash's own. ARGV (stored_windows.redis_calls lays it out): the number of keys trimmed;
+# cut-off among the hash's own. ARGV (window_calls.calls_by_part lays it out): the number of keys trimmed;
 # per key, in KEYS order, its number of fields, then start and member of each window (and field 'n',
 # redis_layout.NEWEST_FIELD, with the key's newest start when the batch moves it): that run is handed to
 # HSET as it is (building Lua tables of it cost more than the commands); then per key trimmed its position

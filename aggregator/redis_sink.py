@@ -285,7 +285,7 @@ class RedisRollupSink:
         """Writes the batch's latest values, then the partitions' lag verdicts and their replications'
         summaries; adds the batch's lag-in-seconds windows to it. Returns how many latest values it wrote."""
         began = time.monotonic()
-        reports = [(s, r) for s, r in plan.latest.items() if s[0] in ("partition", "group")]
+        reports = plan.reports
         partials = {m: plan.history_rows.pop(m) for m in OFFSET_HISTORY_METRICS if m in plan.history_rows}
         judged = partition_lag.judge_batch(reports, self.offsets, partials, self.client,
                                            self.windows.wait_idle)
@@ -308,8 +308,8 @@ class RedisRollupSink:
         if samples:
             batch.windows = pa.concat_tables([batch.windows, *samples])
         LOG.debug("%s: %d partition and group reports judged in %.0f ms (%d one at a time), %d latest values "
-                  "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name, len(reports),
-                  (reports_judged - began) * 1000, judged.fallback, len(latest),
+                  "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name,
+                  reports.num_rows, (reports_judged - began) * 1000, judged.fallback, len(latest),
                   (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
@@ -402,7 +402,7 @@ class RedisRollupSink:
     def _replication_records(self, plan: BatchPlan) -> dict[tuple[str, str], dict[str, Any]]:
         """Replications whose latest value the batch changes: a new report, or new record-count windows
         for the stored report (its partition records may come in a later batch than itself)."""
-        records = {(s[1], s[2]): r for s, r in plan.latest.items() if s[0] == "replication"}
+        records = dict(plan.replications)
         touched = sorted(plan.counted_replications)
         if not touched:
             return records

@@ -21,10 +21,9 @@ the tables, and a failed write clears them, so over their covered range they alw
 
 from __future__ import annotations
 
-import itertools
 import logging
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +65,7 @@ class SeriesKeys:
     tags: list[int] = field(default_factory=list)  # by subject: its hash tag's number
     tag_ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
     tag_crcs: list[int] = field(default_factory=list)  # by hash tag number: CRC-32 of its text (merge_part)
+    _names: pa.Array = field(default_factory=lambda: pa.array([], pa.string()), compare=False, repr=False)
 
     def number(self, subjects: Iterable[SubjectColumns]) -> list[int]:
         out = []
@@ -82,6 +82,15 @@ class SeriesKeys:
                 self.tags.append(tag)
             out.append(known)
         return out
+
+    def names(self) -> pa.Array:
+        """Every key's name, at series * len(WINDOWS) + the size's index: a merge part takes its keys' names
+        with Arrow, not a Python lookup a key."""
+        named = len(self._names) // len(layout.WINDOWS)
+        if named < len(self.keys):
+            added = pa.array([key for keys in self.keys[named:] for key in keys], pa.string())
+            self._names = pa.concat_arrays([self._names, added]) if len(self._names) else added
+        return self._names
 
 
 def hash_tag(key: str) -> str:
@@ -280,125 +289,6 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
     bound = bounds.column(1).take(pc.index_in(table["series"], value_set=bounds.column(0)))
     side = pc.less if before else pc.greater_equal
     return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
-
-
-HEAD = 1  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA: its number of fields
-NEWEST_ROW = np.iinfo(np.int64).max  # the start of a key's newest-window field in redis_calls' rows
-CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
-                     pa.field("member", pa.string())])
-CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
-
-
-Call = tuple[list[str], list[str]]  # KEYS, ARGV of one REPLACE_WINDOWS_LUA call
-
-
-def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
-                  skip: Sequence[int] = ()) -> Iterator[tuple[int, list[Call]]]:
-    """(part, its REPLACE_WINDOWS_LUA calls) for each part of a merge cut in `parts` (merge_part of the
-    keys' hash tag), in part order, leaving out the parts in `skip` (done already). One call per hash tag
-    (a topic's series), so this also works on Redis Cluster. ARGV: the number of keys trimmed; per key (a
-    series at one size) its number of fields, then start and member of each window, and the key's newest
-    start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
-    the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
-    lifetime. Most keys are not trimmed in a batch: a key's head is one entry, not five (the script's own
-    parsing of ARGV is much of Redis's time). Laid out by Arrow and numpy, a part at a time: a merge writes
-    ~330k keys at 100,000 series, and its ARGV as Python strings all at once was ~0.5 GB of the driver's
-    peak; a Python loop over the keys was a third of the merge's own time."""
-    changed = _changed_rows(updates, keys, parts)
-    if changed is None:
-        return
-    part_of = changed["part"].to_numpy()
-    trims = _trim_rows(updates)
-    for part in range(parts):
-        lo, hi = np.searchsorted(part_of, [part, part + 1])
-        if part not in skip and hi > lo:
-            yield part, _calls(changed.slice(lo, hi - lo), keys, trims)
-
-
-def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
-    """Every field a merge writes (series, start, member, size; NEWEST_ROW for a key's newest start) with
-    its hash tag's number and its part, ordered by part, tag, series, size and start."""
-    sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
-    tables = [u.changed.select(["series", "start", "member"]).cast(CHANGED)
-              .append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
-              for u in updates if u.changed.num_rows]
-    # The keys' newest starts, as one more field of the key's HSET: sorted after its windows.
-    tables += [pa.table({"series": pa.array(list(u.newest), pa.int64()),
-                         "start": pa.repeat(pa.scalar(NEWEST_ROW, pa.int64()), len(u.newest)),
-                         "member": pc.cast(pa.array(list(u.newest.values()), pa.int64()), pa.string()),
-                         "size": pa.repeat(sizes[u.window], len(u.newest))}).cast(CHANGED_SIZED)
-               for u in updates if u.newest]
-    if not tables:
-        return None
-    changed = pa.concat_tables([t.cast(CHANGED_SIZED) for t in tables])
-    tags = np.asarray(keys.tags, np.int64)[int64(changed["series"])]
-    tag_parts = np.asarray(keys.tag_crcs, np.int64) % parts
-    return changed.append_column("tag", pa.array(tags)).append_column("part", pa.array(tag_parts[tags])) \
-        .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
-
-
-def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
-           ) -> list[Call]:
-    """The calls writing `changed` (_changed_rows of whole hash tags); `trims`: _trim_rows."""
-    sizes = len(layout.WINDOWS)
-    key_ids = pc.add(pc.multiply(changed["series"], sizes), changed["size"]).combine_chunks()
-    runs = pc.run_end_encode(key_ids)
-    run_keys = runs.values.to_numpy()
-    ends = runs.run_ends.to_numpy().astype(np.int64)
-    begins = np.concatenate([[0], ends[:-1]])
-    counts = ends - begins
-    # Where each key's part of ARGV starts (and, last, where the last one ends).
-    offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
-    fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
-                        pc.cast(changed["start"], pa.string())).combine_chunks()
-    argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
-                                     changed["member"].combine_chunks()]),
-                   _argv_order(begins, counts, offsets)).to_pylist()
-    run_series, run_size = np.divmod(run_keys, sizes)
-    names = [keys.keys[series][size] for series, size in zip(run_series.tolist(), run_size.tolist(),
-                                                             strict=True)]
-    run_tags = int64(changed["tag"]).take(begins)
-    tag_starts = np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]]))
-    bounds = [*tag_starts.tolist(), len(run_keys)]
-    # The trimmed keys among the runs, by run: few in most batches (a key's first window of a trim period).
-    trim_keys, trim_args = trims
-    at = np.minimum(np.searchsorted(trim_keys, run_keys), max(len(trim_keys) - 1, 0))
-    trimmed = np.flatnonzero(trim_keys[at] == run_keys) if len(trim_keys) else np.zeros(0, np.int64)
-    trim_at = at[trimmed].tolist()
-    first_trims = np.searchsorted(trimmed, bounds).tolist()
-    trim_runs, starts = trimmed.tolist(), offsets.tolist()
-    calls = []
-    for call, (a, b) in enumerate(itertools.pairwise(bounds)):
-        tail = [arg for t in range(first_trims[call], first_trims[call + 1])
-                for arg in (str(trim_runs[t] - a + 1), *trim_args[trim_at[t]])]
-        calls.append((names[a:b], [str(len(tail) // 5), *argv[starts[a]:starts[b]], *tail]))
-    return calls
-
-
-def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str, str, str, str]]]:
-    """The keys trimmed (series * sizes + size, sorted) and each one's trim ARGV: first start ("*": the
-    hash's own fields), cut-off, window size, lifetime."""
-    sizes = len(layout.WINDOWS)
-    rows = sorted(((series * sizes + i, window, trim) for i, window in enumerate(layout.WINDOWS)
-                   for u in updates if u.window == window for series, trim in u.trims.items()),
-                  key=lambda row: row[0])
-    args = [("*" if trim[0] is None else str(trim[0]), str(trim[1]), str(layout.WINDOWS[window].size_ms),
-             str(layout.key_ttl_ms(window))) for _, window, trim in rows]
-    return np.array([key for key, _, _ in rows], np.int64), args
-
-
-def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    """Indices into [counts (a row a key), fields, values (a row each)] in ARGV order; `offsets`: where each
-    key's part starts."""
-    keys, rows = len(begins), int(counts.sum())
-    order = np.empty(int(offsets[-1]), np.int64)
-    order[offsets[:-1]] = np.arange(keys)
-    row = np.arange(rows)
-    run = np.repeat(np.arange(keys), counts)
-    pair_at = offsets[run] + HEAD + 2 * (row - begins[run])
-    order[pair_at] = keys + row
-    order[pair_at + 1] = keys + rows + row
-    return pa.array(order)
 
 
 def _merged(new: pa.Table, old: pa.Table) -> pa.Table:

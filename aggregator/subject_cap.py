@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -172,17 +171,14 @@ def without(batch: BatchPartials, refused: Mapping[Replication, Collection[str]]
     """`batch` without the windows and latest records of the `refused` subjects."""
     keys = pa.array(sorted(f"{t}|{s}|{m}" for (t, s), members in refused.items() for m in members),
                     pa.string())
-    w = batch.windows
-    row_keys = pc.binary_join_element_wise(w["target"], w["source"], w["topic"],
-                                           pc.cast(w["partition"], pa.string()), pc.fill_null(w["group"], ""),
-                                           "|")
-    windows = w.filter(pc.invert(pc.is_in(row_keys, value_set=keys)))
 
-    def kept(record: Mapping[str, Any]) -> bool:
-        members = refused.get((record["target"], record["source"]))
-        return not members or member(record["topic"], record["partition"], record.get("group")) not in members
+    def kept(rows: pa.Table) -> pa.Table:
+        row_keys = pc.binary_join_element_wise(rows["target"], rows["source"], rows["topic"],
+                                               pc.cast(rows["partition"], pa.string()),
+                                               pc.fill_null(rows["group"], ""), "|")
+        return rows.filter(pc.invert(pc.is_in(row_keys, value_set=keys)))
 
-    return BatchPartials(windows, [r for r in batch.latest if kept(r)], batch.excerpts, batch.late)
+    return BatchPartials(kept(batch.windows), kept(batch.latest), batch.excerpts, batch.late)
 
 
 class SubjectBook:

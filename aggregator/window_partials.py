@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.raw_records import INVALID_KIND, LATENCY_PARTS, READER_COLUMNS, REPLICATION_FIELDS
+from aggregator.raw_values import RECORD_SCHEMA
 from contract.records.raw_metrics import DERIVED_METRICS, METRICS, MetricKind
 from contract.redis_layout import (
     ALL_TOPICS,
@@ -50,7 +51,9 @@ _NULL = pa.scalar(None, pa.float64())
 @dataclass
 class BatchPartials:
     windows: pa.Table  # one row per (level, subject, 10 s window); see window_partials
-    latest: list[dict[str, Any]]  # newest record per subject (valid records only)
+    # newest record per subject and task (valid records only), latest_schema's columns: a table, not a
+    # dict a record (the driver built 100,000 of them a batch at a real target's cardinality)
+    latest: pa.Table
     # invalid-records window (target, source, Kafka partition, window start) -> its last record's excerpt
     excerpts: dict[tuple[str, str, int, int], str]
     # (target, source) -> valid records dropped as late (raw_records.late_counts): in no window
@@ -73,11 +76,12 @@ def of_windows(rows: Iterable[Mapping[str, Any] | Any]) -> BatchPartials:
             "window_start": start, "max_ts": start, "upstream_topic": r.get("upstream_topic"),
             f"{metric}__n": r["count"], f"{metric}__sum": r["sum"], f"{metric}__min": r["min"],
             f"{metric}__max": r["max"], f"{metric}__last": r["last"], f"{metric}__last_ts": start})
-    return BatchPartials(pa.Table.from_pylist(wide, schema=partials_schema()), [], {})
+    return BatchPartials(pa.Table.from_pylist(wide, schema=partials_schema()), latest_schema().empty_table(),
+                         {})
 
 
 def partials(flat: pa.Table) -> BatchPartials:
-    return BatchPartials(window_partials(flat), latest_records(flat), invalid_excerpts(flat))
+    return BatchPartials(window_partials(flat), latest_table(flat), invalid_excerpts(flat))
 
 
 def merge_partials(parts: list[pa.Table]) -> pa.Table:
@@ -341,9 +345,9 @@ def roll_up(partials: pa.Table, metrics: list[str]) -> pa.Table:
     return out.sort_by([(k, "ascending") for k in keys])  # in key order, as before numbering
 
 
-def with_schema(table: pa.Table) -> pa.Table:
-    """The columns of partials_schema, absent metrics as nulls."""
-    schema = partials_schema()
+def with_schema(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+    """The columns of `schema` (partials_schema by default), absent ones (metrics) as nulls."""
+    schema = schema or partials_schema()
     present = set(table.column_names)
     # Arrays are immutable: one null column of each type stands in for every absent column of it (a
     # task's partials carry a few of the ~100 columns, and a null column each was paid for in the driver
@@ -375,6 +379,39 @@ def latest_records(flat: pa.Table) -> list[dict[str, Any]]:
 def records_of(latest: pa.Table) -> list[dict[str, Any]]:
     """Rows of latest_table as the sink takes them: dicts without their None fields."""
     return [{k: v for k, v in record.items() if v is not None} for record in latest.to_pylist()]
+
+
+@cache
+def latest_schema() -> pa.Schema:
+    """Columns of latest_table (subject and LATEST_FIELDS), typed as raw_records.flat_table types them."""
+    types = {f.name: f.type for f in RECORD_SCHEMA}
+    readers = RECORD_SCHEMA.field("readers").type
+    types |= {column: readers.field(kind).type.field(name).type
+              for column, (kind, name) in READER_COLUMNS.items()}
+    return pa.schema([pa.field(name, types[name]) for name in [*SUBJECT_COLUMNS, *LATEST_FIELDS]])
+
+
+def latest_of(records: Iterable[Mapping[str, Any]]) -> pa.Table:
+    """Latest records given as dicts (as latest_records gives them) as latest_table's rows: how tests and
+    tools hand the sink reports. Fields outside latest_schema are left out; a missing group is ""."""
+    table = pa.Table.from_pylist([dict(r) for r in records], schema=latest_schema())
+    return table.set_column(table.schema.get_field_index("group"), "group", pc.fill_null(table["group"], ""))
+
+
+def newest_of_subjects(latest: pa.Table) -> pa.Table:
+    """`latest` (latest_table rows of several tasks) with one row a subject: its greatest ts, of equal ts the
+    first; subjects in the order they first come. A subject's records share a Kafka partition and so a task
+    (raw metrics are keyed by subject): a copy from another task is a writer's that keys them otherwise."""
+    if latest.num_rows < 2:
+        return latest
+    subjects, number = subject_numbers(latest, SUBJECT_COLUMNS)
+    if subjects.num_rows == latest.num_rows:
+        return latest
+    ts = latest["ts"].to_numpy()
+    order = np.lexsort((np.arange(latest.num_rows), -ts, number))
+    numbers = number[order]
+    first = np.concatenate([[True], numbers[1:] != numbers[:-1]])
+    return latest.take(order[first])
 
 
 def latest_table(flat: pa.Table) -> pa.Table:

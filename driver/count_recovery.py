@@ -86,20 +86,21 @@ class LastReports:
             if time.monotonic() > deadline:
                 raise KafkaException(f"{self.topic} not read to its end in {timeout_s:.0f} s")
             for message in consumer.consume(500, timeout=READ_POLL_S):
-                self._take(message, wanted, found, ends)
+                self._take(message, wanted, found)
+            # Ended where the consumer's position reaches the end, not on the record at the end - 1:
+            # that offset may be a transaction marker, which is never handed out but is passed over.
+            for position in consumer.position([TopicPartition(self.topic, p) for p in ends]):
+                if position.offset >= ends[position.partition]:
+                    del ends[position.partition]
         return found
 
-    def _take(self, message: Message, wanted: set[PartitionKey], found: dict[PartitionKey, int],
-              ends: dict[int, int]) -> None:
-        partition, offset = message.partition(), message.offset()
+    def _take(self, message: Message, wanted: set[PartitionKey], found: dict[PartitionKey, int]) -> None:
         if message.error() is None:
             report = self.guard.read(message, _decode)
             if (isinstance(report, raw_metrics.PartitionMetrics) and report.upstream_offset is not None
                     and (report.source, report.target) == (self.source, self.target)
                     and (report.upstream_topic, report.partition) in wanted):
                 found[(report.upstream_topic, report.partition)] = report.upstream_offset
-        if partition is not None and offset is not None and offset >= ends.get(partition, 0) - 1:
-            ends.pop(partition, None)
 
 
 def _decode(_key: bytes | None, value: bytes | None) -> raw_metrics.RawMetrics | None:

@@ -338,10 +338,11 @@ class ReplicationWorker(threading.Thread):
             self.writer.fence({task_of(topic, partition, self.tasks_max) for topic, partition in keys})
         fenced = time.monotonic()
         self.progress.read_to_end(PROGRESS_READ_TIMEOUT_S)
-        LOG.info("%s->%s: %d partition(s) fenced in %.1f s, their progress read in %.1f s",
-                 self.replication.source, self.replication.target, len(keys), fenced - began,
-                 time.monotonic() - fenced)
+        read = time.monotonic()
         reported = self._last_reports(keys)
+        LOG.info("%s->%s: %d partition(s) fenced in %.1f s, their progress read in %.1f s, their last "
+                 "reports in %.1f s", self.replication.source, self.replication.target, len(keys),
+                 fenced - began, read - fenced, time.monotonic() - read)
         flows, positions, recovered = [], [], []
         for topic, partition in keys:
             last = self.progress.last_replicated(topic, partition)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from aggregator import lag_arrays, latest_values, partition_lag
 from aggregator.offset_history import WINDOW_MS, OffsetHistory, window_number
+from aggregator.window_partials import latest_of
 
 T0 = 1_700_000_000_000 // WINDOW_MS * WINDOW_MS
 _step = st.sampled_from([0, 0, 0, 1, 3, 40, 40, -7, -200])
@@ -74,10 +75,12 @@ def test_newest_windows_first_give_what_the_whole_table_gives(rows, slots, chunk
         if isinstance(lag, tuple):  # the position at a window's end offset
             lag = None if end is None or not offsets else end - offsets[max(0, len(offsets) - 1 - lag[0])]
         up = None if end is None else end - (lag or 0)
-        records.append({"source_end_offset": end, "records_lag": lag} if partition else
-                       {"group_upstream_offset": up, "group_lag": lag})
+        records.append({"kind": "partition", "source_end_offset": end, "records_lag": lag} if partition else
+                       {"kind": "group", "group_upstream_offset": up, "group_lag": lag})
         is_partition.append(partition)
         ts.append(report_ts)
+        records[-1] |= {"ts": report_ts, "target": "west", "source": "east", "topic": "east.t",
+                        "partition": row}
     if merged:
         r, start_ms, last, ms = (np.array(c) for c in zip(*merged, strict=True))
         history.merge("source_end_offset", r.astype(np.int64), start_ms.astype(np.int64),
@@ -85,10 +88,12 @@ def test_newest_windows_first_give_what_the_whole_table_gives(rows, slots, chunk
     ts_a = np.array(ts, np.int64)
     high = window_number(ts_a)
     low = partition_lag._ceil_window(ts_a - latest_values.HISTORY_SPAN_MS)
-    args = (history, records, np.array(is_partition), at, ts_a, high, low)
+    args = (np.array(is_partition), at, ts_a, high, low)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partition_lag, "CHUNK_ROWS", chunk_rows)
-        seconds, exact = partition_lag._lag_seconds(*args)
-    expected_seconds, expected_exact = _whole_table(*args)
+        # The reports as the sink judges them: columns of the batch's newest records (batch_plan).
+        reports = partition_lag._Reports(latest_of(records))
+        seconds, exact = partition_lag._lag_seconds(history, reports, *args)
+    expected_seconds, expected_exact = _whole_table(history, records, *args)
     assert exact.tolist() == expected_exact.tolist()
     assert [str(x) for x in seconds] == [str(x) for x in expected_seconds]

@@ -13,7 +13,7 @@ import redis
 
 from aggregator.lag_seconds_windows import LagSample, lag_seconds_columns, lag_seconds_partials
 from aggregator.redis_sink import RedisRollupSink
-from aggregator.window_partials import BatchPartials, partials_schema
+from aggregator.window_partials import BatchPartials, latest_of, partials_schema
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics
 
@@ -81,7 +81,8 @@ def end_offset(start: int, topic: str, value: float) -> dict:
 
 
 def write(sink: RedisRollupSink, windows: list[dict], latest: list[dict], batch_id: int) -> None:
-    sink.write(BatchPartials(pa.Table.from_pylist(windows, schema=partials_schema()), latest, {}), batch_id)
+    sink.write(BatchPartials(pa.Table.from_pylist(windows, schema=partials_schema()), latest_of(latest), {}),
+               batch_id)
 
 
 def stored(client: redis.Redis, topic: str, partition: int, window: str) -> list[tuple[int, float]]:

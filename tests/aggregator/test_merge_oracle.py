@@ -142,15 +142,15 @@ def test_a_merge_cut_off_part_way_and_resumed_leaves_redis_as_the_acero_merge_di
         with client.pipeline(transaction=True) as pipe:
             stage(pipe, both.scope, 1, batch)
             pipe.execute()
-        calls, replace = [0], writer._replace
+        sent, send = [0], writer.send_part
 
-        def dies_in_the_third_call(keys, args, client, calls=calls, replace=replace):
-            calls[0] += 1
-            if calls[0] == 3:
-                raise ConnectionError("the process died in the merge's second part or later")
-            return replace(keys=keys, args=args, client=client)
+        def dies_in_the_second_part(pipe, calls, then, sent=sent, send=send):
+            sent[0] += 1
+            if sent[0] == 2:
+                raise ConnectionError("the process died in the merge's second part")
+            return send(pipe, calls, then)
 
-        monkeypatch.setattr(writer, "_replace", dies_in_the_third_call)
+        monkeypatch.setattr(writer, "send_part", dies_in_the_second_part)
         with pytest.raises(ConnectionError):
             writer.apply_all([(1, batch)], staged=True)
     both.assert_equal()  # the same parts in Redis

@@ -150,9 +150,21 @@ def merge_two_at_the_finest_only(thread, monkeypatch) -> None:
         thread._writer.wait_for(batch_id)
 
 
-def test_once_the_interval_is_past_the_coarser_sizes_are_merged_with_no_batch_waiting(thread, monkeypatch):
+def test_past_the_interval_the_coarser_sizes_wait_for_every_third_merge(thread, monkeypatch):
+    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
+    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", 0.0)  # merges further apart than the interval
+    monkeypatch.setattr(merge_thread, "QUIET_S", FAR)
+    for batch_id in range(1, 6):
+        thread.submit(batch_id, None)
+        thread._writer.wait_for(batch_id)
+    assert (thread._writer.merges, thread._writer.every_size) == ([[1], [2], [3], [4], [5]],
+                                                                  [True, False, False, True, False])
+
+
+def test_once_the_interval_is_past_and_no_batch_comes_the_coarser_sizes_are_merged(thread, monkeypatch):
     merge_two_at_the_finest_only(thread, monkeypatch)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(merge_thread, "QUIET_S", 0.0)
     with thread._changed:  # the thread waits for the interval it read: as if it had run out
         thread._changed.notify_all()
     assert thread._writer.wait_for(3) == [[1], [2], []] and thread._writer.every_size[-1]

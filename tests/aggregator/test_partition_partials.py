@@ -71,6 +71,15 @@ def task_answers(kafka: pa.Table, watermark_ms: int | None, batch_rows: int = 7)
     return pa.Table.from_batches(answers, schema=partition_partials.PARTS_SCHEMA)
 
 
+def newest(partials: window_partials.BatchPartials) -> dict[tuple, dict]:
+    """The newest record of each subject the sink takes from a batch's partials (BatchPlan), by subject."""
+    plan = BatchPlan.of(partials)
+    reports = window_partials.records_of(plan.reports)
+    assert len(reports) == len({tuple(r[k] for k in window_partials.SUBJECT_COLUMNS) for r in reports})
+    return {tuple(r[k] for k in window_partials.SUBJECT_COLUMNS): r
+            for r in [*reports, *plan.replications.values()]}
+
+
 def canonical(windows: pa.Table) -> list[dict]:
     keys = [*window_partials.KEY_COLUMNS, "window_start"]
     return sorted(windows.to_pylist(), key=lambda r: tuple(str(r[k]) for k in keys))
@@ -92,8 +101,8 @@ def test_partials_of_the_partitions_merged_equal_the_partials_of_the_whole_batch
     assert got.windows.schema == window_partials.partials_schema()
     # One candidate per subject and task; the driver keeps the newest (the replication's reports are
     # in both partitions here).
-    assert BatchPlan.of(got).latest == BatchPlan.of(expected).latest
-    assert collected.latest_candidates == len(expected.latest) + 1
+    assert newest(got) == newest(expected)
+    assert collected.latest_candidates == expected.latest.num_rows + 1
     assert got.excerpts == expected.excerpts and len(got.excerpts) == 2
     assert got.late == expected_late
     if watermark_ms is not None:
@@ -113,7 +122,7 @@ def test_whole_topic_rows_of_several_partitions_are_rolled_up_not_repeated():
 def test_a_batch_whose_records_are_all_late_sends_only_the_count():
     kafka = kafka_rows([(0, r) for _, r in reports() if not isinstance(r, bytes)])
     collected = partition_partials.collect(task_answers(kafka, T0 + 3_600_000))
-    assert collected.partials.windows.num_rows == 0 and collected.partials.latest == []
+    assert collected.partials.windows.num_rows == 0 and collected.partials.latest.num_rows == 0
     assert collected.partials.late == {("west", "east"): kafka.num_rows}
 
 
@@ -121,7 +130,7 @@ def test_a_task_with_no_records_sends_nothing_and_no_answers_make_an_empty_batch
     mapper = partition_partials.PartitionPartials("west", None)
     assert list(mapper(iter([]))) == []
     empty = partition_partials.collect(partition_partials.PARTS_SCHEMA.empty_table())
-    assert empty.partials.windows.num_rows == 0 and empty.records == 0 and empty.partials.latest == []
+    assert empty.partials.windows.num_rows == 0 and empty.records == 0 and empty.partials.latest.num_rows == 0
 
 
 def test_partials_reach_the_driver_in_fewer_bytes_than_the_raw_records():
@@ -161,4 +170,20 @@ def test_records_out_of_order_or_at_one_ts_give_the_partials_of_records_in_order
         expected = in_order if len(shuffled) == len(ordered) else \
             window_partials.partials(flat_table(kafka_rows(shuffled), "west", NOW))
         assert canonical(got.windows) == canonical(expected.windows)
-        assert BatchPlan.of(got).latest == BatchPlan.of(expected).latest
+        assert newest(got) == newest(expected)
+
+
+def test_a_subject_two_tasks_report_keeps_its_newest_record_and_of_equal_ts_the_first():
+    """A writer that keys a subject's records otherwise puts them in two Kafka partitions: each task sends
+    its newest, and the sink keeps one a subject, in the order the subjects first come."""
+    def row(partition: int, ts: int, lag: int) -> dict:
+        return {"kind": "partition", "target": "west", "source": "east", "topic": "east.t",
+                "partition": partition, "ts": ts, "records_lag": lag}
+
+    tasks = window_partials.latest_of([row(2, T0, 1), row(0, T0 + 5, 2), row(1, T0, 3), row(0, T0 + 9, 4),
+                                       row(2, T0, 5), row(1, T0 - 1, 6)])
+    kept = window_partials.newest_of_subjects(tasks)
+    assert [(r["partition"], r["records_lag"]) for r in window_partials.records_of(kept)] == [(2, 1), (0, 4),
+                                                                                             (1, 3)]
+    alone = window_partials.latest_of([row(0, T0, 1), row(1, T0, 2)])
+    assert window_partials.newest_of_subjects(alone) is alone  # one row a subject already: no copy

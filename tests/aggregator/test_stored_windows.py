@@ -8,9 +8,6 @@ import pyarrow as pa
 from aggregator.stored_windows import (
     SeriesKeys,
     StoredWindows,
-    WindowUpdates,
-    calls_by_part,
-    hash_tag,
     keep_ms,
     merge_part,
     size_partials,
@@ -18,11 +15,6 @@ from aggregator.stored_windows import (
 from contract import redis_layout as layout
 
 KEY = 0  # the subject's number
-
-
-def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list:
-    """The calls of a merge in one part."""
-    return [call for _, calls in calls_by_part(updates, keys) for call in calls]
 COUNT, LAG = layout.METRIC_INDEX["record_count"], layout.METRIC_INDEX["records_lag"]
 
 
@@ -145,61 +137,6 @@ def test_a_corrupt_stored_member_is_replaced_by_the_batch_value():
     store.load("10s", {KEY: (0, [b"0;not:a:window"])})
     updates = store.apply(size_partials(finest((0, 1, 2, 2, 2, 2, 3)), "10s"), "10s")
     assert members(updates) == {0: ("0;0:1:2:2:2:2:3", True)}
-
-
-def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
-    keys = SeriesKeys()
-    orders = ("west", "east", "east.orders", 0, "")
-    ids = keys.number([orders, ("west", "east", "east.clicks", 0, ""), orders[:3] + (1, "")])
-    assert ids == [0, 1, 2] and keys.number([orders]) == [0]
-    changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
-                        "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
-                        "replaces": [False, True, False]})
-    calls = redis_calls([WindowUpdates("10s", changed, {2: (None, -5), 1: (-20_000, -7)}, {1: 10_000})], keys)
-    orders_keys = [keys.keys[0][0], keys.keys[2][0]]
-    assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # ARGV: the keys trimmed; per key its fields, then each field and value (a window's start and member,
-    # the newest start when it moved); then per key trimmed its place in KEYS, the trim's first grid start
-    # ("*": the hash's own fields), the retention cut-off, the window's size and the lifetime to set.
-    ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "1", "0", "0:2:2:1:1:1:5", "1", "0", "0:1:9:9:9:9:1",
-                           "2", "*", "-5", "10000", ttl]
-    assert calls[1][1] == ["1", "2", "10000", "10000:1:1:1:1:1:10000", layout.NEWEST_FIELD, "10000",
-                           "1", "-20000", "-7", "10000", ttl]
-
-
-def test_redis_calls_give_each_key_its_windows_in_order():
-    keys = SeriesKeys()
-    ids = keys.number([("west", "east", "east.orders", p, "") for p in range(3)])
-    starts = [30_000, 0, 10_000, 0, 20_000]
-    series = [ids[2], ids[0], ids[2], ids[1], ids[2]]
-    changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),
-                        "member": [f"m{s}-{t}" for s, t in zip(series, starts, strict=True)],
-                        "replaces": pa.array([False] * 5)})
-    ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}, {}),
-                                    WindowUpdates("1h", changed.slice(1, 1), {ids[0]: (None, 0)}, {})], keys)
-    assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
-    ttl_1h = str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "1", "0", "m0-0", "1", "0", "m0-0", "1", "0", "m1-0",
-                    "3", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000",
-                    "2", "*", "0", "3600000", ttl_1h]
-
-
-def test_a_merge_cut_into_parts_splits_its_calls_by_topic_and_leaves_out_the_parts_done():
-    keys = SeriesKeys()
-    ids = keys.number([("west", "east", f"east.t{t}", p, "") for t in range(40) for p in range(2)])
-    changed = pa.table({"series": pa.array(ids, pa.int64()), "start": pa.array([0] * len(ids), pa.int64()),
-                        "member": [f"m{i}" for i in ids], "replaces": pa.array([False] * len(ids))})
-    updates = [WindowUpdates("10s", changed, {ids[3]: (None, -5)}, {ids[5]: 0})]
-    whole = redis_calls(updates, keys)
-    parts = dict(calls_by_part(updates, keys, 8))
-    assert 1 < len(parts) <= 8 and list(parts) == sorted(parts)
-    # The calls of one part in one process are those of the merge uncut, each topic's in its tag's part.
-    assert sorted(call for calls in parts.values() for call in calls) == sorted(whole)
-    for part, calls in parts.items():
-        assert all(merge_part(hash_tag(names[0]), 8) == part for names, _ in calls)
-    skipped = dict(calls_by_part(updates, keys, 8, skip=list(parts)[:2]))
-    assert skipped == {p: c for p, c in parts.items() if p not in list(parts)[:2]}
 
 
 def test_a_topics_merge_part_depends_on_its_name_only():

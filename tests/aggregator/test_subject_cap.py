@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from aggregator import subject_cap
 from aggregator.subject_cap import HOUR_MS, KnownSubjects, admit, apply, decide, member
-from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, partials_schema
+from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, latest_of, partials_schema
 from contract import redis_layout as layout
 
 T0 = 1_700_002_800_000  # an hour boundary
@@ -91,10 +91,10 @@ def test_refused_subjects_leave_no_window_and_no_latest_record():
                                     _row(layout.ALL_TOPICS, layout.WHOLE_TOPIC)], schema=partials_schema())
     latest = [{"kind": "partition", "target": "west", "source": "east", "topic": "east.t", "partition": p,
                "group": "", "ts": T0} for p in (0, 1)]
-    kept = subject_cap.without(BatchPartials(windows, latest, {}), {REP: {"east.t|1|"}})
+    kept = subject_cap.without(BatchPartials(windows, latest_of(latest), {}), {REP: {"east.t|1|"}})
     assert [(r["topic"], r["partition"], r["group"]) for r in kept.windows.to_pylist()] == [
         ("east.t", 0, ""), ("east.t", 1, "g"), (layout.ALL_TOPICS, layout.WHOLE_TOPIC, "")]
-    assert [r["partition"] for r in kept.latest] == [0]
+    assert kept.latest["partition"].to_pylist() == [0]
 
 
 def test_the_known_subjects_are_looked_through_for_old_ones_only_when_one_may_be_old():

@@ -140,14 +140,14 @@ def test_a_merge_cut_off_part_way_is_finished_on_restart_without_merging_a_part_
             yield part, calls
 
     monkeypatch.setattr(cut.windows, "parts", seen_parts)
-    replace = cut.windows._replace
+    send = cut.windows.send_part
 
-    def dies_in_the_third_part(keys, args, client):
-        if len(merged) == 3 and keys is merged[2][0][0]:
+    def dies_in_the_third_part(pipe, calls, then):
+        if len(merged) == 3:
             raise ConnectionError("the process died between the merge's second and third part")
-        return replace(keys=keys, args=args, client=client)
+        return send(pipe, calls, then)
 
-    monkeypatch.setattr(cut.windows, "_replace", dies_in_the_third_part)
+    monkeypatch.setattr(cut.windows, "send_part", dies_in_the_third_part)
     with pytest.raises(ConnectionError):
         cut.write(topics_batch(prefixes[1], 24, 4), 1)
     progress = cast(dict, cut.client.hgetall(layout.merging_batches_key(cut.batch_scope)))

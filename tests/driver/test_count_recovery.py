@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from contract.records import raw_metrics
 from contract.records.raw_metrics import PartitionMetrics
 from driver.count_recovery import MAX_TAIL, MIN_TAIL, LastReports, tail_size, uncounted
 from driver.replication_stats import PartitionStats
-from tests.driver.replication_cluster_ops import create_topic
+from tests.driver.replication_cluster_ops import create_topic, eventually
 
 
 def test_uncounted_is_what_progress_recorded_past_the_last_report() -> None:
@@ -69,3 +69,30 @@ def test_the_last_reports_are_read_from_the_tail_of_the_metrics_topic(kafka_clus
         consumer.close()
     assert found == {("orders", 0): 109, ("orders", 1): 49}
     assert reader.guard.rejected == 1
+
+
+def test_a_tail_ending_in_a_transaction_marker_is_read_to_its_end(kafka_clusters: dict[str, str]) -> None:
+    """The last offset of a partition written transactionally is the commit marker, which no consumer
+    is handed: the read ends on the consumer's position, not on a record at that offset (which would
+    wait out the whole timeout and count nothing back)."""
+    west = kafka_clusters["west"]
+    topic = f"srm-metrics.marker-{uuid.uuid4().hex[:8]}.internal"
+    create_topic(west, topic, 1, raw_metrics.TOPIC_CONFIGS)
+    producer = Producer({"bootstrap.servers": west, "transactional.id": f"reports-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for record in (report("east", "orders", 0, 99), report("east", "orders", 0, 119)):
+        key, value = raw_metrics.encode(record)
+        producer.produce(topic, key=key, value=value)
+    producer.commit_transaction(30)
+    consumer = Consumer({"bootstrap.servers": west, "group.id": "tail-reader",
+                         "isolation.level": "read_committed"})
+    # The commit returns before the broker writes the marker; read_committed sees nothing until then.
+    committed_end = TopicPartition(topic, 0)
+    eventually(lambda: consumer.get_watermark_offsets(committed_end, timeout=10)[1] == 3 or None,
+               "the commit marker (offset 2, after the two reports) written")
+    try:
+        found = LastReports("east", "west", topic).read(consumer, [("orders", 0)], tail=100, timeout_s=60)
+    finally:
+        consumer.close()
+    assert found == {("orders", 0): 119}

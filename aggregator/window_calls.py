@@ -1,0 +1,215 @@
+"""A merge's Redis calls (redis_scripts.REPLACE_WINDOWS_LUA, one per hash tag), laid out a part at a time and
+packed into Redis's wire format by Arrow.
+
+A merge at 100,000 series writes ~330k keys in ~10k calls, ~1.7M arguments. Handed to redis-py as Python
+strings, they cost the merge thread, holding the GIL the sink's thread needs, a Python object an argument
+(Arrow's strings turned into Python ones) and redis-py's packing of each. Here a part's arguments stay one
+Arrow string array, and its calls become the RESP bytes Redis reads (`PartCalls.packed`) by Arrow's kernels,
+which run without the GIL; the window writer sends them in the part's MULTI as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aggregator.stored_windows import SeriesKeys, WindowUpdates
+from aggregator.window_ids import int64
+from contract import redis_layout as layout
+
+HEAD = 1  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA: its number of fields
+NEWEST_ROW = np.iinfo(np.int64).max  # the start of a key's newest-window field in _changed_rows
+CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
+                     pa.field("member", pa.string())])
+CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
+
+Call = tuple[list[str], list[str]]  # KEYS, ARGV of one REPLACE_WINDOWS_LUA call
+
+
+@dataclass
+class PartCalls:
+    """The REPLACE_WINDOWS_LUA calls of one part of a merge: each call's KEYS then its ARGV, call after call,
+    in one Arrow string array."""
+
+    args: pa.Array
+    key_counts: np.ndarray  # a call's KEYS
+    arg_counts: np.ndarray  # a call's ARGV
+
+    def __len__(self) -> int:
+        return len(self.key_counts)
+
+    def calls(self) -> list[Call]:
+        """The calls as Python lists (KEYS, ARGV)."""
+        args = self.args.to_pylist()
+        ends = np.cumsum(self.key_counts + self.arg_counts).tolist()
+        counts = zip(ends, self.key_counts.tolist(), self.arg_counts.tolist(), strict=True)
+        return [(args[end - keys - argv:end - argv], args[end - argv:end]) for end, keys, argv in counts]
+
+    def packed(self, sha: str) -> pa.Buffer:
+        """The calls as EVALSHA commands of script `sha`, in RESP: a command's head (`*<arguments>`, EVALSHA,
+        the script's digest, the number of keys) then each argument as a bulk string (`$<bytes>`, the
+        argument)."""
+        per_call = self.key_counts + self.arg_counts
+        command = f"\r\n$7\r\nEVALSHA\r\n${len(sha)}\r\n{sha}\r\n"
+        heads = pc.binary_join_element_wise("*", pc.cast(pa.array(3 + per_call), pa.string()), command,
+                                            _bulk(pc.cast(pa.array(self.key_counts), pa.string())), "")
+        firsts = np.concatenate([[0], np.cumsum(per_call)[:-1]])
+        at = np.zeros(len(self.args), np.int64)
+        at[firsts] = np.arange(1, len(firsts) + 1)
+        prefixes = pc.take(pa.concat_arrays([pa.array([""]), heads]), pa.array(at))
+        text = pc.binary_join_element_wise(prefixes, _bulk(self.args), "")
+        return _data(text)
+
+
+def _bulk(args: pa.Array) -> pa.Array:
+    """Each argument as a RESP bulk string."""
+    lengths = pc.cast(pc.binary_length(args), pa.string())
+    return pc.binary_join_element_wise("$", lengths, "\r\n", args, "\r\n", "")
+
+
+def _data(text: pa.Array) -> pa.Buffer:
+    """The strings of `text` back to back: its data buffer, from its first string to its last."""
+    offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + len(text) + 1]
+    data = text.buffers()[2]
+    if data is None:
+        return pa.py_buffer(b"")
+    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
+                  skip: Sequence[int] = ()) -> Iterator[tuple[int, PartCalls]]:
+    """(part, its REPLACE_WINDOWS_LUA calls) for each part of a merge cut in `parts` (merge_part of the
+    keys' hash tag), in part order, leaving out the parts in `skip` (done already). One call per hash tag
+    (a topic's series), so this also works on Redis Cluster. ARGV: the number of keys trimmed; per key (a
+    series at one size) its number of fields, then start and member of each window, and the key's newest
+    start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
+    the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
+    lifetime. Most keys are not trimmed in a batch: a key's head is one entry, not five (the script's own
+    parsing of ARGV is much of Redis's time). Laid out by Arrow and numpy, a part at a time: a merge writes
+    ~330k keys at 100,000 series, and its ARGV as Python strings all at once was ~0.5 GB of the driver's
+    peak; a Python loop over the keys was a third of the merge's own time."""
+    changed = _changed_rows(updates, keys, parts)
+    if changed is None:
+        return
+    part_of = changed["part"].to_numpy()
+    trims = _trim_rows(updates)
+    for part in range(parts):
+        lo, hi = np.searchsorted(part_of, [part, part + 1])
+        if part not in skip and hi > lo:
+            yield part, _calls(changed.slice(lo, hi - lo), keys, trims)
+
+
+def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
+    """Every field a merge writes (series, start, member, size; NEWEST_ROW for a key's newest start) with
+    its hash tag's number and its part, ordered by part, tag, series, size and start."""
+    sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
+    tables = [u.changed.select(["series", "start", "member"]).cast(CHANGED)
+              .append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
+              for u in updates if u.changed.num_rows]
+    # The keys' newest starts, as one more field of the key's HSET: sorted after its windows.
+    tables += [pa.table({"series": pa.array(list(u.newest), pa.int64()),
+                         "start": pa.repeat(pa.scalar(NEWEST_ROW, pa.int64()), len(u.newest)),
+                         "member": pc.cast(pa.array(list(u.newest.values()), pa.int64()), pa.string()),
+                         "size": pa.repeat(sizes[u.window], len(u.newest))}).cast(CHANGED_SIZED)
+               for u in updates if u.newest]
+    if not tables:
+        return None
+    changed = pa.concat_tables([t.cast(CHANGED_SIZED) for t in tables])
+    tags = np.asarray(keys.tags, np.int64)[int64(changed["series"])]
+    tag_parts = np.asarray(keys.tag_crcs, np.int64) % parts
+    return changed.append_column("tag", pa.array(tags)).append_column("part", pa.array(tag_parts[tags])) \
+        .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
+
+
+def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
+           ) -> PartCalls:
+    """The calls writing `changed` (_changed_rows of whole hash tags); `trims`: _trim_rows."""
+    sizes = len(layout.WINDOWS)
+    key_ids = pc.add(pc.multiply(changed["series"], sizes), changed["size"]).combine_chunks()
+    runs = pc.run_end_encode(key_ids)
+    run_keys = runs.values.to_numpy()
+    ends = runs.run_ends.to_numpy().astype(np.int64)
+    begins = np.concatenate([[0], ends[:-1]])
+    counts = ends - begins
+    # Where each key's part of ARGV starts (and, last, where the last one ends).
+    offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
+    fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
+                        pc.cast(changed["start"], pa.string())).combine_chunks()
+    argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
+                                     changed["member"].combine_chunks()]),
+                   _argv_order(begins, counts, offsets))
+    names = keys.names().take(pa.array(run_keys))
+    run_tags = int64(changed["tag"]).take(begins)
+    # A call per hash tag: its runs (keys) bounds[c]..bounds[c + 1].
+    bounds = np.append(np.flatnonzero(np.concatenate([[True], run_tags[1:] != run_tags[:-1]])), len(run_keys))
+    # The trimmed keys among the runs, by run: few in most batches (a key's first window of a trim period).
+    trim_keys, trim_args = trims
+    at = np.minimum(np.searchsorted(trim_keys, run_keys), max(len(trim_keys) - 1, 0))
+    trimmed = np.flatnonzero(trim_keys[at] == run_keys) if len(trim_keys) else np.zeros(0, np.int64)
+    trim_at = at[trimmed].tolist()
+    first_trims = np.searchsorted(trimmed, bounds)
+    trim_runs, call_bounds, firsts = trimmed.tolist(), bounds.tolist(), first_trims.tolist()
+    tail = [arg for call, (a, _) in enumerate(itertools.pairwise(call_bounds))
+            for t in range(firsts[call], firsts[call + 1])
+            for arg in (str(trim_runs[t] - a + 1), *trim_args[trim_at[t]])]
+    trim_counts = np.diff(first_trims)
+    return _laid_out(names, pc.cast(pa.array(trim_counts), pa.string()), argv, pa.array(tail, pa.string()),
+                     bounds, offsets[bounds], 5 * trim_counts)
+
+
+def _laid_out(names: pa.Array, heads: pa.Array, argv: pa.Array, tail: pa.Array, bounds: np.ndarray,
+              argv_bounds: np.ndarray, tail_counts: np.ndarray) -> PartCalls:
+    """Each call's KEYS (`names`, a run a key: bounds[c]..bounds[c + 1]), then its ARGV: its head (`heads`,
+    the number of keys trimmed), its keys' entries (`argv[argv_bounds[c]:argv_bounds[c + 1]]`), then its
+    trims' (`tail`, tail_counts[c] a call), as one array, call after call."""
+    key_counts = np.diff(bounds)
+    argv_counts = np.diff(argv_bounds)
+    arg_counts = 1 + argv_counts + tail_counts
+    call_starts = np.concatenate([[0], np.cumsum(key_counts + arg_counts)])[:-1]
+    calls = np.arange(len(key_counts))
+    # Where each source entry goes: names, heads, argv, tail (concatenated in that order).
+    order = np.empty(int((key_counts + arg_counts).sum()), np.int64)
+    call_of = np.repeat(calls, key_counts)
+    order[call_starts[call_of] + np.arange(len(names)) - bounds[:-1][call_of]] = np.arange(len(names))
+    order[call_starts + key_counts] = len(names) + calls
+    call_of = np.repeat(calls, argv_counts)
+    base = len(names) + len(heads)
+    at_call = call_starts[call_of] + key_counts[call_of] + 1
+    order[at_call + np.arange(len(argv)) - argv_bounds[:-1][call_of]] = base + np.arange(len(argv))
+    call_of = np.repeat(calls, tail_counts)
+    tail_starts = np.concatenate([[0], np.cumsum(tail_counts)])[:-1]
+    order[call_starts[call_of] + key_counts[call_of] + 1 + argv_counts[call_of] + np.arange(len(tail))
+          - tail_starts[call_of]] = base + len(argv) + np.arange(len(tail))
+    args = pc.take(pa.concat_arrays([names, heads, argv, tail]), pa.array(order))
+    return PartCalls(args, key_counts, arg_counts)
+
+
+def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str, str, str, str]]]:
+    """The keys trimmed (series * sizes + size, sorted) and each one's trim ARGV: first start ("*": the
+    hash's own fields), cut-off, window size, lifetime."""
+    sizes = len(layout.WINDOWS)
+    rows = sorted(((series * sizes + i, window, trim) for i, window in enumerate(layout.WINDOWS)
+                   for u in updates if u.window == window for series, trim in u.trims.items()),
+                  key=lambda row: row[0])
+    args = [("*" if trim[0] is None else str(trim[0]), str(trim[1]), str(layout.WINDOWS[window].size_ms),
+             str(layout.key_ttl_ms(window))) for _, window, trim in rows]
+    return np.array([key for key, _, _ in rows], np.int64), args
+
+
+def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """Indices into [counts (a row a key), fields, values (a row each)] in ARGV order; `offsets`: where each
+    key's part starts."""
+    keys, rows = len(begins), int(counts.sum())
+    order = np.empty(int(offsets[-1]), np.int64)
+    order[offsets[:-1]] = np.arange(keys)
+    row = np.arange(rows)
+    run = np.repeat(np.arange(keys), counts)
+    pair_at = offsets[run] + HEAD + 2 * (row - begins[run])
+    order[pair_at] = keys + row
+    order[pair_at + 1] = keys + rows + row
+    return pa.array(order)
