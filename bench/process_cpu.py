@@ -280,7 +280,7 @@ class TreeMemory:
         self._run = "start"
         self.probes = probes or {}
         self._readings: dict[str, float] = {}
-        self._timeline = timeline.open("w") if timeline else None
+        self._timeline = timeline.open("w", buffering=1) if timeline else None  # kept if the run is cut
         self._samples = 0
         self._parts: dict[int, str | None] = {}
         self._stop = threading.Event()
