@@ -9,6 +9,15 @@ from pyspark.sql import SparkSession
 
 from aggregator import kafka_connector
 
+# The Spark JVM's heap (local mode: driver and executors in one JVM). Its live set is small whatever the
+# series: the Kafka records of a task stream through it to the Python workers as Arrow batches, and a
+# task's answer comes back LZ4-compressed (~3 MB at 100,000 series). Capped at 1 GB, G1 grew the heap to
+# ~450 MB committed (live ~130-190 MB after a young collection) and kept ~56 MB of its own structures
+# beside it (NMT). 512 MB is about the least Spark takes (it refuses a heap under 450 MB), and the serial
+# collector's structures are a card table; its pauses are short over so small a heap (bench/RESULTS.md, s29).
+DRIVER_MEMORY = "512m"
+DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC"
+
 
 def launched_by_spark_submit() -> bool:
     # spark-submit starts the JVM first and hands the Python driver its gateway through these.
@@ -31,7 +40,8 @@ def build_session(master: str | None = "local[2]", app_name: str = "srm-aggregat
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", DRIVER_MEMORY)
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "false")
     )
