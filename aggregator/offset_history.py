@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from aggregator.window_history import decoded_members, finest_key, series_id
+from aggregator.window_history import decoded_members
 from aggregator.window_partials import subject_numbers
 from aggregator.window_reads import read_windows
-from contract.redis_layout import FINEST_WINDOW
+from contract.redis_layout import FINEST_WINDOW, SeriesId, series_key
 
 WINDOW_MS = FINEST_WINDOW.size_ms
 METRICS = ("source_end_offset", "upstream_offset", "records_lag")
@@ -128,7 +128,7 @@ class OffsetHistory:
             block.reset(local)
         self.newest[rows] = -1
         self.complete_from[rows] = low
-        keys = [finest_key(series_id(*self.keys[int(r)], METRICS[0])) for r in rows]
+        keys = [_finest_key(*self.keys[int(r)]) for r in rows]
         replies, _ = read_windows(client, FINEST_WINDOW.name,
                                   list(zip(keys, (low * WINDOW_MS).tolist(), strict=True)))
         found: dict[int, list] = {m: [] for m in range(len(METRICS))}
@@ -202,6 +202,13 @@ class OffsetHistory:
             last[at] = block.read(local[:, None], slot[at], METRIC[metric])
         present = (held == number) & ~np.isnan(last)
         return number, last, present
+
+
+def _finest_key(target: str, source: str, topic: str, partition: int) -> str:
+    """A partition's finest windows' key, named anew: a row is loaded once in a process (its first read), so
+    window_history's caches of series and key names (lru, ~0.5 KB an entry) kept every partition's name
+    for nothing: ~110 MB at 100,000 partitions (bench/RESULTS.md, s29)."""
+    return series_key(SeriesId(target, source, topic, partition, METRICS[0]), FINEST_WINDOW.name)
 
 
 # A slot's `last` is kept as an int32 delta from its row's base (one a metric): offsets and lags are

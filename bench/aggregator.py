@@ -129,7 +129,7 @@ def main() -> None:
         print(f"bad_record_cost_ratio={bad_ratio:.2f}")
         return
     growth = float("nan")
-    with bench_stack(args.spark_conf) as stack:
+    with bench_stack(args.spark_conf, args.memory_timeline) as stack:
         drained = throughput(stack.spark, stack.bootstrap, stack.redis_url, stack.work, "tput", args.series,
                              args.periods, args.max_offsets)
         print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "

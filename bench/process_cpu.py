@@ -15,6 +15,8 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
@@ -236,19 +238,53 @@ def resident_mb(pid: int) -> float:
         return 0.0
 
 
+@dataclass
+class RunPeak:
+    """The tree's peak over one of a bench's runs, by part, and what the probes read then."""
+
+    mb: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)  # each part's share of the tree's peak
+    workers: list[float] = field(default_factory=list)  # each Python worker's share, largest first
+    probes: dict[str, float] = field(default_factory=dict)  # the probes' last readings at the peak
+    own: dict[str, float] = field(default_factory=dict)  # each part's (and probe's) own peak in the run
+
+    def line(self) -> str:
+        shares = ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(self.parts.items(), key=lambda i: -i[1]))
+        if len(self.workers) > 1:
+            shares += " (workers " + ", ".join(f"{mb:.0f}" for mb in self.workers) + ")"
+        text = f"peak RSS {self.mb:.0f} MB ({shares})"
+        if self.probes:
+            text += "; then " + ", ".join(f"{name} {mb:.0f}" for name, mb in self.probes.items())
+        if self.own:
+            text += "; own peaks " + ", ".join(f"{name} {mb:.0f}" for name, mb in self.own.items())
+        return text
+
+
 class TreeMemory:
     """The aggregator's whole process tree (AGGREGATOR_PARTS: the driver, the JVM that runs the executors
     in local mode, the executors' Python workers, the sink's children) summed at each sample; `peak_mb`
-    is the greatest sum seen. A sum of each process's own peak (VmHWM) would add peaks that never met."""
+    is the greatest sum seen. A sum of each process's own peak (VmHWM) would add peaks that never met.
+
+    A bench names its runs (`run`): each gets its own peak by part (RunPeak), so a figure over several runs
+    says which run and which part set it. `probes` read what RSS does not split (the driver's Arrow pool,
+    the JVM's heap) every PROBE_EVERY samples; `timeline`, a file, gets every sample as a line."""
 
     EVERY_S = 0.25
+    PROBE_EVERY = 4  # samples: a probe may call into the JVM (py4j), once a second is enough
 
-    def __init__(self) -> None:
+    def __init__(self, probes: dict[str, Callable[[], float]] | None = None,
+                 timeline: Path | None = None) -> None:
         self.peak_mb = 0.0
         self.peak_parts: dict[str, float] = {}  # each part's share of the peak
+        self.runs: dict[str, RunPeak] = {}
+        self._run = "start"
+        self.probes = probes or {}
+        self._readings: dict[str, float] = {}
+        self._timeline = timeline.open("w", buffering=1) if timeline else None  # kept if the run is cut
+        self._samples = 0
         self._parts: dict[int, str | None] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run_samples, daemon=True)
 
     def start(self) -> TreeMemory:
         self._thread.start()
@@ -257,19 +293,48 @@ class TreeMemory:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self._timeline:
+            self._timeline.close()
 
-    def _run(self) -> None:
+    def run(self, name: str) -> None:
+        """What follows is the bench's run `name` (its own peak)."""
+        self._run = name
+
+    def _run_samples(self) -> None:
         while not self._stop.is_set():
             try:
-                parts = self.sample()
-                if sum(parts.values()) > self.peak_mb:
-                    self.peak_mb, self.peak_parts = sum(parts.values()), parts
+                self._take()
             except Exception as error:  # a sample lost, not the figure
                 LOG.warning("memory sample failed: %s", error)
             self._stop.wait(self.EVERY_S)
 
-    def sample(self) -> dict[str, float]:
-        """Each part's resident MB now."""
+    def _take(self) -> None:
+        workers: dict[int, float] = {}
+        parts = self.sample(workers)
+        if self._samples % self.PROBE_EVERY == 0:
+            for name, probe in self.probes.items():
+                try:
+                    self._readings[name] = probe()
+                except Exception as error:  # the JVM stopping: the last reading stays
+                    LOG.debug("memory probe %s failed: %s", name, error)
+        self._samples += 1
+        total = sum(parts.values())
+        if total > self.peak_mb:
+            self.peak_mb, self.peak_parts = total, parts
+        run = self.runs.setdefault(self._run, RunPeak())
+        if total > run.mb:
+            run.mb, run.parts, run.probes = total, parts, dict(self._readings)
+            run.workers = sorted(workers.values(), reverse=True)
+        for name, mb in [*parts.items(), *self._readings.items()]:
+            run.own[name] = max(run.own.get(name, 0.0), mb)
+        if self._timeline:
+            values = " ".join(f"{name}={mb:.0f}" for name, mb in [*parts.items(), *self._readings.items()])
+            workers_text = ",".join(f"{mb:.0f}" for mb in sorted(workers.values(), reverse=True))
+            self._timeline.write(f"{time.time():.2f} {self._run} total={total:.0f} {values} "
+                                 f"workers={workers_text}\n")
+
+    def sample(self, workers: dict[int, float] | None = None) -> dict[str, float]:
+        """Each part's resident MB now (and each Python worker's, into `workers`)."""
         driver = os.getpid()
         parts: dict[str, float] = {}
         for entry in Path("/proc").iterdir():
@@ -279,7 +344,10 @@ class TreeMemory:
                     self._parts[pid] = part_of(pid, driver)
                 part = self._parts[pid]
                 if part in AGGREGATOR_PARTS:
-                    parts[part] = parts.get(part, 0.0) + resident_mb(pid)
+                    mb = resident_mb(pid)
+                    parts[part] = parts.get(part, 0.0) + mb
+                    if part == "python workers" and workers is not None:
+                        workers[pid] = mb
         return parts
 
 

@@ -41,7 +41,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +52,7 @@ import pyarrow as pa
 import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from py4j.java_gateway import JavaObject
 from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.streaming import StreamingQuery
@@ -401,6 +402,8 @@ def add_run_options(parser: argparse.ArgumentParser, series: int, periods: int) 
     parser.add_argument("--max-offsets", type=int, default=200_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting over the aggregator's own (e.g. spark.driver.memory=512m)")
+    parser.add_argument("--memory-timeline", type=Path, metavar="FILE",
+                        help="write every sample of the aggregator's process tree's memory to FILE")
 
 
 @dataclass
@@ -415,18 +418,37 @@ class BenchStack:
     memory: TreeMemory
 
     def tree_peak_mb(self) -> float:
-        """Stops measuring the process tree; prints and returns its peak (summed over its processes)."""
+        """Stops measuring the process tree; prints and returns its peak (summed over its processes), and
+        each run's peak by part."""
         self.memory.stop()
         shares = ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(self.memory.peak_parts.items(),
                                                                        key=lambda item: -item[1]))
         print(f"aggregator process tree: peak RSS {self.memory.peak_mb:.0f} MB ({shares})")
+        for name, peak in self.memory.runs.items():
+            print(f"aggregator process tree, {name}: {peak.line()}")
         return self.memory.peak_mb
 
 
+def memory_probes(spark: SparkSession) -> dict[str, Callable[[], float]]:
+    """What RSS does not split, in MB: the driver's Arrow pool (bytes allocated, not the pages it keeps),
+    and the Spark JVM's heap (committed, used) and what it commits beside it (metaspace, code cache)."""
+    jvm = cast(JavaObject, spark.sparkContext._jvm)
+    bean = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+
+    def heap() -> JavaObject:
+        return bean.getHeapMemoryUsage()
+
+    return {"driver arrow": lambda: pa.default_memory_pool().bytes_allocated() / 2**20,
+            "JVM heap committed": lambda: heap().getCommitted() / 2**20,
+            "JVM heap used": lambda: heap().getUsed() / 2**20,
+            "JVM non-heap committed": lambda: bean.getNonHeapMemoryUsage().getCommitted() / 2**20}
+
+
 @contextmanager
-def bench_stack(spark_conf: list[str]) -> Iterator[BenchStack]:
+def bench_stack(spark_conf: list[str], memory_timeline: Path | None = None) -> Iterator[BenchStack]:
     """Starts a broker, Redis and Spark (the --spark-conf KEY=VALUE settings over the aggregator's own)
-    for one bench; stops Spark when the bench's runs are done and removes everything, whatever happens."""
+    for one bench; stops Spark when the bench's runs are done and removes everything, whatever happens.
+    `memory_timeline`: a file to write the process tree's every memory sample to."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LOG.setLevel(logging.INFO)
     for stage in ("aggregator.redis_sink", "aggregator.window_writer"):  # where a batch's time goes
@@ -442,7 +464,8 @@ def bench_stack(spark_conf: list[str]) -> Iterator[BenchStack]:
             admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
         spark = build_session("local[2]", "srm-bench-aggregator", dict(c.split("=", 1) for c in spark_conf))
         DriverLoad.count_collected()
-        yield BenchStack(spark, bootstrap, server.url, work, TreeMemory().start())
+        memory = TreeMemory(memory_probes(spark), memory_timeline).start()
+        yield BenchStack(spark, bootstrap, server.url, work, memory)
         spark.stop()
     finally:
         server.cleanup()
