@@ -45,8 +45,11 @@ WINDOW_KEY = ["series", "metric", "start"]
 NOT_COVERED = np.iinfo(np.int64).max  # covered_from of a subject none of whose windows are here
 # How far behind a series' newest window its windows stay here: the window before the newest, and at
 # least the usual lateness (older windows are read from Redis when a late record needs them). Every kept
-# window is joined with each batch, so keeping more costs more than the rare read.
-MIN_KEEP_MS = 60_000
+# window is joined with each batch, so keeping more costs more than the rare read: at 60 s a live target's
+# 100,000 partitions (a report every 5 s) kept seven 10 s windows a subject, and a merge's CPU grew with
+# them to twice that of one window (bench/RESULTS.md, s29, "what the merge keeps"). A series' reports come
+# in order (keyed: one Kafka partition), so what a batch touches is its newest window or two.
+MIN_KEEP_MS = 20_000
 
 
 def keep_ms(window: str) -> int:

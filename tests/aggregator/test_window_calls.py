@@ -9,13 +9,12 @@ from typing import cast
 import hiredis
 import pyarrow as pa
 import pytest
-import redis
 
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, WindowUpdates, hash_tag, merge_part
 from aggregator.window_calls import calls_by_part
 from contract import redis_layout as layout
-from tests.aggregator.streaming_input import snapshot
+from tests.aggregator.streaming_input import database, snapshot
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list:
@@ -110,11 +109,6 @@ def mixed_updates(target: str) -> tuple[SeriesKeys, list[WindowUpdates]]:
     return keys, [
         WindowUpdates("10s", changed, {ids[4]: (None, -5), ids[30]: (-20_000, -7)}, {ids[7]: 10_000}),
         WindowUpdates("1h", changed.slice(3, 9), {ids[6]: (-7_200_000, -1)}, {ids[3]: 0})]
-
-
-def database(redis_url: str, db: int) -> redis.Redis:
-    kwargs = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs
-    return redis.Redis(**{**kwargs, "db": db})
 
 
 @pytest.mark.integration
