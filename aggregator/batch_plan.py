@@ -248,7 +248,7 @@ def numbered_partials(windows: pa.Table, keys: SeriesKeys) -> tuple[pa.Table | N
     # narrow ones, and without a join on their five text columns.
     subject, firsts = _subjects(windows)
     subjects = windows.select(SUBJECT_COLUMNS).take(firsts)
-    numbers = np.array(keys.number(zip(*subjects.to_pydict().values(), strict=True)), np.int64)
+    numbers = keys.number_columns(subjects)
     series = pa.array(numbers[subject])
     table = pa.concat_tables([_metric_partials(windows, m, rows, series) for m, rows in present])
     # Metric blocks each in the wide rows' order: by series (stable) gives series, metric, start when the

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
+from aggregator.resp_commands import execute_in_multi, packed
 from contract.redis_layout import LATEST_TTL_MS, decode_latest, encode_latest
 
 # Fields per HSET at most: a replication's verdicts are one hash of one field a partition.
@@ -130,19 +131,42 @@ class LatestWriter:
 
     def _send(self, client: redis.Redis, rows: np.ndarray, keys: Sequence[str], names: Sequence[str],
               encoded: Sequence[str]) -> None:
-        by_key: dict[str, list[str]] = {}
-        for i in rows.tolist():
-            by_key.setdefault(keys[i], []).extend((names[i], encoded[i]))
+        """HSETs of the fields at `rows`, a hash's in one (FIELDS_PER_HSET at most), hashes in the order they
+        first come, and the PEXPIREs due, in one MULTI, packed by Arrow (resp_commands)."""
+        taken = pa.array(rows, pa.int64())
+        key, name, value = (pa.array(c, pa.string()).take(taken) for c in (keys, names, encoded))
+        by_key = pc.dictionary_encode(key)
+        code = by_key.indices.to_numpy()
+        order = np.argsort(code, kind="stable")  # a hash's fields together, hashes by first appearance
+        code = code[order]
+        run_start = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+        position = np.arange(len(code)) - np.repeat(run_start, np.diff(np.append(run_start, len(code))))
+        first = (position % FIELDS_PER_HSET) == 0  # a command's first field
+        command = np.cumsum(first) - 1
+        firsts = np.flatnonzero(first)
+        commands, fields = len(firsts), len(code)
+        # HSET <key> <field> <value> ...: the source entries are "HSET", each command's key, names, values.
+        place = np.empty(2 * commands + 2 * fields, np.int64)
+        starts = 2 * np.arange(commands) + 2 * firsts
+        place[starts] = 0
+        place[starts + 1] = 1 + np.arange(commands)
+        at = 2 * np.arange(fields) + 2 * command + 2
+        place[at] = 1 + commands + np.arange(fields)
+        place[at + 1] = 1 + commands + fields + np.arange(fields)
+        sorted_at = pa.array(order)
+        source = pa.concat_arrays([pa.array(["HSET"]), by_key.dictionary.take(pa.array(code[firsts])),
+                                   name.take(sorted_at), value.take(sorted_at)])
+        args, counts = [pc.take(source, pa.array(place))], [np.diff(np.append(starts, len(place)))]
         now = time.monotonic()
         renew_before = now - EXPIRY_RENEWAL_MS / 1000
-        expiring = [key for key in by_key if self.expiry_set.get(key, -math.inf) <= renew_before]
-        pipe = client.pipeline(transaction=True)
-        for key, flat in by_key.items():
-            for at in range(0, len(flat), 2 * FIELDS_PER_HSET):
-                pipe.execute_command("HSET", key, *flat[at:at + 2 * FIELDS_PER_HSET])
-        for key in expiring:
-            pipe.pexpire(key, LATEST_TTL_MS)
-        pipe.execute()
+        expiring = [k for k in by_key.dictionary.to_pylist()
+                    if self.expiry_set.get(k, -math.inf) <= renew_before]
+        if expiring:
+            ttl = str(LATEST_TTL_MS)
+            args.append(pa.array([arg for k in expiring for arg in ("PEXPIRE", k, ttl)], pa.string()))
+            counts.append(np.full(len(expiring), 3, np.int64))
+        execute_in_multi(client, packed(pa.concat_arrays(args), np.concatenate(counts)),
+                         commands + len(expiring))
         self.expiry_set.update(dict.fromkeys(expiring, now))
 
 

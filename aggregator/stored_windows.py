@@ -45,8 +45,11 @@ WINDOW_KEY = ["series", "metric", "start"]
 NOT_COVERED = np.iinfo(np.int64).max  # covered_from of a subject none of whose windows are here
 # How far behind a series' newest window its windows stay here: the window before the newest, and at
 # least the usual lateness (older windows are read from Redis when a late record needs them). Every kept
-# window is joined with each batch, so keeping more costs more than the rare read.
-MIN_KEEP_MS = 60_000
+# window is joined with each batch, so keeping more costs more than the rare read: at 60 s a live target's
+# 100,000 partitions (a report every 5 s) kept seven 10 s windows a subject, and a merge's CPU grew with
+# them to twice that of one window (bench/RESULTS.md, s29, "what the merge keeps"). A series' reports come
+# in order (keyed: one Kafka partition), so what a batch touches is its newest window or two.
+MIN_KEEP_MS = 20_000
 
 
 def keep_ms(window: str) -> int:
@@ -66,6 +69,28 @@ class SeriesKeys:
     tag_ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
     tag_crcs: list[int] = field(default_factory=list)  # by hash tag number: CRC-32 of its text (merge_part)
     _names: pa.Array = field(default_factory=lambda: pa.array([], pa.string()), compare=False, repr=False)
+    # Each subject numbered through number_columns, as subject_text writes it, and its number: a merge's
+    # ~110k subjects at 100,000 series looked up by Arrow (index_in, without the GIL), not a Python tuple
+    # and dict lookup each.
+    _texts: pa.Array = field(default_factory=lambda: pa.array([], pa.string()), compare=False, repr=False)
+    _text_numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False,
+                                      repr=False)
+
+    def number_columns(self, subjects: pa.Table) -> np.ndarray:
+        """The numbers of `subjects`' rows (columns target, source, topic, partition, group), as `number`
+        gives them: the subjects not met before are numbered by it, in row order."""
+        text = subject_text(subjects)
+        at = pc.fill_null(pc.index_in(text, value_set=self._texts), -1).to_numpy(zero_copy_only=False)
+        numbers = np.empty(len(at), np.int64)
+        found = at >= 0
+        numbers[found] = self._text_numbers[at[found]]
+        missing = np.flatnonzero(~found)
+        if len(missing):
+            rows = subjects.select(["target", "source", "topic", "partition", "group"]).take(missing)
+            numbers[missing] = self.number(zip(*rows.to_pydict().values(), strict=True))
+            self._texts = pa.concat_arrays([self._texts, text.take(pa.array(missing))])
+            self._text_numbers = np.concatenate([self._text_numbers, numbers[missing]])
+        return numbers
 
     def number(self, subjects: Iterable[SubjectColumns]) -> list[int]:
         out = []
@@ -91,6 +116,18 @@ class SeriesKeys:
             added = pa.array([key for keys in self.keys[named:] for key in keys], pa.string())
             self._names = pa.concat_arrays([self._names, added]) if len(self._names) else added
         return self._names
+
+
+def subject_text(subjects: pa.Table) -> pa.Array:
+    """A text a row naming its subject (target, source, topic, partition, group) unambiguously: each column's
+    length then its value, a null as "N" (a null group and an empty one are distinct subjects to `number`)."""
+    fields = []
+    for column in ("target", "source", "topic", "partition", "group"):
+        values = one_array(subjects[column])
+        text = values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+        sized = pc.binary_join_element_wise(pc.cast(pc.binary_length(text), pa.string()), text, ":")
+        fields.append(pc.fill_null(sized, "N"))
+    return pc.binary_join_element_wise(*fields, "|")
 
 
 def hash_tag(key: str) -> str:
@@ -144,11 +181,20 @@ def _sums(values: np.ndarray, firsts: np.ndarray, lengths: np.ndarray) -> np.nda
     """Sums of runs added one value after the other from 0, as Arrow's grouped sum adds them (numpy's
     pairwise sums round differently)."""
     sums = np.zeros(len(firsts))
-    live = np.arange(len(firsts))
-    for offset in range(int(lengths.max(initial=0))):
+    longest = int(lengths.max(initial=0))
+    # The first offsets, where nearly every run ends, over all runs at once: 0.0 added past a run's end
+    # leaves its sum as it is (a sum begun at 0.0 is never -0.0). Then the few longer runs alone.
+    last = len(values) - 1
+    for offset in range(min(longest, _ALL_RUNS)):
+        sums += np.where(offset < lengths, values[np.minimum(firsts + offset, last)], 0.0)
+    live = np.flatnonzero(lengths > _ALL_RUNS)
+    for offset in range(_ALL_RUNS, longest):
         live = live[lengths[live] > offset]
         sums[live] += values[firsts[live] + offset]
     return sums
+
+
+_ALL_RUNS = 8  # offsets _sums adds over every run
 
 
 def _grouped(table: pa.Table) -> pa.Table:

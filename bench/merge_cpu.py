@@ -1,23 +1,24 @@
 """The sink's window merge alone, in the cardinality line's shape, in CPU seconds (hosts are shared).
 
 Batches of --series series (100,000 partitions of 10 a topic: 110,001 subjects with their topics and the
-replication), each series reporting once a period, --periods periods a batch (1 s apart, as the cardinality
-line's backlog), read by the tasks' own code (PartitionPartials over two Kafka partitions, collected as the
-sink collects them), then merged by a WindowWriter into a real redis-server, a batch at a time, in this
-thread. Per batch: the merge's CPU in this thread (thread_time: its Python and the Arrow/numpy kernels it
-runs), Redis's CPU (INFO cpu), wall time and the process's peak RSS during the merge.
+replication), each series reporting once a period, --periods periods a batch (--period-ms apart: 1 s, as the
+cardinality line's backlog), read by the tasks' own code (PartitionPartials over two Kafka partitions,
+collected as the sink collects them), then merged by a WindowWriter into a real redis-server, a batch at a
+time, in this thread. Per batch: the merge's CPU in this thread (thread_time: its Python and the Arrow/numpy
+kernels it runs), Redis's CPU (INFO cpu), wall time and the process's peak RSS during the merge.
 
 --coarse-every K merges the 1 min and 1 h windows at every Kth merge only (the others at the finest size),
 as the merge thread does when its merges come faster than merge_thread.COARSE_INTERVAL_S; --gil-probe runs
 a pure-Python thread beside the merge, as the sink's thread is, and prints how much of the merge's wall time
 the probe could not run (the merge holding the GIL; on a busy host, the CPU taken too). --profile prints
-cProfile's view of batches 2 on; --digest a digest of every window hash at the end (--base fixes the
-clock, so that two trees' digests compare).
+cProfile's view of batches 2 on, the merges at every size and those at the finest only apart; --digest a
+digest of every window hash at the end (--base fixes the clock, so that two trees' digests compare).
 
-Last line: `merge_python_cpu_s=<s> merge_redis_cpu_s=<s> merge_wall_s=<s>` a batch, the mean over batches 1
-on (batch 0 merges into an empty Redis).
-Usage: python bench/merge_cpu.py [--series 100000] [--batches 7] [--periods 2] [--coarse-every 1]
-[--gil-probe] [--profile] [--digest --base MS]
+Last line: `merge_python_cpu_s=<s> merge_redis_cpu_s=<s> merge_wall_s=<s>` (and with --gil-probe
+`merge_gil_held_s=<s>`) a batch, the mean over batches 1 on (batch 0 merges into an empty Redis); the line
+before gives the same means for the merges at every size and at the finest only apart.
+Usage: python bench/merge_cpu.py [--series 100000] [--batches 7] [--periods 2] [--period-ms 1000]
+[--coarse-every 1] [--gil-probe] [--profile] [--digest --base MS]
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ SOURCE = "tput"
 TOPIC = "srm-metrics.tput.internal"
 
 
-def batch_partials(series: int, partitions: list[int], batch: int, periods: int, base: int, now: int
-                   ) -> pa.Table:
+def batch_partials(series: int, partitions: list[int], batch: int, periods: int, base: int, now: int,
+                   period_ms: int = 1000) -> pa.Table:
     """The batch's partial windows as the sink hands them to its merge (two Kafka partitions' tasks)."""
     columns: dict[int, dict[str, list]] = {p: {"offset": [], "kafka_ts": [], "value": []} for p in (0, 1)}
     for r in range(periods):
         seq = batch * periods + r
-        ts = base + seq * 1000
+        ts = base + seq * period_ms
         for s in range(series):
             c = columns[partitions[s]]
             c["offset"].append(len(c["offset"]))
@@ -110,6 +111,9 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=7)
     parser.add_argument("--periods", type=int, default=2, help="reports of each series a batch")
+    parser.add_argument("--period-ms", type=int, default=1000,
+                        help="event time between periods (5000: a live target's reports, a new 10 s window "
+                             "every other period, the merge's kept windows filling up)")
     parser.add_argument("--coarse-every", type=int, default=1)
     parser.add_argument("--gil-probe", action="store_true")
     parser.add_argument("--profile", action="store_true")
@@ -120,10 +124,11 @@ def main() -> None:
     server = RedisServer().start()
     client = redis.Redis.from_url(server.url)
     now = int(time.time() * 1000)
-    base = (args.base or now) // 10_000 * 10_000 - args.batches * args.periods * 1000 - 60_000
+    base = (args.base or now) // 10_000 * 10_000 - args.batches * args.periods * args.period_ms \
+        - 60_000
     partitions = [zlib.crc32(record_key(SOURCE, s)) % 2 for s in range(args.series)]
     writer = WindowWriter(client, "merge-cpu")
-    profile = cProfile.Profile() if args.profile else None
+    profiles = {True: cProfile.Profile(), False: cProfile.Profile()} if args.profile else None
     probe = GilProbe() if args.gil_probe else None
 
     def redis_cpu() -> float:
@@ -133,9 +138,10 @@ def main() -> None:
     rows = []
     try:
         for b in range(args.batches):
-            windows = batch_partials(args.series, partitions, b, args.periods, base, now)
+            windows = batch_partials(args.series, partitions, b, args.periods, base, now, args.period_ms)
             every_size = b % args.coarse_every == 0 or b == args.batches - 1
-            if profile and b >= 2:
+            profile = profiles[every_size] if profiles and b >= 2 else None
+            if profile:
                 profile.enable()
             Path("/proc/self/clear_refs").write_text("5")  # the peak RSS from here on
             rss_before = peak_rss_mb()
@@ -146,22 +152,25 @@ def main() -> None:
             r1 = redis_cpu()
             if profile:
                 profile.disable()
-            held = ""
+            held, held_s = "", 0.0
             if probe:
                 held_s = max(0.0, (w1 - w0) - (probe.count - probed) / probe.rate)
                 held = f", probe held off {held_s:.2f} s of {w1 - w0:.2f}"
-            rows.append((t1 - t0, r1 - r0, w1 - w0))
+            rows.append((t1 - t0, r1 - r0, w1 - w0, held_s, every_size))
             sizes = "every size" if every_size else "finest only"
             print(f"batch {b} ({sizes}): {windows.num_rows} partial rows, "
                   f"merge CPU {t1 - t0:.2f} s, Redis CPU {r1 - r0:.2f} s, wall {w1 - w0:.2f} s{held}, "
                   f"RSS {rss_before:.0f} MB, peak in the merge {peak_rss_mb():.0f} MB", flush=True)
         memory = cast(dict, client.info("memory"))["used_memory_human"]
         print(f"Redis used_memory {memory}, keys {client.dbsize()}")
-        if profile:
+        for every_size, profile in (profiles or {}).items():
+            if not profile.getstats():
+                continue
             out = io.StringIO()
             stats = pstats.Stats(profile, stream=out)
             stats.sort_stats("tottime").print_stats(40)
             stats.sort_stats("cumulative").print_stats(50)
+            print(f"profile of the merges {'at every size' if every_size else 'at the finest size only'}:")
             print(out.getvalue())
         if args.digest:
             digest = hashlib.md5()
@@ -174,8 +183,16 @@ def main() -> None:
             probe.stop()
         server.stop()
     steady = rows[1:] or rows
-    python, redis_s, wall = (statistics.mean(r[i] for r in steady) for i in range(3))
-    print(f"merge_python_cpu_s={python:.2f} merge_redis_cpu_s={redis_s:.2f} merge_wall_s={wall:.2f}")
+    for every_size in (False, True):
+        kind = [r for r in steady if r[4] == every_size]
+        if kind and len(kind) < len(steady):
+            means = [statistics.mean(r[i] for r in kind) for i in range(4)]
+            gil = f", GIL held {means[3]:.2f} s" if probe else ""
+            print(f"{'every size' if every_size else 'finest only'}, {len(kind)} merges: Python CPU "
+                  f"{means[0]:.2f} s, Redis CPU {means[1]:.2f} s, wall {means[2]:.2f} s{gil}")
+    python, redis_s, wall, held_s = (statistics.mean(r[i] for r in steady) for i in range(4))
+    print(f"merge_python_cpu_s={python:.2f} merge_redis_cpu_s={redis_s:.2f} merge_wall_s={wall:.2f}"
+          + (f" merge_gil_held_s={held_s:.2f}" if probe else ""))
 
 
 if __name__ == "__main__":

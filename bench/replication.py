@@ -430,6 +430,9 @@ def main() -> None:
     parser.add_argument("--compare-driver", type=Path,
                         help="also run the driver of this checkout (with its own .venv), e.g. the code "
                              "before a change")
+    parser.add_argument("--driver-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="--scale: a property for this checkout's driver only (not --compare-driver's), "
+                             "e.g. replication.producers.max=8; repeatable")
     parser.add_argument("--broker-min-heap", default=None,
                         help="the local brokers' -Xms (default: their -Xmx, so that no copy pays for "
                              "growing a broker's heap; e.g. 128m for the stack's setting)")
@@ -458,6 +461,11 @@ def main() -> None:
             scale_bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
             scale_bench.warm_up_first = not args.no_warm_up
             scale_bench.latency_load = args.latency_load
+            for setting in args.driver_setting:
+                key, sep, value = setting.partition("=")
+                if not sep or not key:
+                    parser.error(f"--driver-setting takes KEY=VALUE, not {setting!r}")
+                scale_bench.driver_settings[key.strip()] = value.strip()
             if clusters is not None:
                 scale_bench.broker_pids = {alias: cast(subprocess.Popen, clusters[alias].process).pid
                                            for alias in ("east", "west")}

@@ -24,7 +24,9 @@ each replicator starts, both brokers serve a topic created then (`settle`). Ever
 ends with a message naming what did not happen.
 
 `--compare-driver PATH` adds a third replicator: the driver of another checkout (its own `.venv`), run
-the same way in the same repetitions, e.g. the code before a change.
+the same way in the same repetitions, e.g. the code before a change. `--driver-setting KEY=VALUE` adds a
+property to this checkout's driver only (with `--compare-driver` naming this checkout: a setting against
+its default, the same code).
 
 One line per ``tasks.max``, each the median over the repetitions (per-repetition ratios are logged):
 `tasks_max=… driver_vs_mm2_throughput=… driver_vs_mm2_throughput_eos=… p50_ms_driver=… p50_ms_mm2=…
@@ -85,6 +87,7 @@ LATENCY_LOADS: dict[str, list[str] | None] = {
     "uniform": ["linger.ms=5", "batch.size=65536",
                 "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
     "sticky": None}  # the perf producer's defaults of bench/replication.py (the method before s28)
+PRELOAD_PRODUCER = ["linger.ms=100", "batch.size=65536", "buffer.memory=134217728"]
 ASSIGNED = re.compile(r"^(\S+ \S+) INFO driver\.replication: \S+ assigned (.*)$")
 
 
@@ -111,6 +114,7 @@ class ScaleBench(Bench):
         self.modes: tuple[bool, ...] = (False, True)  # exactly once or not; `--modes` runs one alone
         self.warm_up_first = True  # an unmeasured copy of the preloaded topic before the measured ones
         self.latency_load = "uniform"  # a key of LATENCY_LOADS
+        self.driver_settings: dict[str, str] = {}  # added to this checkout's driver's properties only
         self.broker_pids: dict[str, int] = {}  # the local brokers (east, west): their CPU a copy is logged
 
     def preload_scale(self) -> None:
@@ -118,9 +122,10 @@ class ScaleBench(Bench):
         for future in self.east_admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names]).values():
             future.result(120)
         began = time.monotonic()
-        # Lingering fills the batches of 1,000 partitions: fewer, fuller requests than the default.
-        finish(self.perf_producer(self.topic, self.records, SIZE, -1, ["linger.ms=100", "batch.size=262144"]),
-               PRELOAD_S, f"preload of {self.topic}")
+        # Lingering fills the batches of 1,000 partitions: fewer, fuller requests than the default. The
+        # buffer holds a batch of every partition at once (1,000 x 64 KB of 128 MB).
+        finish(self.perf_producer(self.topic, self.records, SIZE, -1, PRELOAD_PRODUCER), PRELOAD_S,
+               f"preload of {self.topic}")
         self.expected = source_count(self.east_admin, self.topic)
         LOG.info("preloaded %d x %d B into %s (%d partitions) in %.1f s; it holds %d", self.records, SIZE,
                  self.topic, PARTITIONS, time.monotonic() - began, self.expected)
@@ -236,7 +241,7 @@ class ScaleBench(Bench):
                 "topics": f"{self.topic}|{self.latency_topic}", "exactly.once": str(exactly_once).lower(),
                 "tasks.max": tasks_max, "emit.heartbeats.enabled": "false",
                 "emit.checkpoints.enabled": "false", "refresh.topics.interval.seconds": 5,
-                "metrics.period": 5})
+                "metrics.period": 5, **(self.driver_settings if checkout is None else {})})
         base = "base" if checkout is not None else "driver"
         name = f"{base}-{'eos' if exactly_once else 'alo'}-{source}"
         process = driver_process(name, path, self.workdir, checkout)

@@ -83,6 +83,12 @@ def _without_summary_clock(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
     return fields
 
 
+def database(redis_url: str, db: int) -> redis.Redis:
+    """A client of database `db` on the server of `redis_url` (two writers compared side by side)."""
+    kwargs = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs
+    return redis.Redis(**{**kwargs, "db": db})
+
+
 def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",
              exclude: Callable[[str], bool] = lambda key: key.startswith(f"{layout.PREFIX}:batch:")) -> dict:
     """Every key's content in a canonical form: DUMP bytes differ with insertion order and TTL."""

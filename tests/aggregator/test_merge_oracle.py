@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-import redis
 
 from aggregator.member_text import number_text
 from aggregator.stored_windows import size_partials
@@ -20,7 +19,7 @@ from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
 from tests.aggregator.merge_oracle import OracleWriter
 from tests.aggregator.merge_oracle import size_partials as oracle_size_partials
-from tests.aggregator.streaming_input import snapshot
+from tests.aggregator.streaming_input import database, snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -71,11 +70,6 @@ def wide_batch(rng: np.random.Generator, target: str, topics: int, first: int, w
     if shuffled:
         rows = [rows[i] for i in rng.permutation(len(rows))]
     return pa.Table.from_pylist(rows, schema=partials_schema())
-
-
-def database(redis_url: str, db: int) -> redis.Redis:
-    kwargs = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs
-    return redis.Redis(**{**kwargs, "db": db})
 
 
 class Both:

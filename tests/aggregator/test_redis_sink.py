@@ -127,6 +127,25 @@ def test_discovery_indexes(sink: RedisRollupSink):
     assert client.smembers(layout.partitions_key("west", "east", topic)) == {b"3"}
 
 
+def test_index_sets_sent_when_they_change_or_their_lifetime_is_due(sink: RedisRollupSink):
+    """A partition set the sink wrote is not sent again with the same members within EXPIRY_RENEWAL_MS; a
+    new member, a due renewal, or a sink that forgot what it wrote sends it whole."""
+    topic = f"east.t{uuid.uuid4().hex[:6]}"
+    key = layout.partitions_key("west", "east", topic)
+    client = sink.client
+    write(sink, [row(HOUR, 1, 1, 1, 1, 1, partition=3, topic=topic)], batch_id=0)
+    client.persist(key)  # a lifetime the next SADD and PEXPIRE would set again
+    write(sink, [row(HOUR + 10_000, 1, 1, 1, 1, 1, partition=3, topic=topic)], batch_id=1)
+    assert client.pttl(key) == -1, "the same members, within the renewal period: not sent"
+    write(sink, [row(HOUR + 20_000, 1, 1, 1, 1, 1, partition=4, topic=topic)], batch_id=2)
+    assert client.smembers(key) == {b"3", b"4"}
+    assert 0 < cast(int, client.pttl(key)) <= layout.INDEX_TTL_MS
+    client.persist(key)
+    sink._forget()  # as a failed batch leaves it
+    write(sink, [row(HOUR + 30_000, 1, 1, 1, 1, 1, partition=3, topic=topic)], batch_id=3)
+    assert 0 < cast(int, client.pttl(key)) <= layout.INDEX_TTL_MS
+
+
 def latest_row(record, topic: str, partition: int, source: str = "east") -> dict:
     """A record as window_partials.latest_records gives it."""
     fields = {k: v for k, v in asdict(record).items() if v is not None and not isinstance(v, dict)}

@@ -147,3 +147,24 @@ def test_a_topics_merge_part_depends_on_its_name_only():
     assert {first.keys[i][0]: first.tag_crcs[first.tags[i]] for i in range(40)} == \
         {second.keys[i][0]: second.tag_crcs[second.tags[i]] for i in range(40)}
     assert merge_part("{west|east|east.t1}", 8) == merge_part("{west|east|east.t1}", 8) < 8
+
+
+def test_subjects_numbered_by_their_columns_as_by_their_tuples():
+    # Values that would run together in a plain joined text, an empty group and a null one, not ASCII.
+    rows = [("west", "east", "east.a:b", 0, ""), ("west", "east", "east.a", 0, "b:"),
+            ("west", "east", "east.a", 0, None), ("west", "east", "east.ä", None, None),
+            ("west", "east:east", ".a", 0, ""), ("west", "east", "east.a", 10, "")]
+    columns = ("target", "source", "topic", "partition", "group")
+
+    def table(subjects: list[tuple]) -> pa.Table:
+        return pa.table({c: pa.array(list(v), pa.int32() if c == "partition" else pa.string())
+                         for c, v in zip(columns, zip(*subjects, strict=True), strict=True)})
+
+    by_columns, by_tuples = SeriesKeys(), SeriesKeys()
+    # Some numbered through tuples first (as a tool may), then batches of new and known subjects.
+    by_columns.number(rows[4:5])
+    by_tuples.number(rows[4:5])
+    for batch in (rows[:3], rows[1:], rows[::-1]):
+        assert by_columns.number_columns(table(batch)).tolist() == by_tuples.number(batch)
+    assert by_columns.keys == by_tuples.keys and by_columns.tags == by_tuples.tags
+    assert len(set(by_columns.number(rows))) == len(rows)

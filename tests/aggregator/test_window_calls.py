@@ -1,13 +1,20 @@
-"""A merge's Redis calls, laid out a part at a time and packed for the wire (pure: no Redis)."""
+"""A merge's Redis calls, laid out a part at a time and packed for the wire: the layout (pure), and the
+packed bytes against redis-py's own packing and a real redis-server."""
 
 from __future__ import annotations
 
+import uuid
+from typing import cast
+
 import hiredis
 import pyarrow as pa
+import pytest
 
+from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
 from aggregator.stored_windows import SeriesKeys, WindowUpdates, hash_tag, merge_part
 from aggregator.window_calls import calls_by_part
 from contract import redis_layout as layout
+from tests.aggregator.streaming_input import database, snapshot
 
 
 def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list:
@@ -88,3 +95,55 @@ def test_packed_calls_are_the_evalsha_commands_redis_reads():
             commands.append(command)
         assert commands == [["EVALSHA", sha, str(len(names)), *names, *argv] for names, argv in calls.calls()]
         assert len(commands) == len(calls)
+
+
+def mixed_updates(target: str) -> tuple[SeriesKeys, list[WindowUpdates]]:
+    """A merge of 36 subjects of 12 topics (names and members not ASCII, one member past redis-py's 6 kB
+    buffer cut-off) at two sizes, with trims of both kinds (known grid, "*") and newest starts moved."""
+    keys = SeriesKeys()
+    ids = keys.number([(target, "east", f"east.tö{t}", p, "") for t in range(12) for p in range(3)])
+    members = [f"0;0:1:{i}:1:1:1:5;ü" for i in ids]
+    members[5] = "0;" + ";".join(f"{m}:1:{m}.25:1:1:1:5" for m in range(900))
+    changed = pa.table({"series": pa.array(ids, pa.int64()), "start": pa.array([0] * len(ids), pa.int64()),
+                        "member": members, "replaces": pa.array([i % 2 == 0 for i in ids])})
+    return keys, [
+        WindowUpdates("10s", changed, {ids[4]: (None, -5), ids[30]: (-20_000, -7)}, {ids[7]: 10_000}),
+        WindowUpdates("1h", changed.slice(3, 9), {ids[6]: (-7_200_000, -1)}, {ids[3]: 0})]
+
+
+@pytest.mark.integration
+def test_packed_calls_are_the_bytes_redis_py_sends_and_leave_redis_as_its_calls_do(redis_url: str):
+    target = f"packed{uuid.uuid4().hex[:8]}"
+    keys, updates = mixed_updates(target)
+    packed_db, calls_db = database(redis_url, 3), database(redis_url, 4)
+    sha = cast(str, packed_db.script_load(REPLACE_WINDOWS_LUA))
+    # Windows the keys already hold, some of them before the trims' cut-offs.
+    for client in (packed_db, calls_db):
+        for key in (k for named in keys.keys for k in named):
+            client.hset(key, mapping={"-7200000": "old", "-40000": "old", "-20000": "old", "-10000": "old",
+                                      "0": "old", "x": "old", layout.NEWEST_FIELD: "0"})
+    connection = packed_db.connection_pool.make_connection()
+    sent = 0
+    try:
+        for _, calls in calls_by_part(updates, keys, 3):
+            packed = bytes(calls.packed(sha))
+            # The bytes redis-py would send for the same EVALSHA commands.
+            assert packed == b"".join(bytes(chunk) for names, argv in calls.calls()
+                                      for chunk in connection.pack_command("EVALSHA", sha, len(names),
+                                                                           *names, *argv))
+            connection.send_packed_command([packed])
+            assert [connection.read_response() for _ in range(len(calls))] == [1] * len(calls)
+            for names, argv in calls.calls():
+                assert calls_db.evalsha(sha, len(names), *names, *argv) == 1
+            sent += len(calls)
+    finally:
+        connection.disconnect()
+    assert sent == 12  # a call a topic
+    by_packed, by_calls = (snapshot(c, match=f"*{target}*") for c in (packed_db, calls_db))
+    assert by_packed == by_calls and len(by_packed) == 2 * 36 * len(layout.WINDOWS)
+    # The calls did write and trim: a window replaced, the grid and "*" trims' fields gone.
+    trimmed = dict(cast(dict, calls_db.hgetall(keys.keys[30][0])))
+    assert b"-20000" not in trimmed and b"-10000" not in trimmed and trimmed[b"-40000"] == b"old"
+    assert trimmed[b"0"] == "0;0:1:30:1:1:1:5;ü".encode()
+    # "*": every field before the cut-off among the hash's own (one not a start too), the newest start kept.
+    assert set(cast(dict, calls_db.hgetall(keys.keys[4][0]))) == {b"0", layout.NEWEST_FIELD.encode()}

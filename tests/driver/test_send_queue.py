@@ -182,6 +182,38 @@ def test_a_full_librdkafka_queue_holds_the_record_instead_of_blocking() -> None:
     assert writer.paused() == set()
 
 
+def test_a_record_refused_in_the_middle_of_a_run_is_produced_again_in_its_place() -> None:
+    """librdkafka refuses a record between a run's first and last (its queue full, or the remote partition
+    not in its metadata yet): that record is produced again once the producer takes it, and the rest of
+    the run follows it, each record once and in order."""
+
+    class Refusing(Producer):
+        def __init__(self, refusals: dict[int, Exception]) -> None:
+            super().__init__()
+            self.refusals = refusals  # record n's first produce call raises this
+
+        def produce(self, *args: object, **kwargs: object) -> None:
+            refusal = self.refusals.pop(len(self.produced), None)
+            if refusal is not None:
+                raise refusal
+            super().produce(*args, **kwargs)  # type: ignore[arg-type]
+
+        def list_topics(self, *_args: object, **_kwargs: object) -> None:
+            return None
+
+    unknown = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+    for refusals in ({2: BufferError("Local: Queue full")}, {1: unknown, 4: unknown}):
+        producer = Refusing(dict(refusals))
+        writer = writer_with(QueueLimits(100, 1 << 20, 1 << 20), producer, partitions=1)
+        writer.write([Record("t", 0, o) for o in range(6)])
+        assert not producer.refusals, "every refusal was met"
+        assert [value for value, *_ in producer.sent] == [b"v" * 10] * 6
+        assert [callback is not None for callback in producer.callbacks] == [True, False, False, False, False,
+                                                                             True]
+        producer.acknowledge(6)
+        assert writer.flows[("t", 0)].acked == 5 and writer.queue.records == 0
+
+
 def test_a_silent_target_is_an_outage_after_a_while_and_an_acknowledgement_ends_it() -> None:
     queue = SendQueue(QueueLimits(100, 1 << 20, 1 << 20))
     queue.sent(10)
