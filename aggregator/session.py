@@ -16,6 +16,8 @@ from aggregator import kafka_connector
 # beside it (NMT). 512 MB is about the least Spark takes (it refuses a heap under 450 MB), and the serial
 # collector's structures are a card table: at 100,000 series the JVM's peak fell ~100 MB (870 -> 768 MB) for
 # ~0.07 CPU s a batch more, the drain rate the same (bench/RESULTS.md, s29).
+# The collector goes in defaultJavaOptions, the key Spark keeps for defaults: a user's extraJavaOptions
+# (a JAAS file, a debugger) are added after it, and nothing of theirs is replaced.
 DRIVER_MEMORY = "512m"
 DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC"
 
@@ -42,7 +44,7 @@ def build_session(master: str | None = "local[2]", app_name: str = "srm-aggregat
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", DRIVER_MEMORY)
-        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
+        .config("spark.driver.defaultJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "false")
     )
