@@ -17,18 +17,31 @@ import pyarrow.compute as pc
 import redis
 
 
-def packed(args: pa.Array, counts: np.ndarray) -> pa.Buffer:
+def packed(args: pa.Array, counts: np.ndarray, heads: pa.Array | None = None) -> pa.Buffer:
     """The commands whose arguments (the command's name first) are `args`, `counts[c]` of them for command
-    c, in order, as RESP: each command's head (`*<arguments>`) then each argument as a bulk string."""
+    c, in order, as RESP: each command's head (`*<arguments>`) then each argument as a bulk string. `heads`,
+    when given, is each command's RESP before its arguments in `args` instead (its `*<n>` and the bulk
+    strings of arguments it has in common with the others, such as a script's name)."""
     if not len(counts):
         return pa.py_buffer(b"")
+    if heads is None:
+        arguments = pc.cast(pa.array(counts, pa.int64()), pa.string())
+        heads = pc.binary_join_element_wise("*", arguments, "\r\n", "")
     firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    heads = pc.binary_join_element_wise("*", pc.cast(pa.array(counts, pa.int64()), pa.string()), "\r\n", "")
     at = np.zeros(len(args), np.int64)
     at[firsts] = np.arange(1, len(firsts) + 1)
     prefixes = pc.take(pa.concat_arrays([pa.array([""]), heads]), pa.array(at))
+    return _data(pc.binary_join_element_wise(prefixes, bulk(args), ""))
+
+
+def bulk(args: pa.Array) -> pa.Array:
+    """Each argument as a RESP bulk string (`$<bytes>`, the argument)."""
     lengths = pc.cast(pc.binary_length(args), pa.string())
-    text = pc.binary_join_element_wise(prefixes, "$", lengths, "\r\n", args, "\r\n", "")
+    return pc.binary_join_element_wise("$", lengths, "\r\n", args, "\r\n", "")
+
+
+def _data(text: pa.Array) -> pa.Buffer:
+    """The strings of `text` back to back: its data buffer, from its first string to its last."""
     offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + len(text) + 1]
     data = text.buffers()[2]
     return pa.py_buffer(b"") if data is None else data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))

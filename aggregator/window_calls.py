@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.resp_commands import bulk, packed
 from aggregator.stored_windows import SeriesKeys, WindowUpdates
 from aggregator.window_ids import int64
 from contract import redis_layout as layout
@@ -57,28 +58,8 @@ class PartCalls:
         per_call = self.key_counts + self.arg_counts
         command = f"\r\n$7\r\nEVALSHA\r\n${len(sha)}\r\n{sha}\r\n"
         heads = pc.binary_join_element_wise("*", pc.cast(pa.array(3 + per_call), pa.string()), command,
-                                            _bulk(pc.cast(pa.array(self.key_counts), pa.string())), "")
-        firsts = np.concatenate([[0], np.cumsum(per_call)[:-1]])
-        at = np.zeros(len(self.args), np.int64)
-        at[firsts] = np.arange(1, len(firsts) + 1)
-        prefixes = pc.take(pa.concat_arrays([pa.array([""]), heads]), pa.array(at))
-        text = pc.binary_join_element_wise(prefixes, _bulk(self.args), "")
-        return _data(text)
-
-
-def _bulk(args: pa.Array) -> pa.Array:
-    """Each argument as a RESP bulk string."""
-    lengths = pc.cast(pc.binary_length(args), pa.string())
-    return pc.binary_join_element_wise("$", lengths, "\r\n", args, "\r\n", "")
-
-
-def _data(text: pa.Array) -> pa.Buffer:
-    """The strings of `text` back to back: its data buffer, from its first string to its last."""
-    offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + len(text) + 1]
-    data = text.buffers()[2]
-    if data is None:
-        return pa.py_buffer(b"")
-    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+                                            bulk(pc.cast(pa.array(self.key_counts), pa.string())), "")
+        return packed(self.args, per_call, heads)
 
 
 def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
