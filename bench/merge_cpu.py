@@ -43,6 +43,7 @@ import redis
 
 from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
 from aggregator.window_writer import WindowWriter
+from bench.process_cpu import redis_cpu_s
 from bench.rollup_runs import record, record_key
 from stack.redis_server import RedisServer
 
@@ -131,10 +132,6 @@ def main() -> None:
     profiles = {True: cProfile.Profile(), False: cProfile.Profile()} if args.profile else None
     probe = GilProbe() if args.gil_probe else None
 
-    def redis_cpu() -> float:
-        cpu = cast(dict, client.info("cpu"))
-        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
     rows = []
     try:
         for b in range(args.batches):
@@ -146,10 +143,10 @@ def main() -> None:
             Path("/proc/self/clear_refs").write_text("5")  # the peak RSS from here on
             rss_before = peak_rss_mb()
             probed = probe.count if probe else 0
-            r0, t0, w0 = redis_cpu(), time.thread_time(), time.monotonic()
+            r0, t0, w0 = redis_cpu_s(client), time.thread_time(), time.monotonic()
             writer.apply_all([(b, windows)], every_size=every_size)
             t1, w1 = time.thread_time(), time.monotonic()
-            r1 = redis_cpu()
+            r1 = redis_cpu_s(client)
             if profile:
                 profile.disable()
             held, held_s = "", 0.0

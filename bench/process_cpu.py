@@ -18,6 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
+
+import redis
 
 LOG = logging.getLogger(__name__)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -362,3 +365,9 @@ def budget_line(used: dict[str, float], per: float, unit: str) -> str:
             shown[-1] += " (" + ", ".join(f"{p.split(': ')[1]} {used[p] / per:.2f}" for p in threads) + ")"
     total = sum(used[p] for p in parts)
     return f"total {total / per:.2f} {unit}: " + ", ".join(shown)
+
+
+def redis_cpu_s(client: redis.Redis) -> float:
+    """The CPU seconds (user and system) a redis-server has used since it started, from INFO."""
+    cpu = cast(dict, client.info("cpu"))
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])

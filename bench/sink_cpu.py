@@ -48,6 +48,7 @@ from aggregator import redis_sink
 from aggregator.merge_thread import MergeThread
 from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
 from aggregator.redis_sink import RedisRollupSink
+from bench.process_cpu import redis_cpu_s
 from bench.rollup_runs import record, record_key
 from stack.redis_server import RedisServer
 
@@ -144,10 +145,6 @@ def main() -> None:
     mapper = PartitionPartials("bench", None, now + 10**7)
     profile = cProfile.Profile() if args.profile or args.profile_tasks else None
 
-    def redis_cpu() -> float:
-        cpu = cast(dict, client.info("cpu"))
-        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
     rows = []
     try:
         for b in range(args.batches):
@@ -168,10 +165,10 @@ def main() -> None:
             del tables, answers
             if profile and args.profile and b >= 2:
                 profile.enable()
-            r0, t0, w0 = redis_cpu(), time.thread_time(), time.monotonic()
+            r0, t0, w0 = redis_cpu_s(client), time.thread_time(), time.monotonic()
             sink.write(collected.partials, b, require_state=b > 0)
             t1, w1 = time.thread_time(), time.monotonic()
-            r1 = redis_cpu()
+            r1 = redis_cpu_s(client)
             if profile and args.profile:
                 profile.disable()
             rows.append((sum(task_cpu), collect_cpu, t1 - t0, r1 - r0))
