@@ -512,8 +512,12 @@ def current_merge(series: int, args: argparse.Namespace) -> tuple[float, float]:
                "--batches", str(args.batches), "--periods", str(args.max_offsets // series),
                "--period-ms", str(args.period_ms), "--coarse-every", "3"]
     print(f"current merge: {' '.join(command[1:])}", flush=True)
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    print(out, end="", flush=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    print(done.stdout, end="", flush=True)
+    if done.returncode:
+        print(f"current merge failed ({done.returncode}): {done.stderr[-2000:]}", flush=True)
+        return float("nan"), float("nan")
+    out = done.stdout
     last = dict(pair.split("=") for pair in out.strip().splitlines()[-1].split())
     return float(last["merge_python_cpu_s"]), float(last["merge_redis_cpu_s"])
 
