@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -345,7 +345,9 @@ class BatchMarks:
     writer tasks answered."""
 
     budget: CpuBudget
+    memory: Callable[[], dict[str, float]]  # MB by part (RSS) and the JVM's heap, at each batch's end
     marks: dict[int, list[tuple[float, dict[str, float]]]] = field(default_factory=dict)
+    memory_at_end: dict[int, dict[str, float]] = field(default_factory=dict)
     written: dict[int, list[dict]] = field(default_factory=dict)
     sampling_s: float = 0.0  # the driver's CPU spent sampling, left out of its figure
 
@@ -353,6 +355,8 @@ class BatchMarks:
         began = time.thread_time()
         self.budget.sample()
         totals = dict(self.budget.samples[-1][1])
+        if len(self.marks.get(batch_id, [])) == 1:  # the batch's end
+            self.memory_at_end[batch_id] = self.memory()
         self.sampling_s += time.thread_time() - began
         totals["driver"] = totals.get("driver", 0.0) - self.sampling_s
         self.marks.setdefault(batch_id, []).append((time.monotonic(), totals))
@@ -431,20 +435,23 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     AdminClient({"bootstrap.servers": stack.bootstrap}).create_topics(
         [NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
     in_child(produce_reports, stack.bootstrap, source, series, periods, args.period_ms, base)
-    marks = BatchMarks(CpuBudget())
+    probes = memory_probes(spark)
+
+    def memory() -> dict[str, float]:
+        heap = {k[4:]: probe() for k, probe in probes.items() if k.startswith("JVM heap")}
+        return {**stack.memory.sample(), **heap}
+
+    marks = BatchMarks(CpuBudget(), memory)
     marks.budget.bench_threads.tids.add(stack.memory._thread.native_id or 0)  # its sampling is the bench's
     checkpoint = stack.work / f"checkpoint-{source}"
     name = f"{store} {series}"
     stack.memory.run(name)
-    probes = memory_probes(spark)
     query = merge_query(spark, stack, source, store, checkpoint, db, args, marks)
     try:
         query.processAllAvailable()
         if args.explain:
             query.explain()
         progress = {int(p["batchId"]): p for p in query.recentProgress if p["numInputRows"] > 0}
-        heap = {k: probe() for k, probe in probes.items() if k.startswith("JVM heap")}
-        tree = stack.memory.sample()
     finally:
         query.stop()
     if replay:
@@ -463,9 +470,7 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     for batch_id in sorted(progress):
         run.batches.append(batch_line(name, batch_id, progress[batch_id], marks))
     state_mb = sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file()) / 1e6
-    print(f"{name}: at the end JVM heap {', '.join(f'{k[9:]} {v:.0f}' for k, v in heap.items())} MB; RSS "
-          + ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(tree.items())) + f" MB; state on disk "
-          f"{state_mb:.0f} MB")
+    print(f"{name}: state on disk at the end {state_mb:.0f} MB (checkpoint {checkpoint})")
     print(f"{name}: means over batches 2 on: CPU s total {run.mean('total'):.2f} (JVM {run.mean('jvm'):.2f}, "
           f"workers {run.mean('workers'):.2f} of which writing {run.mean('writer'):.2f}, driver "
           f"{run.mean('driver'):.3f}, Redis {run.mean('redis'):.2f}), wall {run.mean('wall'):.2f} s",
@@ -502,7 +507,9 @@ def batch_line(name: str, batch_id: int, progress: Any, marks: BatchMarks) -> di
           f"({sum(w['bytes'] for w in written) / 1e6:.0f} MB); wall {figures['wall']:.2f} s; CPU s total "
           f"{figures['total']:.2f}: JVM {figures['jvm']:.2f} (tasks {figures['tasks']:.2f}), workers "
           f"{figures['workers']:.2f} (writing {figures['writer']:.2f}), driver {figures['driver']:.3f}, "
-          f"Redis {figures['redis']:.2f}, broker {figures['broker']:.2f}{state}", flush=True)
+          f"Redis {figures['redis']:.2f}, broker {figures['broker']:.2f}; MB at its end: "
+          + ", ".join(f"{part} {mb:.0f}" for part, mb in marks.memory_at_end.get(batch_id, {}).items())
+          + state, flush=True)
     return figures
 
 
