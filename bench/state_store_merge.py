@@ -489,6 +489,7 @@ def batch_line(name: str, batch_id: int, progress: Any, marks: BatchMarks) -> di
     written = marks.written.get(batch_id, [])
     figures = {"wall": ended[0] - began[0], "jvm": used.get("spark JVM", 0.0),
                "tasks": used.get("spark JVM: executor tasks", 0.0),
+               "query": used.get("spark JVM: streaming query", 0.0), "gc": used.get("spark JVM: GC", 0.0),
                "workers": used.get("python workers", 0.0),
                "driver": used.get("driver", 0.0), "redis": used.get("redis", 0.0),
                "broker": used.get("kafka broker", 0.0), "writer": sum(w["cpu_s"] for w in written)}
@@ -505,7 +506,8 @@ def batch_line(name: str, batch_id: int, progress: Any, marks: BatchMarks) -> di
     print(f"{name} batch {batch_id}: {progress['numInputRows']} records, "
           f"{sum(w['windows'] for w in written)} windows to {sum(w['keys'] for w in written)} keys "
           f"({sum(w['bytes'] for w in written) / 1e6:.0f} MB); wall {figures['wall']:.2f} s; CPU s total "
-          f"{figures['total']:.2f}: JVM {figures['jvm']:.2f} (tasks {figures['tasks']:.2f}), workers "
+          f"{figures['total']:.2f}: JVM {figures['jvm']:.2f} (tasks {figures['tasks']:.2f}, the query's "
+          f"thread {figures['query']:.2f}, GC {figures['gc']:.2f}), workers "
           f"{figures['workers']:.2f} (writing {figures['writer']:.2f}), driver {figures['driver']:.3f}, "
           f"Redis {figures['redis']:.2f}, broker {figures['broker']:.2f}; MB at its end: "
           + ", ".join(f"{part} {mb:.0f}" for part, mb in marks.memory_at_end.get(batch_id, {}).items())
