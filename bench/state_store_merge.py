@@ -473,8 +473,9 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     print(f"{name}: state on disk at the end {state_mb:.0f} MB (checkpoint {checkpoint})")
     print(f"{name}: means over batches 2 on: CPU s total {run.mean('total'):.2f} (JVM {run.mean('jvm'):.2f}, "
           f"workers {run.mean('workers'):.2f} of which writing {run.mean('writer'):.2f}, driver "
-          f"{run.mean('driver'):.3f}, Redis {run.mean('redis'):.2f}), wall {run.mean('wall'):.2f} s",
-          flush=True)
+          f"{run.mean('driver'):.3f}, Redis {run.mean('redis'):.2f}), wall {run.mean('wall'):.2f} s"
+          + (f"; state rows {run.mean('state_rows'):.0f}, {run.mean('state_mb'):.0f} MB"
+             if store != "none" else ""), flush=True)
     shutil.rmtree(checkpoint, ignore_errors=True)
     return run
 
@@ -498,6 +499,7 @@ def batch_line(name: str, batch_id: int, progress: Any, marks: BatchMarks) -> di
     operators = progress["stateOperators"] or []
     if operators:
         op = operators[0]
+        figures["state_rows"], figures["state_mb"] = op["numRowsTotal"], op["memoryUsedBytes"] / 1e6
         custom = {k: v for k, v in (op["customMetrics"] or {}).items()
                   if re.search(r"SstFileSize|BytesWritten|rocksdbCommit|Memory", k)}
         state = (f"; state rows {op['numRowsTotal']}, updated {op['numRowsUpdated']}, removed "
