@@ -258,6 +258,8 @@ def write_windows(client: redis.Redis, table: pa.Table) -> tuple[int, int, int]:
                 "start": start[valid],
                 **{p: one_array(table[f"{m}__{p}"]).filter(pa.array(valid)) for p in PARTS},
                 "last_ts": one_array(table[f"{m}__last_ts"]).filter(pa.array(valid))}))
+    if not narrow:
+        return 0, 0, 0
     members = member_column(pa.concat_tables(narrow))  # a row a window: series (the table's row), start
     names = key_names(table)
     window_rows = members["series"].to_numpy()
