@@ -434,8 +434,8 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     spark, source = stack.spark, f"sm{store}{series}x{int(time.time()) % 100_000}"
     periods = args.batches * args.max_offsets // series
     base = base or int(time.time() * 1000) // 10_000 * 10_000 - periods * args.period_ms
-    AdminClient({"bootstrap.servers": stack.bootstrap}).create_topics(
-        [NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})  # kept: its handle ends with it
+    admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
     in_child(produce_reports, stack.bootstrap, source, series, periods, args.period_ms, base)
     probes = memory_probes(spark)
 
