@@ -391,7 +391,7 @@ def merge_query(spark: SparkSession, stack: Any, source: str, store: str, checkp
         def sink(frame: DataFrame, batch_id: int) -> None:
             marks.mark(batch_id)
             answers = frame.mapInArrow(writer, from_arrow_schema(WRITTEN)).toArrow()
-            marks.written[batch_id] = answers.to_pylist()
+            marks.written.setdefault(batch_id, []).extend(answers.to_pylist())
             marks.mark(batch_id)
     mode = "append" if store == "none" else "update"
     return (stream.writeStream.queryName(f"merge_{source}").outputMode(mode)
@@ -457,16 +457,26 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     finally:
         query.stop()
     if replay:
+        # The last batch with records is run again: its commit goes, and so do the batches after it (a batch
+        # without records that only moved the watermark), their offsets too, as if the process had died
+        # between the last batch's writes and its commit.
         last = max(progress)
-        for commit in (checkpoint / "commits" / str(last), checkpoint / "commits" / f".{last}.crc"):
-            commit.unlink(missing_ok=True)
+        commits = sorted(f.name for f in (checkpoint / "commits").iterdir())
+        newest = max(int(n) for n in commits if n.isdigit())
+        removed = [f"{log}/{name_}" for batch in range(last, newest + 1)
+                   for log in (("commits",) if batch == last else ("commits", "offsets"))
+                   for name_ in (str(batch), f".{batch}.crc") if (checkpoint / log / name_).exists()]
+        for path in removed:
+            (checkpoint / path).unlink()
         query = merge_query(spark, stack, source, store, checkpoint, db, args, marks)
         try:
             query.processAllAvailable()
-            replayed = [int(p["batchId"]) for p in query.recentProgress if p["numInputRows"] > 0]
+            replayed = [(int(p["batchId"]), p["numInputRows"]) for p in query.recentProgress]
         finally:
             query.stop()
-        print(f"{name}: batch {last} replayed: batches run again {replayed}")
+        print(f"{name}: commits {commits}, removed {removed}; the restarted query's batches (id, records) "
+              f"{replayed}; foreachBatch calls for batch {last}: {len(marks.marks[last]) // 2}, writer "
+              f"answers {len(marks.written.get(last, []))}")
     run = Run(name, series, store, source)
     state_dir = checkpoint / "state"
     for batch_id in sorted(progress):
