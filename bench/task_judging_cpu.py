@@ -437,13 +437,16 @@ def judge_task(client: redis.Redis, keys: list[str], reports: pa.Table, partials
     stage("judge")
     # A row whose reports all had their answer in the newest `windows` windows is kept hot; the others deep
     # (their older windows then come from the record, not the stored windows, until they catch up).
-    deep = np.zeros(n, bool)
-    deep[history.offsets[1]:history.kept] = True
+    was_deep = np.zeros(n, bool)
+    was_deep[history.offsets[1]:history.kept] = True
     reported = np.zeros(n, bool)
     reported[rows] = True
     needs = np.zeros(n, bool)
     needs[rows[~by_hot]] = True
-    deep = np.where(reported, needs, deep)
+    deep = np.where(reported, needs, was_deep)
+    # A row turning deep holds exactly only what its ring got (not read: a report below what a ring holds,
+    # judged one at a time): the older windows its bound summarises are then read when it is next judged.
+    since = np.where(deep & ~was_deep & ~loaded, np.maximum(since, held_from), since)
     cost.deep_rows = int(deep.sum())
     blobs = [_extract(history, np.flatnonzero(~deep), since, held_from, windows).encode(compression),
              _extract(history, np.flatnonzero(deep), since, held_from, deep_windows).encode(compression)]
