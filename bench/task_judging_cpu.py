@@ -73,7 +73,6 @@ from aggregator.partition_lag import (
     Judged,
     _ceil_window,
     _end_offsets,
-    _older_end_offsets,
     _Policies,
     _Reports,
 )
@@ -325,15 +324,27 @@ def _extract(history: TaskHistory, rows: np.ndarray, since: np.ndarray, held_fro
         base[where], based[where] = block.base[local], block.based[local]
         if block.wide:
             wide[where] = np.isin(local, np.fromiter(block.wide, np.int64, len(block.wide)))
-    # The older windows the task held (those leaving the record's windows, a read row's stored ones).
-    older, last, present = history.gather("source_end_offset", rows, newest - windows,
-                                          history.slots - windows)
-    present &= older >= since[rows][:, None]
-    offsets = np.trunc(last)
-    ring_max = np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf)
-    ring_abs = np.where(present, np.abs(offsets), 0.0).max(axis=1, initial=0.0)
+    # The older windows the task held (those leaving the record's windows, a read row's stored ones): a
+    # row kept from its record reaches a window or two below them, a read one the ring's whole width.
+    ring_max, ring_abs = np.full(n, -math.inf), np.zeros(n)
+    lowest = np.maximum(held_from[rows], since[rows])
+    span = np.clip(newest - windows - lowest + 1, 0, history.slots - windows)
+    for part in (np.flatnonzero((span > 0) & (span <= 4)), np.flatnonzero(span > 4)):
+        if not len(part):
+            continue
+        width = int(span[part].max())
+        older, last, present = history.gather("source_end_offset", rows[part], newest[part] - windows, width)
+        present &= older >= since[rows[part]][:, None]
+        offsets = np.trunc(last)
+        ring_max[part] = np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf)
+        ring_abs[part] = np.where(present, np.abs(offsets), 0.0).max(axis=1, initial=0.0)
     old_max, old_abs = history.bounds()
     evicted = held_from[rows] < newest - history.slots + 1  # windows the ring may have let go: unknown
+    # A batch's window below what the ring got holds the batch's last only, not the stored one's: unknown.
+    earliest = np.full(len(history.keys), NOTHING, np.int64)
+    for _, at_rows, start_ms, _, _ in history.batch_windows or []:
+        np.minimum.at(earliest, at_rows, window_number(start_ms))
+    evicted |= earliest[rows] < lowest
     older_max = np.where(evicted, math.inf, np.maximum(ring_max, old_max[rows]))
     older_abs = np.where(evicted, math.inf, np.maximum(ring_abs, old_abs[rows]))
     newest = np.where(wide, -1, newest)  # float64 lasts (rare): read from the stored windows every time
@@ -372,8 +383,16 @@ def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor:
     offsets, times, valid = _end_offsets(history, rows, ts, high, low_lag, end, NEWEST_WINDOWS)
     got = lag_seconds(offsets, times, valid, position, lag, ts)
     least = np.where(valid & np.isfinite(offsets), offsets, math.inf).min(axis=1)
-    ring_high, ring_exact = _older_end_offsets(history, rows, high, low_lag)
     row_floor = floor[rows]
+    # The ring's end offsets below the newest windows, down to the floor (judge_batch reads them down to the
+    # table's low: what the ring holds below the floor is the batch's, its older ones are in the bound).
+    reach = np.where(row_floor <= low_lag, high - NEWEST_WINDOWS, np.maximum(row_floor, low_lag))
+    width = int(min(max(int((high - NEWEST_WINDOWS - reach).max(initial=0)) + 1, 1), history.slots))
+    number, last, present = history.gather("source_end_offset", rows, high - NEWEST_WINDOWS, width)
+    present &= number >= low_lag[:, None]
+    older = np.trunc(last)
+    ring_high = np.where(present, older, -math.inf).max(axis=1, initial=-math.inf)
+    ring_exact = np.all(~present | (np.abs(older) < EXACT_BELOW), axis=1)
     since = history.since()[rows]
     lag_ok = (row_floor <= low_lag) | (
         (row_floor <= np.maximum(low_lag, high - NEWEST_WINDOWS + 1)) & got.local & (ring_high <= least)
