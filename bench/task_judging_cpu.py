@@ -40,7 +40,7 @@ batch, each latest value and verdict the tasks derive with the sink's, adds grou
 partitions and groups, partitions first met mid-run, a replayed batch and a restart, and exits 1 on any
 difference.
 Usage: python bench/task_judging_cpu.py [--series 100000] [--periods 2] [--every-ms 5000] [--batches 6]
-[--lagging 50] [--hot-windows 12] [--restart-at B] [--compression lz4] [--check]
+[--lagging 50] [--hot-windows 12] [--restart-at B] [--compression lz4|zstd|none] [--check]
 """
 
 from __future__ import annotations
@@ -597,7 +597,8 @@ def main() -> None:
     parser.add_argument("--lagging", type=int, default=50, help="every n-th partition lags past a minute")
     parser.add_argument("--hot-windows", type=int, default=HOT_WINDOWS)
     parser.add_argument("--restart-at", type=int, default=None, help="hot records dropped before batch B")
-    parser.add_argument("--compression", default=None, choices=[None, "lz4", "zstd"])
+    parser.add_argument("--compression", default="lz4", choices=["none", "lz4", "zstd"],
+                        help="the records' Arrow IPC buffers")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
@@ -640,7 +641,8 @@ def main() -> None:
                         task["plan"] += time.thread_time() - t0
                         judged, cost = judge_task(client, kafka_keys[k],
                                                   plan.reports, partials, args.hot_windows,
-                                                  compression=args.compression)
+                                                  compression=None if args.compression == "none"
+                                                  else args.compression)
                     peaks.append(peak.peak)
                     mine = derived(judged)
                     if attempt and mine != first:
