@@ -30,15 +30,15 @@ A report is judged this way where it is a subject of the task's Kafka partition:
 partition, as the design needs the driver to.
 
 Per batch: the tasks' partials (PartitionPartials, in this thread), then A: each Kafka partition's task
-judging (collect and plan of its own answer, hot record read, judging, hot record written), B: the sink's
+judging (collect and plan of its own answer, records read, judging, records written), B: the sink's
 RedisRollupSink.write of the whole batch with its windows merged at once (the cold reads read them);
 thread CPU of each stage, Redis's CPU and bytes in and out of Redis (INFO) during A, the tasks' RSS rise
-(sampled every 5 ms). Last line: `task_judging_cpu_s=<s> sink_judging_cpu_s=<s> ratio=<tasks / sink>`,
-the mean over batches 1 on (batch 0 finds nothing kept on either side). --restart-at B drops the hot records
-before batch B (every partition first met: read from the stored windows). --check compares, at every
-batch, each latest value and verdict the tasks derive with the sink's, adds group reports, lagging
-partitions and groups, partitions first met mid-run, a replayed batch and a restart, and exits 1 on any
-difference.
+over their start (sampled every 5 ms; freed memory returned before each, as a worker does after a task).
+Last line: `task_judging_cpu_s=<s> ... sink_judging_cpu_s=<s> ratio=<tasks / sink>`, the mean over batches
+1 on (batch 0 finds nothing kept on either side). --restart-at B drops the records before batch B (every
+partition first met: read from the stored windows; its own figure). --check compares, at every batch, each
+latest value and verdict the tasks derive with the sink's, adds group reports, lagging partitions and
+groups, partitions first met mid-run, a replayed batch and a restart, and exits 1 on any difference.
 Usage: python bench/task_judging_cpu.py [--series 100000] [--periods 2] [--every-ms 5000] [--batches 6]
 [--lagging 50] [--hot-windows 12] [--restart-at B] [--compression lz4|zstd|none] [--check]
 """
@@ -67,6 +67,7 @@ import redis
 from aggregator import latest_values, partition_lag
 from aggregator.batch_plan import BatchPlan
 from aggregator.lag_arrays import EXACT_BELOW, lag_seconds
+from aggregator.long_lived import return_freed_memory
 from aggregator.offset_history import METRICS, NOTHING, WINDOW_MS, OffsetHistory, window_number
 from aggregator.partition_lag import (
     NEWEST_WINDOWS,
@@ -633,6 +634,7 @@ def main() -> None:
             first: dict[tuple[str, str], tuple[int, str]] = {}
             for k, answer in enumerate(answers):
                 for attempt in (0, 1) if args.check and b == 3 else (0,):  # batch 3's tasks run twice
+                    return_freed_memory()  # as a worker does after each task: the rise is the task's own
                     with PeakRss() as peak:
                         t0 = time.thread_time()
                         mine_parts = collect(pa.Table.from_batches(answer, schema=PARTS_SCHEMA))
