@@ -282,6 +282,16 @@ class TaskHistory(OffsetHistory):
             super().merge(metric, rows[held], start[held], last[held],
                           start[held] + record.at[index, :, m][held])
 
+    def key_table(self) -> pa.Table:
+        """Every row's key (KEYS), in row order: the records' as they came, then the partitions met here."""
+        if getattr(self, "_key_table", None) is None or self._key_table.num_rows != len(self.keys):
+            kept = [r.keys for r in self.records]
+            if len(self.keys) > self.kept:
+                columns = zip(*self.keys[self.kept:], strict=True)
+                kept.append(pa.table(dict(zip(KEYS, columns, strict=True)), schema=kept[0].schema))
+            self._key_table = pa.concat_tables(kept).combine_chunks()
+        return self._key_table
+
     def since(self) -> np.ndarray:
         """Each row's window it is exact from, over every window it held (its record's complete_from; a row
         read from the stored windows: where the read began)."""
@@ -349,8 +359,7 @@ def _extract(history: TaskHistory, rows: np.ndarray, since: np.ndarray, held_fro
     older_max = np.where(evicted, math.inf, np.maximum(ring_max, old_max[rows]))
     older_abs = np.where(evicted, math.inf, np.maximum(ring_abs, old_abs[rows]))
     newest = np.where(wide, -1, newest)  # float64 lasts (rare): read from the stored windows every time
-    columns = zip(*(history.keys[r] for r in rows.tolist()), strict=True)
-    keys = pa.table({k: pa.array(v) for k, v in zip(KEYS, columns, strict=True)})
+    keys = history.key_table().take(pa.array(rows))
     return HotRecord(keys, newest, since[rows], older_max, older_abs, base, based, delta, at)
 
 
