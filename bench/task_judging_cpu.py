@@ -195,6 +195,7 @@ class TaskHistory(OffsetHistory):
             self._fill(record, int(at))
         self.batch_windows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
         self.loaded = np.zeros(0, bool)  # rows read from the stored windows in this task
+        self._key_table: pa.Table | None = None
 
     def _fill(self, record: HotRecord, offset: int) -> None:
         """A record's windows into its (empty) rows, as they are held: no merge."""
@@ -284,7 +285,7 @@ class TaskHistory(OffsetHistory):
 
     def key_table(self) -> pa.Table:
         """Every row's key (KEYS), in row order: the records' as they came, then the partitions met here."""
-        if getattr(self, "_key_table", None) is None or self._key_table.num_rows != len(self.keys):
+        if self._key_table is None or self._key_table.num_rows != len(self.keys):
             kept = [r.keys for r in self.records]
             if len(self.keys) > self.kept:
                 columns = zip(*self.keys[self.kept:], strict=True)
