@@ -116,6 +116,7 @@ class ScaleBench(Bench):
         self.latency_load = "uniform"  # a key of LATENCY_LOADS
         self.driver_settings: dict[str, str] = {}  # added to this checkout's driver's properties only
         self.broker_pids: dict[str, int] = {}  # the local brokers (east, west): their CPU a copy is logged
+        self.replicator_pid: int | None = None  # the replicator running now: its CPU is logged beside theirs
 
     def preload_scale(self) -> None:
         names = [self.topic, self.latency_topic]
@@ -193,7 +194,7 @@ class ScaleBench(Bench):
                 run = Run(name, self.expected - first_count, now - (first_at or now))
                 spent = {alias: cpu - brokers_cpu.get(alias, cpu)
                          for alias, cpu in self.brokers_cpu().items()}
-                LOG.info("%s copied %d records in %.2f s: %.0f rec/s; brokers' CPU over it: %s", name,
+                LOG.info("%s copied %d records in %.2f s: %.0f rec/s; CPU over it: %s", name,
                          run.records, run.seconds, run.rate,
                          ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
                 return run
@@ -205,9 +206,13 @@ class ScaleBench(Bench):
             time.sleep(0.2)
 
     def brokers_cpu(self) -> dict[str, float]:
-        """The local brokers' CPU seconds so far (all threads), by alias; none for clusters not ours."""
+        """The local brokers' CPU seconds so far (all threads), by alias (none for clusters not ours),
+        and the running replicator's (the driver's or MM2's process) as `replicator`."""
+        pids = dict(self.broker_pids)
+        if self.replicator_pid is not None:
+            pids["replicator"] = self.replicator_pid
         try:
-            return {alias: process_cpu_s(pid) for alias, pid in self.broker_pids.items()}
+            return {alias: process_cpu_s(pid) for alias, pid in pids.items()}
         except OSError:  # a broker gone: the copy fails on its own
             return {}
 
@@ -249,12 +254,14 @@ class ScaleBench(Bench):
         if not exactly_once:
             self.empty_latency_topic()
         process.start()
+        self.replicator_pid = process.process.pid if process.process is not None else None
         sampler = threading.Thread(target=self._sample, args=(process, sampling, checkout is None),
                                    daemon=True)
         sampler.start()
         try:
             run, samples = self.measure(name, source, exactly_once, latency_s)
         finally:
+            self.replicator_pid = None
             sampling.set()
             sampler.join(5)
             process.stop()
@@ -292,9 +299,11 @@ class ScaleBench(Bench):
         if not exactly_once:
             self.empty_latency_topic()
         process = ManagedProcess(name, command, self.workdir / f"{name}.log").start()
+        self.replicator_pid = process.process.pid if process.process is not None else None
         try:
             return self.measure(name, source, exactly_once, latency_s)
         finally:
+            self.replicator_pid = None
             process.stop()
             self.delete_topics(source, target)
 
@@ -365,7 +374,7 @@ class ScaleBench(Bench):
                         samples.append(time.time() * 1000 - message.timestamp()[1])
         consumer.close()
         spent = {alias: cpu - brokers_cpu.get(alias, cpu) for alias, cpu in self.brokers_cpu().items()}
-        LOG.info("latency load (%s) of %d records into %s: %d arrived in %.1f s; brokers' CPU over it: %s",
+        LOG.info("latency load (%s) of %d records into %s: %d arrived in %.1f s; CPU over it: %s",
                  self.latency_load, count, remote, arrived, time.monotonic() - began,
                  ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
         if not samples:
