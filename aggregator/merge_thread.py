@@ -153,6 +153,9 @@ class MergeThread:
                     else:
                         self._finest_merges += 1
                     self._changed.notify_all()
+            # The merged batches' partials are not held while the thread waits for the next ones (what the
+            # coarser sizes still need of them, the writer keeps, numbered).
+            del due, batches
 
     def _next_batches(self) -> tuple[list[tuple[int, pa.Table]], bool] | None:
         """(Holding the lock.) The batches to merge next, once they are due: handed over after a gap,
