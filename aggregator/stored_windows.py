@@ -287,8 +287,12 @@ class StoredWindows:
         ids = WindowIds([partials, kept, stored])
         partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
         stored_windows = ids.windows[2]
-        if not (ascending(kept_keys) and ascending(stored_windows)):  # kept in order by _keep and load
-            raise AssertionError(f"the kept {window} windows are out of order")
+        if not (ascending(kept_keys) and ascending(stored_windows)):  # apply and load keep them so
+            LOG.warning("the kept %s windows were out of order: ordered again", window)
+            kept, stored = _ordered(kept, metric=True), _ordered(stored, metric=False)
+            ids = WindowIds([partials, kept, stored])
+            partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
+            stored_windows = ids.windows[2]
         if not ascending(partial_keys):
             order = np.argsort(partial_keys)
             partials, partial_keys = partials.take(order), partial_keys[order]
@@ -377,13 +381,16 @@ def _newest(series: np.ndarray, starts: np.ndarray) -> pa.Table:
 
 
 def _ordered(table: pa.Table, metric: bool) -> pa.Table:
-    """`table` (series, start[, metric]) in window order, as the merge keeps it: a stable sort, which runs
-    already in order (the kept rows, then those read from Redis) make a merge of runs."""
+    """`table` (series, start[, metric]) in window order, as the merge keeps it, each window once (the last
+    row of it: read from Redis after the kept ones); a stable sort, which runs already in order (the kept
+    rows, then those read) make a merge of runs."""
     ids = WindowIds([table])
     keys = ids.metric_windows(0, table) if metric else ids.windows[0]
-    if np.all(keys[1:] >= keys[:-1]):
+    if ascending(keys):
         return table.combine_chunks()
-    return table.take(np.argsort(keys, kind="stable"))
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    return table.take(order[np.append(keys[1:] != keys[:-1], True)])
 
 
 def _floors(floor_of: np.ndarray, series: np.ndarray) -> np.ndarray:

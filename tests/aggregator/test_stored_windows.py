@@ -193,3 +193,11 @@ def test_the_kept_windows_stay_in_window_order_through_merges_and_reads():
     held = [(r["series"], r["start"]) for r in store.starts["10s"].to_pylist()]
     assert held == sorted(held) == [(0, 10_000), (0, 20_000), (1, 10_000), (1, 30_000), (2, 0), (3, 10_000),
                                     (3, 20_000)]
+
+
+def test_a_window_read_twice_from_redis_is_kept_once():
+    store = StoredWindows()
+    store.load("10s", {KEY: (0, [b"10000;0:1:1:1:1:1:10000", b"10000;0:2:4:2:2:2:10001"])})
+    assert store.tables["10s"].num_rows == 1 and store.starts["10s"].num_rows == 1
+    updates = store.apply(size_partials(finest((10_000, 1, 1, 1, 1, 1, 10_002)), "10s"), "10s")
+    assert members(updates) == {10_000: ("10000;0:3:5:1:2:1:10002", True)}
