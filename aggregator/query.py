@@ -221,6 +221,6 @@ def close_sinks(spark: SparkSession, wait_s: float = 0.0) -> None:
 
 
 def sink_of(spark: SparkSession, query: StreamingQuery) -> RedisRollupSink | None:
-    """The sink of a running query (the supervisor cuts a stalled one's Redis connections; tests read its
-    last batch's partials, RedisRollupSink.last_collected)."""
+    """The sink of a running query (the supervisor reads whether it found its state lost; a rebuild closes
+    it, waiting for its batch and merges)."""
     return _sinks_of(spark).get(str(query.runId))

@@ -60,7 +60,7 @@ from aggregator.latest_writes import EXPIRY_RENEWAL_MS, LatestColumns, LatestWri
 from aggregator.merge_thread import MergeThread
 from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
 from aggregator.offset_history import OffsetHistory
-from aggregator.partition_partials import SPARK_SCHEMA, CollectedParts, PartitionPartials, collect
+from aggregator.partition_partials import SPARK_SCHEMA, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.subject_cap import SubjectBook
 from aggregator.verdict_summaries import TS, VerdictColumns
@@ -133,7 +133,6 @@ class RedisRollupSink:
         self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.latest_writer = LatestWriter()  # what each latest field holds: newest wins, decided here
-        self.last_collected: CollectedParts | None = None  # the last batch's partials, as they arrived
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
         self.history_start = HistoryStart(target)  # a rebuild waiting for where its history starts
@@ -180,7 +179,6 @@ class RedisRollupSink:
             self._windows.close(max(0.0, deadline - time.monotonic()))
         self._windows = None
         self._forget()
-        self.last_collected = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(BIND_TIMEOUT_S):
@@ -190,7 +188,6 @@ class RedisRollupSink:
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
         self.windows.raise_failure()  # a batch whose windows failed to merge fails the query
-        self.last_collected = None  # not held while the next batch's partials arrive
         state = self.state()
         if batch_id > 0 and state.batch_id is None:
             self._lose_state(batch_id)
@@ -205,7 +202,6 @@ class RedisRollupSink:
         parts = batch.mapInArrow(mapper, SPARK_SCHEMA).toArrow()
         computed = time.monotonic()
         collected = collect(parts)
-        self.last_collected = collected
         batch_partials = collected.partials
         LOG.debug("%s: batch %d: %d records -> %d partial windows and %d latest candidates (%d bytes) in %d "
                   "tasks in %.0f ms, merged in %.0f ms", self.query_name, batch_id, collected.records,

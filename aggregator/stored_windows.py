@@ -12,7 +12,9 @@ are made once per subject, not per window; in the tables `series` is a subject's
 number and `metric` a metric's index in redis_layout.WINDOW_METRICS. Per window size a table holds each
 metric's windows (series, metric, start, value columns) and another the windows Redis holds (series,
 start): a window is a field of its key's hash, replaced by one HSET, and the held starts say which windows
-a batch creates (what decides a trim, `_trims`). A subject is *covered
+a batch creates (what decides a trim, `_trims`). Both are kept in window order (series, start, metric), so a
+batch's windows are found in them by binary search and merged into place: a merge sorts and hashes what it
+touches, and only copies the windows it does not. A subject is *covered
 from* a start when every stored window from that start on is in the
 tables: what is not covered is read from Redis before the batch merges (`uncovered` / `load`), so a
 restarted process or a late record for an old window reads Redis once. Only committed batches change
@@ -31,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.member_text import VALUES, member_column
-from aggregator.window_ids import METRICS, WindowIds, int64, left_join, take_or_null, take_rows
+from aggregator.window_ids import METRICS, WindowIds, ascending, distinct, find, int64, ranges, take_or_null
 from aggregator.window_partials import one_array, window_starts
 from contract import redis_layout as layout
 
@@ -263,55 +265,75 @@ class StoredWindows:
         lows = pa.table({"series": pa.array(list(stored), pa.int64()),
                          "low": pa.array([low for low, _ in stored.values()], pa.int64())})
         # Windows of these subjects from their low on come from Redis now; older ones stay as kept.
-        self.tables[window] = pa.concat_tables([
+        self.tables[window] = _ordered(pa.concat_tables([
             _split(self.tables.get(window, SCHEMA.empty_table()), lows, SCHEMA, before=True),
-            pa.Table.from_pylist(rows, schema=SCHEMA)])
-        self.starts[window] = pa.concat_tables([
+            pa.Table.from_pylist(rows, schema=SCHEMA)]), metric=True)
+        self.starts[window] = _ordered(pa.concat_tables([
             _split(self.starts.get(window, STARTS.empty_table()), lows, STARTS, before=True),
-            pa.Table.from_pylist(starts, schema=STARTS)])
+            pa.Table.from_pylist(starts, schema=STARTS)]), metric=False)
         loaded = np.fromiter(stored, np.int64, len(stored))
         np.minimum.at(self._covered(window, loaded), loaded,
                       np.fromiter((low for low, _ in stored.values()), np.int64, len(stored)))
 
     def apply(self, partials: pa.Table, window: str) -> WindowUpdates:
-        """Merges one size's partials (size_partials) into the stored windows; what to write to Redis."""
+        """Merges one size's partials (size_partials) into the stored windows; what to write to Redis.
+
+        The kept tables are ordered by window (series, start, metric), so the batch's windows are found by
+        binary search and the merged table is the kept one with their rows replaced and new ones put in
+        place: a merge sorts and hashes what it touches, not every window kept (a kept window the batch
+        does not touch is only copied)."""
         kept = self.tables.get(window, SCHEMA.empty_table())
         stored = self.starts.get(window, STARTS.empty_table())
         ids = WindowIds([partials, kept, stored])
         partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
-        rows, olds = left_join(partial_keys, kept_keys)
-        merged = _merged(take_rows(partials, rows), take_or_null(kept, olds))
-        rest = np.ones(kept.num_rows, bool)
-        rest[olds[olds >= 0]] = False
-        table = pa.concat_tables([kept.filter(rest).select(SCHEMA.names).cast(SCHEMA), merged.cast(SCHEMA)])
-        table_keys = np.concatenate([kept_keys[rest], partial_keys[rows]])
+        stored_windows = ids.windows[2]
+        if not (ascending(kept_keys) and ascending(stored_windows)):  # apply and load keep them so
+            LOG.warning("the kept %s windows were out of order: ordered again", window)
+            kept, stored = _ordered(kept, metric=True), _ordered(stored, metric=False)
+            ids = WindowIds([partials, kept, stored])
+            partial_keys, kept_keys = ids.metric_windows(0, partials), ids.metric_windows(1, kept)
+            stored_windows = ids.windows[2]
+        if not ascending(partial_keys):
+            order = np.argsort(partial_keys)
+            partials, partial_keys = partials.take(order), partial_keys[order]
+        olds = find(kept_keys, partial_keys)
+        merged = _merged(partials, take_or_null(kept, olds)).cast(SCHEMA)
+        rows, keys = _interleaved(kept_keys, olds, partial_keys)
+        both = pa.concat_tables([kept.select(SCHEMA.names).cast(SCHEMA), merged])
         # Every metric of a touched window is here (its subject is covered): its member is made whole.
-        touched = np.flatnonzero(pc.is_in(table_keys // METRICS, value_set=pa.array(ids.windows[0]))
-                                 .to_numpy(zero_copy_only=False))
-        touched = touched[np.argsort(table_keys[touched])]
-        fresh = member_column(table.take(touched), table_keys[touched])
-        fresh_windows, stored_windows = WindowIds([fresh, stored]).windows
+        windows = keys // METRICS
+        fresh_windows = distinct(partial_keys // METRICS)
+        touched = ranges(np.searchsorted(windows, fresh_windows, "left"),
+                          np.searchsorted(windows, fresh_windows, "right"))
+        fresh = member_column(both.take(rows[touched]), keys[touched])
         # A partial adds a sample or more, so every touched window changes: each is written.
-        replaces = pc.is_in(pa.array(fresh_windows), value_set=pa.array(stored_windows))
-        updates = fresh.append_column("replaces", replaces)
-        untouched = pc.invert(pc.is_in(stored_windows, value_set=pa.array(fresh_windows)))
-        starts = pa.concat_tables([stored.filter(untouched), fresh.select(STARTS.names).cast(STARTS)])
-        newest = merged.group_by("series", use_threads=False).aggregate([("start", "max")])
-        self._keep(table, starts, newest, window)
+        replaces = find(stored_windows, fresh_windows) >= 0
+        updates = fresh.append_column("replaces", pa.array(replaces))
+        starts_keys = np.concatenate([stored_windows, fresh_windows[~replaces]])
+        starts_order = np.argsort(starts_keys, kind="stable")
+        starts = pa.concat_tables([stored.select(STARTS.names).cast(STARTS),
+                                   fresh.filter(pa.array(~replaces)).select(STARTS.names).cast(STARTS)])
+        merged_series, merged_starts = int64(merged["series"]), int64(merged["start"])
+        newest = _newest(merged_series, merged_starts)
+        floor_of = self._cover(newest, window)
+        # What is kept from each merged subject's floor on, in order: a take of the rows kept.
+        series = np.concatenate([int64(kept["series"]), merged_series])[rows]
+        start = np.concatenate([int64(kept["start"]), merged_starts])[rows]
+        self.tables[window] = both.take(rows[start >= _floors(floor_of, series)])
+        self.starts[window] = _from_floor(starts.take(starts_order), floor_of)
         loaded = self.loaded_newest.pop(window, {})
         return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded))
 
-    def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
-        """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
-        keep_ms on."""
-        floors = pa.table({"series": newest["series"],
-                           "floor": pc.subtract(newest["start_max"], keep_ms(window))})
-        self.tables[window] = _split(table, floors, SCHEMA, before=False)
-        self.starts[window] = _split(starts, floors, STARTS, before=False)
-        series, floor = int64(floors["series"]), int64(floors["floor"])  # a row a subject
+    def _cover(self, newest: pa.Table, window: str) -> np.ndarray:
+        """Each merged subject (`newest`: series, start_max) covered from its newest window less keep_ms on;
+        the floor below which its windows leave, by series (the lowest int64: no floor)."""
+        series, floor = int64(newest["series"]), int64(newest["start_max"]) - keep_ms(window)
         covered = self._covered(window, series)
         known = covered[series]
         covered[series] = np.where(known == NOT_COVERED, floor, np.maximum(known, floor))
+        floor_of = np.full(len(covered), np.iinfo(np.int64).min)
+        floor_of[series] = floor
+        return floor_of
 
     def _covered(self, window: str, series: np.ndarray) -> np.ndarray:
         """covered_from[window], grown to hold every subject of `series`."""
@@ -335,6 +357,52 @@ def _split(table: pa.Table, bounds: pa.Table, schema: pa.Schema, before: bool) -
     bound = bounds.column(1).take(pc.index_in(table["series"], value_set=bounds.column(0)))
     side = pc.less if before else pc.greater_equal
     return table.filter(pc.fill_null(side(table["start"], bound), True)).select(schema.names).cast(schema)
+
+
+def _interleaved(kept_keys: np.ndarray, olds: np.ndarray, partial_keys: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, keys) of the merged table in window order, rows indexing the kept rows then the merged ones
+    (partial_keys' rows, ordered): the kept rows the batch did not touch (`olds`: the kept row of each
+    partial, -1 for none) and the merged ones, two ordered runs which a stable sort (timsort) merges in one
+    pass."""
+    rest = np.ones(len(kept_keys), bool)
+    rest[olds[olds >= 0]] = False
+    rest_rows = np.flatnonzero(rest)
+    keys = np.concatenate([kept_keys[rest_rows], partial_keys])
+    order = np.argsort(keys, kind="stable")
+    return np.concatenate([rest_rows, len(kept_keys) + np.arange(len(partial_keys))])[order], keys[order]
+
+
+def _newest(series: np.ndarray, starts: np.ndarray) -> pa.Table:
+    """Each subject's newest window (series, start_max) of rows in window order: the last of its run."""
+    lasts = np.flatnonzero(np.append(series[1:] != series[:-1], True)) if len(series) \
+        else np.zeros(0, np.int64)
+    return pa.table({"series": pa.array(series[lasts]), "start_max": pa.array(starts[lasts])})
+
+
+def _ordered(table: pa.Table, metric: bool) -> pa.Table:
+    """`table` (series, start[, metric]) in window order, as the merge keeps it, each window once (the last
+    row of it: read from Redis after the kept ones); a stable sort, which runs already in order (the kept
+    rows, then those read) make a merge of runs."""
+    ids = WindowIds([table])
+    keys = ids.metric_windows(0, table) if metric else ids.windows[0]
+    if ascending(keys):
+        return table.combine_chunks()
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    return table.take(order[np.append(keys[1:] != keys[:-1], True)])
+
+
+def _floors(floor_of: np.ndarray, series: np.ndarray) -> np.ndarray:
+    """The floor (StoredWindows._cover) of each row's subject; the lowest int64 for a subject without one."""
+    inside = series < len(floor_of)
+    return np.where(inside, floor_of[np.where(inside, series, 0)], np.iinfo(np.int64).min) if len(floor_of) \
+        else np.full(len(series), np.iinfo(np.int64).min)
+
+
+def _from_floor(table: pa.Table, floor_of: np.ndarray) -> pa.Table:
+    """The rows of `table` (series, start) from their subject's floor on."""
+    return table.filter(pa.array(int64(table["start"]) >= _floors(floor_of, int64(table["series"]))))
 
 
 def _merged(new: pa.Table, old: pa.Table) -> pa.Table:
@@ -376,8 +444,10 @@ def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: st
     series = int64(updates["series"])
     replaces = updates["replaces"].to_numpy(zero_copy_only=False)
     held_series, held_starts = int64(held["series"]), int64(held["start"])
-    order = np.lexsort((held_starts, held_series))
-    held_series, held_starts = held_series[order], held_starts[order]
+    series_step, start_step = np.diff(held_series), np.diff(held_starts)
+    if not np.all((series_step > 0) | ((series_step == 0) & (start_step >= 0))):  # the merge keeps them so
+        order = np.lexsort((held_starts, held_series))
+        held_series, held_starts = held_series[order], held_starts[order]
     lasts = np.flatnonzero(np.append(held_series[1:] != held_series[:-1], True)) if len(held_series) \
         else np.zeros(0, np.int64)
     held_keys = held_series[lasts]

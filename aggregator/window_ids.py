@@ -63,30 +63,32 @@ def int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return one_array(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def left_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row pairs of a left outer join on keys: (left rows, right rows or -1), every match of a key that
-    appears more than once on the right."""
-    if len(right) == 0:
-        return np.arange(len(left)), np.full(len(left), -1, np.int64)
-    order = np.argsort(right, kind="stable")
-    ordered = right[order]
-    first = np.searchsorted(ordered, left, "left")
-    matches = np.searchsorted(ordered, left, "right") - first
-    if matches.max(initial=0) <= 1:
-        found = matches == 1
-        return np.arange(len(left)), np.where(found, order[np.minimum(first, len(order) - 1)], -1)
-    rows = np.repeat(np.arange(len(left)), np.maximum(matches, 1))
-    row_begins = np.concatenate([[0], np.cumsum(np.maximum(matches, 1))[:-1]])
-    rank = np.arange(len(rows)) - row_begins[rows]
-    found = matches[rows] > 0
-    return rows, np.where(found, order[np.minimum(first[rows] + rank, len(order) - 1)], -1)
+def ascending(keys: np.ndarray) -> bool:
+    """Whether packed keys are in strictly ascending order (distinct)."""
+    return bool(np.all(keys[1:] > keys[:-1]))
+
+
+def find(ordered: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The row of each of `keys` in `ordered` (ascending, distinct), -1 where it is not there: a join by
+    binary search, costing per key looked up, not per row of `ordered`."""
+    at = np.searchsorted(ordered, keys)
+    found = at < len(ordered)
+    found[found] = ordered[at[found]] == keys[found]
+    return np.where(found, at, -1)
+
+
+def distinct(ordered: np.ndarray) -> np.ndarray:
+    """The distinct values of an ascending array."""
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
+def ranges(lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+    """The indexes lows[i]..highs[i] (excluded) of every i, in turn."""
+    lengths = highs - lows
+    begins = np.cumsum(lengths) - lengths
+    return np.repeat(lows - begins, lengths) + np.arange(int(lengths.sum()))
 
 
 def take_or_null(table: pa.Table, rows: np.ndarray) -> pa.Table:
     """Rows of `table` by index, all nulls where the index is -1."""
     return table.take(pa.array(rows, pa.int64(), mask=rows < 0))
-
-
-def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """The left rows of a left_join: the table itself when each row matched once or not at all."""
-    return table if len(rows) == table.num_rows else table.take(rows)

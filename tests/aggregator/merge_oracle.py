@@ -98,11 +98,21 @@ class StoredWindows(stored_windows.StoredWindows):
         updates = joined.drop_columns(["held"]).append_column("replaces", replaces)
         unchanged = stored.join(touched, ["series", "start"], join_type="left anti", use_threads=False)
         starts = pa.concat_tables([unchanged, fresh.select(STARTS.names).cast(STARTS)])
-        self._keep(table, starts, _newest(merged), window)  # unchanged but for its input
+        self._keep(table, starts, _newest(merged), window)
         updates = updates.select(["series", "start", "member", "replaces"])
         changes = stored_windows._key_changes(updates, stored, _newest(merged), window,
                                               self.loaded_newest.pop(window, {}))
         return WindowUpdates(window, updates, *changes)
+
+
+    def _keep(self, table: pa.Table, starts: pa.Table, newest: pa.Table, window: str) -> None:
+        """Keeps the windows of each merged subject (`newest`: series, start_max) from its newest one less
+        keep_ms on, as the merge keeps them: in window order (inherited `load` and `uncovered` need it)."""
+        floor_of = self._cover(newest, window)
+        self.tables[window] = stored_windows._ordered(
+            stored_windows._from_floor(table, floor_of).select(SCHEMA.names).cast(SCHEMA), True)
+        self.starts[window] = stored_windows._ordered(
+            stored_windows._from_floor(starts, floor_of).select(STARTS.names).cast(STARTS), False)
 
 
 def _merged(joined: pa.Table) -> pa.Table:

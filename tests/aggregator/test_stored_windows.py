@@ -168,3 +168,36 @@ def test_subjects_numbered_by_their_columns_as_by_their_tuples():
         assert by_columns.number_columns(table(batch)).tolist() == by_tuples.number(batch)
     assert by_columns.keys == by_tuples.keys and by_columns.tags == by_tuples.tags
     assert len(set(by_columns.number(rows))) == len(rows)
+
+
+def test_the_kept_windows_stay_in_window_order_through_merges_and_reads():
+    """The merge finds a batch's windows in the kept ones by binary search: they must stay ordered by
+    series, start and metric (and Redis's held windows by series and start) whatever order batches and
+    reads come in."""
+    store = StoredWindows()
+
+    def batch(*rows: tuple[int, int, int]) -> pa.Table:  # (series, metric, start)
+        table = pa.table({"series": pa.array([r[0] for r in rows], pa.int64()),
+                          "metric": pa.array([r[1] for r in rows], pa.int64()),
+                          "start": pa.array([r[2] for r in rows], pa.int64()),
+                          **{c: pa.array([1.0] * len(rows)) for c in ("n", "sum", "min", "max", "last")},
+                          "last_ts": pa.array([r[2] + 1 for r in rows], pa.int64())})
+        return size_partials(table, "10s")
+
+    store.apply(batch((3, LAG, 20_000), (1, COUNT, 10_000), (3, COUNT, 20_000), (2, COUNT, 0)), "10s")
+    store.load("10s", {0: (0, [b"10000;0:3:30:5:15:10:15000"]), 5: (0, [])})
+    store.apply(batch((2, LAG, 0), (0, COUNT, 20_000), (1, COUNT, 30_000), (3, COUNT, 10_000)), "10s")
+    kept = store.tables["10s"].to_pylist()
+    keys = [(r["series"], r["start"], r["metric"]) for r in kept]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys) == 9
+    held = [(r["series"], r["start"]) for r in store.starts["10s"].to_pylist()]
+    assert held == sorted(held) == [(0, 10_000), (0, 20_000), (1, 10_000), (1, 30_000), (2, 0), (3, 10_000),
+                                    (3, 20_000)]
+
+
+def test_a_window_read_twice_from_redis_is_kept_once():
+    store = StoredWindows()
+    store.load("10s", {KEY: (0, [b"10000;0:1:1:1:1:1:10000", b"10000;0:2:4:2:2:2:10001"])})
+    assert store.tables["10s"].num_rows == 1 and store.starts["10s"].num_rows == 1
+    updates = store.apply(size_partials(finest((10_000, 1, 1, 1, 1, 1, 10_002)), "10s"), "10s")
+    assert members(updates) == {10_000: ("10000;0:3:5:1:2:1:10002", True)}

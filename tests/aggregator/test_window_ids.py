@@ -1,12 +1,12 @@
 """Windows packed into one int64 (window_ids): in the order of their columns, whatever their spread, and
-joined as a left outer join joins them."""
+found by binary search."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-from aggregator.window_ids import WindowIds, left_join
+from aggregator.window_ids import WindowIds, ascending, distinct, find, ranges
 
 
 def test_packed_windows_keep_the_order_of_series_start_and_metric():
@@ -25,15 +25,14 @@ def test_packed_windows_keep_the_order_of_series_start_and_metric():
                 assert (packed[a] == packed[b]) == (rows[a] == rows[b])
 
 
-def test_left_join_gives_every_match_and_unmatched_rows_once():
+def test_a_join_by_binary_search_finds_each_key_or_none():
     rng = np.random.default_rng(2)
-    for right_size in (0, 1, 30):
-        left, right = rng.integers(0, 20, 40), rng.integers(0, 20, right_size)
-        rows, matches = left_join(left, right)
-        pairs = sorted(zip(rows.tolist(), matches.tolist(), strict=True))
-        expected = sorted([(i, j) for i, k in enumerate(left) for j, r in enumerate(right) if r == k]
-                          + [(i, -1) for i, k in enumerate(left) if k not in set(right.tolist())])
-        assert pairs == expected
-    unique = np.array([5, 3, 9])
-    rows, matches = left_join(np.array([9, 4, 5]), unique)
-    assert rows.tolist() == [0, 1, 2] and matches.tolist() == [2, -1, 0]
+    for size in (0, 1, 30):
+        ordered = np.unique(rng.integers(0, 40, size))
+        keys = rng.integers(-5, 45, 60)
+        rows = find(ordered, keys)
+        assert [r if r < 0 else int(ordered[r]) for r in rows.tolist()] == \
+            [k if k in set(ordered.tolist()) else -1 for k in keys.tolist()]
+    assert ascending(np.array([1, 4, 9])) and not ascending(np.array([1, 4, 4]))
+    assert distinct(np.array([1, 1, 4, 9, 9])).tolist() == [1, 4, 9]
+    assert ranges(np.array([2, 7, 7]), np.array([4, 7, 10])).tolist() == [2, 3, 7, 8, 9]
