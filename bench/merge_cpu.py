@@ -45,15 +45,16 @@ from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, colle
 from aggregator.window_writer import WindowWriter
 from bench.process_cpu import redis_cpu_s
 from bench.rollup_runs import record, record_key
+from contract.replication_policy import metrics_topic
 from stack.redis_server import RedisServer
 
 SOURCE = "tput"
-TOPIC = "srm-metrics.tput.internal"
 
 
 def batch_partials(series: int, partitions: list[int], batch: int, periods: int, base: int, now: int,
-                   period_ms: int = 1000) -> pa.Table:
-    """The batch's partial windows as the sink hands them to its merge (two Kafka partitions' tasks)."""
+                   period_ms: int = 1000, source: str = SOURCE) -> pa.Table:
+    """The batch's partial windows as the sink hands them to its merge (two Kafka partitions' tasks), of
+    `source`'s reports (bench/state_store_merge.py merges the same records in Spark)."""
     columns: dict[int, dict[str, list]] = {p: {"offset": [], "kafka_ts": [], "value": []} for p in (0, 1)}
     for r in range(periods):
         seq = batch * periods + r
@@ -62,12 +63,12 @@ def batch_partials(series: int, partitions: list[int], batch: int, periods: int,
             c = columns[partitions[s]]
             c["offset"].append(len(c["offset"]))
             c["kafka_ts"].append(ts)
-            c["value"].append(record(SOURCE, s, ts, seq))
+            c["value"].append(record(source, s, ts, seq))
     mapper = PartitionPartials("bench", None, now + 10**7)
     answers: list[pa.RecordBatch] = []
     for p, c in columns.items():
         n = len(c["offset"])
-        kafka = pa.table({"topic": pa.array([TOPIC] * n, pa.string()),
+        kafka = pa.table({"topic": pa.array([metrics_topic(source)] * n, pa.string()),
                           "partition": pa.array([p] * n, pa.int32()),
                           "offset": pa.array(c["offset"], pa.int64()),
                           "kafka_ts": pa.array(c["kafka_ts"], pa.int64()),

@@ -436,6 +436,8 @@ def main() -> None:
     parser.add_argument("--broker-min-heap", default=None,
                         help="the local brokers' -Xms (default: their -Xmx, so that no copy pays for "
                              "growing a broker's heap; e.g. 128m for the stack's setting)")
+    parser.add_argument("--latency-rate", type=int, default=LATENCY_RATE,
+                        help="--scale: records/s the latency load asks for (default %(default)s)")
     parser.add_argument("--latency-load", choices=("uniform", "sticky"), default="uniform",
                         help="--scale: the latency load over every partition in turn (round robin), or "
                              "the perf producer's sticky partitioner (the method before s28: ~30 of the "
@@ -461,6 +463,7 @@ def main() -> None:
             scale_bench.modes = tuple(mode == "eos" for mode in args.modes.split(","))
             scale_bench.warm_up_first = not args.no_warm_up
             scale_bench.latency_load = args.latency_load
+            scale_bench.latency_rate = args.latency_rate
             for setting in args.driver_setting:
                 key, sep, value = setting.partition("=")
                 if not sep or not key:

@@ -14,12 +14,15 @@ pile up in the brokers).
 Throughput counts from the first copied record to the last: end offsets of the remote topic at least
 once; in exactly-once runs the progress committed with the records (`mm2-offsets.<alias>.internal`,
 MM2's Connect format, written by both), since end offsets there also count transaction markers. Latency:
-after each at-least-once copy, 20k records/s of 100 B into a second 1,000-partition topic, round robin
-over its partitions (`--latency-load sticky`: the perf producer's default partitioner instead), emptied
-by `DeleteRecords` before each replicator starts, so it starts at its end; arrival on west minus
-CreateTime, until every record of the load arrived. The driver's peak RSS and thread count are
-sampled from /proc throughout its runs; `assign_s` is the slowest of its runs from process start to
-its log naming all 1,000 partitions assigned (`assign_s_base` the same of the compared driver). Before
+after each at-least-once copy, 20k records/s of 100 B (`--latency-rate`) into a second 1,000-partition
+topic, round robin over its partitions (`--latency-load sticky`: the perf producer's default partitioner
+instead), emptied by `DeleteRecords` before each replicator starts, so it starts at its end; arrival on
+west minus CreateTime, until every record of the load arrived. The rate the perf producer reached is
+logged and printed (`load_rps_…`, from its own summary): on a host too small for the asked rate it sends
+what the brokers and the replicator leave it, so replicators are compared at the loads they allowed.
+The driver's peak RSS and thread count are sampled from /proc throughout its runs; `assign_s` is the
+slowest of its runs from process start to its log naming all 1,000 partitions assigned (`assign_s_base`
+the same of the compared driver). Before
 each replicator starts, both brokers serve a topic created then (`settle`). Every wait is bounded and
 ends with a message naming what did not happen.
 
@@ -30,8 +33,9 @@ its default, the same code).
 
 One line per ``tasks.max``, each the median over the repetitions (per-repetition ratios are logged):
 `tasks_max=… driver_vs_mm2_throughput=… driver_vs_mm2_throughput_eos=… p50_ms_driver=… p50_ms_mm2=…
-p99_ms_driver=… p99_ms_mm2=… driver_rss_mb=… driver_threads=… assign_s=…` (with `--compare-driver`
-also `driver_vs_base_throughput=… driver_vs_base_throughput_eos=… p50_ms_base=… p99_ms_base=…`).
+p99_ms_driver=… p99_ms_mm2=… driver_rss_mb=… driver_threads=… assign_s=… load_rps_driver=… load_rps_mm2=…`
+(with `--compare-driver` also `driver_vs_base_throughput=… driver_vs_base_throughput_eos=… p50_ms_base=…
+p99_ms_base=… assign_s_base=… load_rps_base=…`).
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ LATENCY_LOADS: dict[str, list[str] | None] = {
                 "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
     "sticky": None}  # the perf producer's defaults of bench/replication.py (the method before s28)
 PRELOAD_PRODUCER = ["linger.ms=100", "batch.size=65536", "buffer.memory=134217728"]
+# The perf producer's summary line: what the latency load reached.
+LOAD_SUMMARY = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec", re.MULTILINE)
 ASSIGNED = re.compile(r"^(\S+ \S+) INFO driver\.replication: \S+ assigned (.*)$")
 
 
@@ -99,6 +105,7 @@ class Figures:
     eos: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
+    load_rps: list[float] = field(default_factory=list)  # the rate the latency load reached
 
 
 class ScaleBench(Bench):
@@ -116,6 +123,9 @@ class ScaleBench(Bench):
         self.latency_load = "uniform"  # a key of LATENCY_LOADS
         self.driver_settings: dict[str, str] = {}  # added to this checkout's driver's properties only
         self.broker_pids: dict[str, int] = {}  # the local brokers (east, west): their CPU a copy is logged
+        self.replicator_pid: int | None = None  # the replicator running now: its CPU is logged beside theirs
+        self.latency_rate = LATENCY_RATE  # records/s the latency load asks for
+        self.last_load_rps = float("nan")  # the rate the last latency load reached
 
     def preload_scale(self) -> None:
         names = [self.topic, self.latency_topic]
@@ -193,7 +203,7 @@ class ScaleBench(Bench):
                 run = Run(name, self.expected - first_count, now - (first_at or now))
                 spent = {alias: cpu - brokers_cpu.get(alias, cpu)
                          for alias, cpu in self.brokers_cpu().items()}
-                LOG.info("%s copied %d records in %.2f s: %.0f rec/s; brokers' CPU over it: %s", name,
+                LOG.info("%s copied %d records in %.2f s: %.0f rec/s; CPU over it: %s", name,
                          run.records, run.seconds, run.rate,
                          ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
                 return run
@@ -205,9 +215,13 @@ class ScaleBench(Bench):
             time.sleep(0.2)
 
     def brokers_cpu(self) -> dict[str, float]:
-        """The local brokers' CPU seconds so far (all threads), by alias; none for clusters not ours."""
+        """The local brokers' CPU seconds so far (all threads), by alias (none for clusters not ours),
+        and the running replicator's (the driver's or MM2's process) as `replicator`."""
+        pids = dict(self.broker_pids)
+        if self.replicator_pid is not None:
+            pids["replicator"] = self.replicator_pid
         try:
-            return {alias: process_cpu_s(pid) for alias, pid in self.broker_pids.items()}
+            return {alias: process_cpu_s(pid) for alias, pid in pids.items()}
         except OSError:  # a broker gone: the copy fails on its own
             return {}
 
@@ -249,12 +263,14 @@ class ScaleBench(Bench):
         if not exactly_once:
             self.empty_latency_topic()
         process.start()
+        self.replicator_pid = process.process.pid if process.process is not None else None
         sampler = threading.Thread(target=self._sample, args=(process, sampling, checkout is None),
                                    daemon=True)
         sampler.start()
         try:
             run, samples = self.measure(name, source, exactly_once, latency_s)
         finally:
+            self.replicator_pid = None
             sampling.set()
             sampler.join(5)
             process.stop()
@@ -292,9 +308,11 @@ class ScaleBench(Bench):
         if not exactly_once:
             self.empty_latency_topic()
         process = ManagedProcess(name, command, self.workdir / f"{name}.log").start()
+        self.replicator_pid = process.process.pid if process.process is not None else None
         try:
             return self.measure(name, source, exactly_once, latency_s)
         finally:
+            self.replicator_pid = None
             process.stop()
             self.delete_topics(source, target)
 
@@ -343,8 +361,8 @@ class ScaleBench(Bench):
                 for p in range(PARTITIONS)]
         consumer.assign([TopicPartition(remote, p, end) for p, end in enumerate(ends)])
         samples: list[float] = []
-        count = int(LATENCY_RATE * seconds)
-        load = self.perf_producer(self.latency_topic, count, 100, LATENCY_RATE,
+        count = int(self.latency_rate * seconds)
+        load = self.perf_producer(self.latency_topic, count, 100, self.latency_rate,
                                   LATENCY_LOADS[self.latency_load])
         brokers_cpu, began = self.brokers_cpu(), time.monotonic()
         warm_until = time.time() * 1000 + 2000
@@ -365,12 +383,24 @@ class ScaleBench(Bench):
                         samples.append(time.time() * 1000 - message.timestamp()[1])
         consumer.close()
         spent = {alias: cpu - brokers_cpu.get(alias, cpu) for alias, cpu in self.brokers_cpu().items()}
-        LOG.info("latency load (%s) of %d records into %s: %d arrived in %.1f s; brokers' CPU over it: %s",
-                 self.latency_load, count, remote, arrived, time.monotonic() - began,
+        self.last_load_rps = self.load_reached(count)
+        LOG.info("latency load (%s) of %d records into %s at %.0f rec/s asked, %.0f reached: %d arrived in "
+                 "%.1f s; CPU over it: %s", self.latency_load, count, remote, self.latency_rate,
+                 self.last_load_rps, arrived, time.monotonic() - began,
                  ", ".join(f"{alias} {cpu:.1f} s" for alias, cpu in spent.items()) or "not read")
         if not samples:
             raise RuntimeError(f"no latency sample arrived in {remote}")
         return samples
+
+    def load_reached(self, count: int) -> float:
+        """The records/s of the last latency load, from the perf producer's summary (NaN if it has none:
+        the load was cut short)."""
+        try:
+            text = (self.workdir / f"perf-{self.latency_topic}.log").read_text(errors="replace")
+        except OSError:
+            return float("nan")
+        summaries = [m for m in LOAD_SUMMARY.finditer(text) if int(m[1]) == count]
+        return float(summaries[-1][2]) if summaries else float("nan")
 
     def _sample(self, process: ManagedProcess, stop: threading.Event, counted: bool) -> None:
         while not stop.wait(0.5):
@@ -509,6 +539,7 @@ def repetition(bench: ScaleBench, tasks_max: int, latency_s: float, rep: int,
             if samples:
                 got.p50.append(percentile(samples, 0.5))
                 got.p99.append(percentile(samples, 0.99))
+                got.load_rps.append(bench.last_load_rps)
                 LOG.info("%s latency over %d records: p50 %.1f ms, p99 %.1f ms", name, len(samples),
                          got.p50[-1], got.p99[-1])
 
@@ -529,19 +560,23 @@ def scale_line(bench: ScaleBench, tasks_max: int, figures: dict[str, Figures]) -
           f"{len(alo)} repetitions; rec/s at least once: "
           + "; ".join(f"{n} {[round(r) for r in f.alo]}" for n, f in figures.items())
           + "; exactly once: " + "; ".join(f"{n} {[round(r) for r in f.eos]}" for n, f in figures.items())
-          + f"; driver/mm2 per repetition {[round(r, 2) for r in alo]}, eos {[round(r, 2) for r in eos]}")
+          + f"; driver/mm2 per repetition {[round(r, 2) for r in alo]}, eos {[round(r, 2) for r in eos]}"
+          + "; p99 ms at the load's rec/s reached: " + "; ".join(
+              f"{n} {[f'{p:.0f} @ {r:.0f}' for p, r in zip(f.p99, f.load_rps, strict=True)]}"
+              for n, f in figures.items()))
     line = (f"tasks_max={tasks_max} driver_vs_mm2_throughput={median(alo):.2f} "
             f"driver_vs_mm2_throughput_eos={median(eos):.2f} "
             f"p50_ms_driver={median(driver.p50):.1f} p50_ms_mm2={median(mm2.p50):.1f} "
             f"p99_ms_driver={median(driver.p99):.1f} p99_ms_mm2={median(mm2.p99):.1f} "
             f"driver_rss_mb={bench.peak_rss_mb:.0f} driver_threads={bench.peak_threads} "
-            f"assign_s={bench.assign_s:.1f}")
+            f"assign_s={bench.assign_s:.1f} load_rps_driver={median(driver.load_rps):.0f} "
+            f"load_rps_mm2={median(mm2.load_rps):.0f}")
     base = figures.get("base")
     if base is not None:
         line += (f" driver_vs_base_throughput={median(ratios(driver.alo, base.alo)):.2f} "
                  f"driver_vs_base_throughput_eos={median(ratios(driver.eos, base.eos)):.2f} "
                  f"p50_ms_base={median(base.p50):.1f} p99_ms_base={median(base.p99):.1f} "
-                 f"assign_s_base={bench.assign_s_base:.1f}")
+                 f"assign_s_base={bench.assign_s_base:.1f} load_rps_base={median(base.load_rps):.0f}")
     return line
 
 

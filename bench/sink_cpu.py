@@ -36,6 +36,7 @@ import statistics
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -57,19 +58,23 @@ TOPIC = "srm-metrics.tput.internal"
 
 
 def kafka_columns(series: int, partitions: list[int], batch: int, periods: int, base: int,
-                  offsets: list[int]) -> list[pa.Table]:
+                  offsets: list[int], make: Callable[[str, int, int, int], bytes | tuple[bytes, ...]]
+                  = record, every_ms: int = 1000) -> list[pa.Table]:
     """A batch's records as the Kafka source hands each task its partition's (offsets go on from
-    `offsets`)."""
+    `offsets`): `make(source, series, ts, seq)` of each series every `every_ms` (several records of the
+    series' key when it gives a tuple)."""
     columns: dict[int, dict[str, list]] = {p: {"offset": [], "kafka_ts": [], "value": []} for p in (0, 1)}
     for r in range(periods):
         seq = batch * periods + r
-        ts = base + seq * 1000
+        ts = base + seq * every_ms
         for s in range(series):
             c = columns[partitions[s]]
-            c["offset"].append(offsets[partitions[s]])
-            offsets[partitions[s]] += 1
-            c["kafka_ts"].append(ts)
-            c["value"].append(record(SOURCE, s, ts, seq))
+            made = make(SOURCE, s, ts, seq)
+            for value in made if isinstance(made, tuple) else (made,):
+                c["offset"].append(offsets[partitions[s]])
+                offsets[partitions[s]] += 1
+                c["kafka_ts"].append(ts)
+                c["value"].append(value)
     return [pa.table({"topic": pa.array([TOPIC] * len(c["offset"]), pa.string()),
                       "partition": pa.array([p] * len(c["offset"]), pa.int32()),
                       "offset": pa.array(c["offset"], pa.int64()),
