@@ -189,8 +189,13 @@ class TaskHistory(OffsetHistory):
         self.held_newest, self.held_since = joined("newest"), joined("complete_from")
         self.held_floor = joined("floor")
         self.held_width = np.concatenate([np.full(len(r.newest), r.windows) for r in records])
-        for record in records:
-            self.row_of(zip(*(record.keys[k].to_pylist() for k in KEYS), strict=True))
+        for record in records:  # named in bulk: a partition is in one record
+            keys = list(zip(*(record.keys[k].to_pylist() for k in KEYS), strict=True))
+            self.rows.update(zip(keys, range(len(self.keys), len(self.keys) + len(keys)), strict=True))
+            self.keys.extend(keys)
+        if len(self.rows) != len(self.keys):
+            raise ValueError("a partition in both records")
+        self._grow(len(self.keys))
         for record, at in zip(records, self.offsets, strict=False):
             self._fill(record, int(at))
         self.batch_windows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
