@@ -29,6 +29,7 @@ from tests.interop.support import (
     create_topic,
     end_offsets,
     read_all,
+    read_partitions,
     tag,
     total_records,
     wait_until,
@@ -88,8 +89,9 @@ class Traffic:
 def progress_of(west: str, topic: str) -> dict[int, int]:
     """The last replicated offset per partition in mm2-offsets.east.internal, as Connect reads it."""
     last: dict[int, int] = {}
-    for partition in range(25):  # Connect's default offsets topic has 25 partitions
-        for message in read_all(west, "mm2-offsets.east.internal", partition):
+    # Connect's default offsets topic has 25 partitions; read in one consumer, offset order kept a partition
+    for messages in read_partitions(west, "mm2-offsets.east.internal", 25).values():
+        for message in messages:
             source = progress_record.decode_key(message.key())
             if source is not None and source.topic == topic and source.cluster == "east":
                 value = progress_record.decode_value(message.value())
