@@ -41,21 +41,16 @@ BATCH_GAP_S = 1.5
 # quickest, so a merge interval holds a dozen or more. More (a merge that fell behind) and the sink waits
 # for a merge, asked at once.
 MAX_BEHIND = 64
-# The coarser windows (1 min, 1 h) are merged at every merge while a merge at every size is cheap: while
-# the last one took under COARSE_SHARE of the time since it began (a few thousand series, where it takes a
-# fraction of a second, and a drained backlog's last batch is merged at every size at once). Where it is
-# not (at 100,000 series a merge at every size took 5-12 s and merges come more than 10 s apart), they are
-# merged at every COARSE_EVERY-th merge and at most every COARSE_INTERVAL_S, the finest (10 s) at every
-# merge: each size costs a merge about as much (its windows recomputed, their members written, a command a
-# key), and a batch adds a few seconds to a coarser window. Seconds alone did not bound them there: nearly
-# every merge was at every size (bench/RESULTS.md, s28). The coarser windows then trail the finest by up to
-# COARSE_EVERY merges, and at least COARSE_INTERVAL_S.
-COARSE_SHARE = 0.25
+# The coarser windows (1 min, 1 h) are merged at every COARSE_EVERY-th merge and at most every
+# COARSE_INTERVAL_S, the finest (10 s) at every merge: each size costs a merge about as much (its windows
+# recomputed, their members written, a command a key), and a batch adds a few seconds to a coarser window.
+# Seconds alone did not bound them where it matters: at 100,000 series merges come more than 10 s apart,
+# and nearly every merge was at every size (bench/RESULTS.md, s28). The coarser windows trail the finest by
+# up to COARSE_EVERY merges, and at least this long.
 COARSE_INTERVAL_S = 10.0
 COARSE_EVERY = 3
-# With no batch waiting and the coarser sizes not cheap, they are merged once no batch has come for this
-# long (a backlog drained, a query stopped producing), so they do not wait for a batch that is not coming;
-# not in every gap between batches, where a merge at every size of no batch delayed the next one.
+# With no batch waiting, the coarser sizes are merged once no batch has come for this long (a backlog
+# drained, a query stopped producing), so they do not wait for a batch that is not coming.
 QUIET_S = 10.0
 THREAD_PREFIX = "srm-windows-"
 
@@ -78,8 +73,6 @@ class MergeThread:
         self._last_merge = 0.0
         self._last_every_size = float("-inf")  # the first merge is at every size
         self._finest_merges = COARSE_EVERY  # merges at the finest size only since the last at every size
-        self._every_size_began = float("-inf")  # when the last merge at every size began, and
-        self._every_size_s = 0.0  # how long it took (COARSE_SHARE)
         self._last_arrival: float | None = None
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{scope}", daemon=True)
         self._thread.start()
@@ -134,7 +127,6 @@ class MergeThread:
                     return
                 batches, every_size = due
                 self._merging = True
-            began = time.monotonic()
             try:
                 if self._failure is None:
                     self._writer.apply_all(batches, staged=True, every_size=every_size)
@@ -148,7 +140,6 @@ class MergeThread:
                     self._last_merge = time.monotonic()
                     if every_size:
                         self._last_every_size = self._last_merge
-                        self._every_size_began, self._every_size_s = began, self._last_merge - began
                         self._finest_merges = 0
                     else:
                         self._finest_merges += 1
@@ -160,29 +151,25 @@ class MergeThread:
     def _next_batches(self) -> tuple[list[tuple[int, pa.Table]], bool] | None:
         """(Holding the lock.) The batches to merge next, once they are due: handed over after a gap,
         asked for at once, MERGE_INTERVAL_S after the last merge, or the sink closing; and whether to
-        merge them at every size (asked for at once, closing, a merge at every size cheap, or COARSE_EVERY
-        - 1 merges at the finest only and COARSE_INTERVAL_S since the last at every size). A merge at
-        every size alone is due when batches wait at the coarser sizes only and none waits: asked, closing,
-        cheap, or COARSE_INTERVAL_S since the last and QUIET_S since the last batch came. None: closed, and
-        nothing left."""
+        merge them at every size (asked for at once, closing, or COARSE_EVERY - 1 merges at the finest only
+        and COARSE_INTERVAL_S since the last at every size). A merge at every size alone is due when batches
+        wait at the coarser sizes only and none waits: asked, closing, or COARSE_INTERVAL_S since the last
+        and QUIET_S since the last batch came. None: closed, and nothing left."""
         while True:
             now = time.monotonic()
             coarse_in = self._last_every_size + COARSE_INTERVAL_S - now
-            cheap_in = (self._every_size_began + self._every_size_s / COARSE_SHARE - now if COARSE_SHARE > 0
-                        else float("inf"))
-            asked = self._everything or self._closing or cheap_in < 0  # or cheap: as if asked
+            asked = self._everything or self._closing
             every_size = asked or (coarse_in <= 0 and self._finest_merges >= COARSE_EVERY - 1)
             if self._waiting and (self._at_once or self._closing):
                 break
             if not self._waiting:
                 quiet_in = 0.0 if self._last_arrival is None else self._last_arrival + QUIET_S - now
-                due_in = min(cheap_in, max(coarse_in, quiet_in))
-                if self._writer.behind and (asked or due_in <= 0):
+                if self._writer.behind and (asked or max(coarse_in, quiet_in) <= 0):
                     every_size = True
                     break
                 if self._closing:
                     return None
-                self._changed.wait(due_in if self._writer.behind else None)
+                self._changed.wait(max(coarse_in, quiet_in) if self._writer.behind else None)
                 continue
             due = self._last_merge + MERGE_INTERVAL_S - time.monotonic()
             if due <= 0:

@@ -131,8 +131,6 @@ def test_a_query_run_ends_only_its_own_sink():
 def test_the_coarser_sizes_wait_for_their_interval_and_the_sink_asking_merges_them(thread, monkeypatch):
     monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
-    monkeypatch.setattr(merge_thread, "COARSE_SHARE", 0.0)  # a merge at every size never cheap
-    monkeypatch.setattr(merge_thread, "QUIET_S", FAR)
     for batch_id in (1, 2, 3):
         thread.submit(batch_id, None)
         thread._writer.wait_for(batch_id)
@@ -144,12 +142,9 @@ def test_the_coarser_sizes_wait_for_their_interval_and_the_sink_asking_merges_th
 
 
 def merge_two_at_the_finest_only(thread, monkeypatch) -> None:
-    """Batches 1 and 2 merged at the finest size only: the coarser sizes' interval never runs out, and a
-    merge at every size is never cheap."""
+    """Batches 1 and 2 merged at the finest size only: the coarser sizes' interval never runs out."""
     monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
-    monkeypatch.setattr(merge_thread, "COARSE_SHARE", 0.0)
-    monkeypatch.setattr(merge_thread, "QUIET_S", FAR)
     for batch_id in (1, 2):
         thread.submit(batch_id, None)
         thread._writer.wait_for(batch_id)
@@ -158,7 +153,6 @@ def merge_two_at_the_finest_only(thread, monkeypatch) -> None:
 def test_past_the_interval_the_coarser_sizes_wait_for_every_third_merge(thread, monkeypatch):
     monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
     monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", 0.0)  # merges further apart than the interval
-    monkeypatch.setattr(merge_thread, "COARSE_SHARE", 0.0)
     monkeypatch.setattr(merge_thread, "QUIET_S", FAR)
     for batch_id in range(1, 6):
         thread.submit(batch_id, None)
@@ -180,54 +174,3 @@ def test_close_merges_the_coarser_sizes_of_what_was_merged_at_the_finest_only(th
     merge_two_at_the_finest_only(thread, monkeypatch)
     thread.close(30)
     assert thread._writer.merges == [[1], [2], []] and thread._writer.every_size == [True, False, True]
-
-
-class Clock:
-    """merge_thread's clock, moved by the test and by the stand-in's merges (their cost)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-def test_while_a_merge_at_every_size_is_cheap_every_merge_is_at_every_size(thread, monkeypatch):
-    """A merge at every size that took under COARSE_SHARE of the time since it began: the batches are merged
-    at every size, and once the queue is drained the coarser sizes of those merged at the finest only
-    are merged at once (a drained backlog's last batch), without QUIET_S or COARSE_INTERVAL_S."""
-    clock = Clock()
-    monkeypatch.setattr(merge_thread, "time", clock)
-    monkeypatch.setattr(merge_thread, "BATCH_GAP_S", 0.0)
-    monkeypatch.setattr(merge_thread, "COARSE_INTERVAL_S", FAR)
-    monkeypatch.setattr(merge_thread, "QUIET_S", FAR)
-    monkeypatch.setattr(merge_thread, "COARSE_SHARE", 0.25)
-    writer = thread._writer
-    applied = writer.apply_all
-
-    def costing(batches: list, staged: bool = False, every_size: bool = True) -> None:
-        clock.now += 1.0 if every_size else 0.1
-        applied(batches, staged, every_size)
-
-    writer.apply_all = costing
-
-    def at(now: float, batch_id: int | None, merges: int) -> None:
-        """At `now` (the thread reads no time in between), batch `batch_id` handed over (None: the thread
-        woken); then waits for merge `merges` to be done and counted."""
-        with thread._changed:
-            clock.now = now
-            if batch_id is None:
-                thread._changed.notify_all()
-            else:
-                thread.submit(batch_id, None)
-            assert thread._changed.wait_for(lambda: len(writer.merges) >= merges and not thread._merging, 30)
-
-    at(0.0, 1, 1)  # the first merge is at every size: 0 -> 1 s, so cheap again past 4 s
-    at(2.0, 2, 2)  # 1 s of 2: not cheap
-    at(4.5, 3, 3)  # 1 s of 4.5: cheap (4.5 -> 5.5 s, cheap past 8.5)
-    at(6.0, 4, 4)
-    assert writer.every_size == [True, False, True, False]
-    at(7.0, None, 4)  # drained, the coarser sizes behind, not cheap yet: the thread waits
-    assert len(writer.merges) == 4
-    at(9.0, None, 5)  # cheap now: merged at every size alone, no batch having come for QUIET_S
-    assert (writer.merges, writer.every_size) == ([[1], [2], [3], [4], []], [True, False, True, False, True])

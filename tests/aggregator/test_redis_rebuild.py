@@ -81,10 +81,9 @@ def supervise_until(supervisor: QuerySupervisor, client: redis.Redis, source: st
                     windows_merged=windows_merged(client, query.name, str(query.id)))
         return seen["total"] == expected and seen["rebuilds"] == 1 and bool(seen["windows_merged"])
 
-    # The 1 h window read here comes from a merge at every size, which the merge thread makes at every merge
-    # while one is cheap, else at every third merge or once the batches stop for merge_thread.QUIET_S: after
-    # a rebuild's replay on a machine at load 20-27 that took more than 120 s once (s29). The bound is
-    # generous; the message says what was missing.
+    # The 1 h window read here comes from a merge at every size, which the merge thread makes at every third
+    # merge or once the batches stop for merge_thread.QUIET_S: after a rebuild's replay on a machine at load
+    # 20-27 that took more than 120 s once (s29). The bound is generous; the message says what was missing.
     try:
         wait_until(done, 240, what)
     except AssertionError as exc:
