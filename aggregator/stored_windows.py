@@ -33,7 +33,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aggregator.member_text import VALUES, member_column
-from aggregator.window_ids import METRICS, WindowIds, ascending, distinct, find, int64, ranges, take_or_null
+from aggregator.window_ids import (
+    METRICS,
+    WindowIds,
+    ascending,
+    distinct,
+    find,
+    int64,
+    ranges,
+    run_lasts,
+    take_or_null,
+)
 from aggregator.window_partials import one_array, window_starts
 from contract import redis_layout as layout
 
@@ -375,8 +385,7 @@ def _interleaved(kept_keys: np.ndarray, olds: np.ndarray, partial_keys: np.ndarr
 
 def _newest(series: np.ndarray, starts: np.ndarray) -> pa.Table:
     """Each subject's newest window (series, start_max) of rows in window order: the last of its run."""
-    lasts = np.flatnonzero(np.append(series[1:] != series[:-1], True)) if len(series) \
-        else np.zeros(0, np.int64)
+    lasts = run_lasts(series)
     return pa.table({"series": pa.array(series[lasts]), "start_max": pa.array(starts[lasts])})
 
 
@@ -389,8 +398,7 @@ def _ordered(table: pa.Table, metric: bool) -> pa.Table:
     if ascending(keys):
         return table.combine_chunks()
     order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    return table.take(order[np.append(keys[1:] != keys[:-1], True)])
+    return table.take(order[run_lasts(keys[order])])
 
 
 def _floors(floor_of: np.ndarray, series: np.ndarray) -> np.ndarray:
@@ -448,8 +456,7 @@ def _key_changes(updates: pa.Table, held: pa.Table, newest: pa.Table, window: st
     if not np.all((series_step > 0) | ((series_step == 0) & (start_step >= 0))):  # the merge keeps them so
         order = np.lexsort((held_starts, held_series))
         held_series, held_starts = held_series[order], held_starts[order]
-    lasts = np.flatnonzero(np.append(held_series[1:] != held_series[:-1], True)) if len(held_series) \
-        else np.zeros(0, np.int64)
+    lasts = run_lasts(held_series)
     held_keys = held_series[lasts]
     touched, position = np.unique(series, return_inverse=True)
     at = np.minimum(np.searchsorted(held_keys, touched), max(len(held_keys) - 1, 0))

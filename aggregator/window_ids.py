@@ -82,6 +82,13 @@ def distinct(ordered: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
+def run_lasts(ordered: np.ndarray) -> np.ndarray:
+    """The index of the last row of each run of equal values in an ordered array."""
+    if not len(ordered):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+
+
 def ranges(lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
     """The indexes lows[i]..highs[i] (excluded) of every i, in turn."""
     lengths = highs - lows
