@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -98,43 +98,23 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
 
 def read_all(bootstrap: str, topic: str, partition: int, isolation: str = "read_committed") -> list:
     """Every record of one partition, from the start to the end offset seen when called."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{tag()}",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": True})
-    try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        consumer.assign([TopicPartition(topic, partition, 0)])
-        records: list = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done = False
-            for message in consumer.consume(500, timeout=0.5):
-                error, offset = message.error(), message.offset()
-                if error is None:
-                    records.append(message)
-                elif error.code() == -191:  # _PARTITION_EOF
-                    assert offset is not None  # the event names the offset it reached
-                    done = offset >= end
-            if done or (records and records[-1].offset() >= end - 1):
-                return records
-        raise AssertionError(f"could not read {topic}[{partition}] to offset {end}")
-    finally:
-        consumer.close()
+    return read_partitions(bootstrap, topic, [partition], isolation)[partition]
 
 
-def read_partitions(bootstrap: str, topic: str, partitions: int,
+def read_partitions(bootstrap: str, topic: str, partitions: Iterable[int],
                     isolation: str = "read_committed") -> dict[int, list]:
     """Every record of each partition, from the start to the end offsets seen when called, through one
-    consumer: `read_all` a partition at a time opens a consumer each, which on a loaded host made a read
-    of a 25-partition topic outlast the wait it was polled in."""
-    ends = {p: end for p, end in end_offsets(bootstrap, topic, partitions).items() if end > 0}
-    records: dict[int, list] = {p: [] for p in range(partitions)}
-    if not ends:
-        return records
+    consumer: a consumer a partition made a read of a 25-partition topic on a loaded host outlast the wait
+    it was polled in."""
+    records: dict[int, list] = {p: [] for p in partitions}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{tag()}",
                          "enable.auto.commit": False, "isolation.level": isolation,
                          "enable.partition.eof": True})
     try:
+        ends = {p: end for p in records
+                if (end := consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]) > 0}
+        if not ends:
+            return records
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         left = set(ends)
         deadline = time.monotonic() + 60

@@ -90,7 +90,7 @@ def progress_of(west: str, topic: str) -> dict[int, int]:
     """The last replicated offset per partition in mm2-offsets.east.internal, as Connect reads it."""
     last: dict[int, int] = {}
     # Connect's default offsets topic has 25 partitions; read in one consumer, offset order kept a partition
-    for messages in read_partitions(west, "mm2-offsets.east.internal", 25).values():
+    for messages in read_partitions(west, "mm2-offsets.east.internal", range(25)).values():
         for message in messages:
             source = progress_record.decode_key(message.key())
             if source is not None and source.topic == topic and source.cluster == "east":
