@@ -39,7 +39,7 @@ state after a merge at every size (the task starts over from Redis: batch 7), an
 --restart-at B drops every task's state before batch B (its figure apart: the cold read).
 Usage: python bench/task_merge_cpu.py [--series 100000] [--batches 7] [--records 200000]
 [--period-ms 5000] [--coarse-every 3] [--kafka-partitions 2] [--compression lz4|zstd|none]
-[--restart-at B] [--check] [--digest]
+[--values regular|live] [--restart-at B] [--check] [--digest]
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import struct
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -300,10 +301,36 @@ def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Tabl
 
 # --- the records -------------------------------------------------------------------------------------------
 
+LIVE = ('{"v":1,"kind":"partition","ts":%d,"period_ms":5000,"source":"%s","target":"bench",'
+        '"topic":"%s.t%d","upstream_topic":"t%d","partition":%d,"record_count":%d,"byte_count":%d,'
+        '"replication_latency_ms":{"min":%d,"max":%d,"avg":%.3f,"last":%d,"count":%d},'
+        '"records_lag":%d,"source_end_offset":%d,"upstream_offset":%d,"target_offset":%d}')
+
+
+def live_record(source: str, series: int, ts: int, seq: int) -> bytes:
+    """A report whose values vary as a real target's do (bench/rollup_runs.record's are a few repeating
+    numbers, which the state's LZ4 shrinks ~20x): each partition its own rate and record size, end offsets
+    from its own base, counts, latencies and lag drawn anew each report (CRC-32 of the series and report:
+    the same records on both sides and in every run)."""
+    topic, partition = divmod(series, 10)
+    h = zlib.crc32(b"%d:%d" % (series, seq))
+    rate = 1 + zlib.crc32(b"%d" % series) % 400
+    count = h % (2 * rate) + 1
+    size = 100 + (h >> 9) % 1900
+    low = 1 + (h >> 5) % 20
+    high = low + (h >> 11) % 3000
+    lag = (h >> 13) % 5000
+    end = zlib.crc32(b"base%d" % series) * 1000 + seq * rate + h % rate
+    return (LIVE % (ts, source, source, topic, topic, partition, count, count * size, low, high,
+                    low + (high - low) * ((h >> 3) % 1000) / 1000, low + (h >> 7) % (high - low + 1), count,
+                    lag, end, end - lag, end - lag + (h >> 17) % 7)).encode()
+
+
 def kafka_tables(series: int, partitions: list[int], count: int, batch: int, periods: int, base: int,
-                 offsets: list[int], period_ms: int) -> list[pa.Table]:
+                 offsets: list[int], period_ms: int, make: Callable[[str, int, int, int], bytes] = record
+                 ) -> list[pa.Table]:
     """A batch's records as the Kafka source hands each task its partition's (offsets go on from `offsets`):
-    each series once a period, keyed by subject (bench/rollup_runs.record_key)."""
+    each series once a period (`make`), keyed by subject (bench/rollup_runs.record_key)."""
     columns: list[dict[str, list]] = [{"offset": [], "kafka_ts": [], "value": []} for _ in range(count)]
     for r in range(periods):
         seq = batch * periods + r
@@ -314,7 +341,7 @@ def kafka_tables(series: int, partitions: list[int], count: int, batch: int, per
             c["offset"].append(offsets[p])
             offsets[p] += 1
             c["kafka_ts"].append(ts)
-            c["value"].append(record(SOURCE, s, ts, seq))
+            c["value"].append(make(SOURCE, s, ts, seq))
     return [pa.table({"topic": pa.array([TOPIC] * len(c["offset"]), pa.string()),
                       "partition": pa.array([p] * len(c["offset"]), pa.int32()),
                       "offset": pa.array(c["offset"], pa.int64()),
@@ -431,6 +458,8 @@ def main() -> None:
     parser.add_argument("--coarse-every", type=int, default=3)
     parser.add_argument("--kafka-partitions", type=int, default=2)
     parser.add_argument("--compression", default="lz4", choices=["none", "lz4", "zstd"])
+    parser.add_argument("--values", default="regular", choices=["regular", "live"],
+                        help="the reports' values: bench/rollup_runs.record's, or varying (live_record)")
     parser.add_argument("--restart-at", type=int, default=None)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--digest", action="store_true")
@@ -449,11 +478,12 @@ def main() -> None:
     rows = []
     differences = 0
     print(f"{args.series} series, {periods} periods a batch ({periods * args.series} records), {count} Kafka "
-          f"partitions, 1 min / 1 h every {args.coarse_every} batches, state {args.compression}", flush=True)
+          f"partitions, 1 min / 1 h every {args.coarse_every} batches, state {args.compression}, values "
+          f"{args.values}", flush=True)
     try:
         for batch in range(args.batches):
             tables = kafka_tables(args.series, partitions, count, batch, periods, base, offsets,
-                                  args.period_ms)
+                                  args.period_ms, live_record if args.values == "live" else record)
             now = base + (batch + 1) * periods * args.period_ms + 1_000
             windows = batch_windows(tables, now)
             shared = windows.filter(pc.not_equal(windows["level"], "p"))
