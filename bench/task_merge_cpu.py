@@ -34,8 +34,10 @@ Last line: `tasks_merge_cpu_s=<s> tasks_state_cpu_s=<s> driver_shared_cpu_s=<s> 
 ratio=<B / A> ...`, the means over batches 1 on (batch 0 merges into an empty Redis on both sides).
 --check compares the two Redis (a digest of every window hash) after every batch, replays a task whose
 batch was applied (batch 3), runs an attempt cut off before its EXEC and then the task again (batch 4),
-merges a task's records in two ranges, the second straddling the first's offset (batch 5), drops a task's
-state after a merge at every size (the task starts over from Redis: batch 7), and exits 1 on a difference.
+merges a task's records in two ranges, the second straddling the first's offset (batch 5; with --values
+regular only: merging a batch's windows in two steps adds non-integer sums in another order, which rounds
+differently, as today's merge of batches grouped otherwise does), drops a task's state after a merge at every
+size (the task starts over from Redis: batch 7), and exits 1 on a difference.
 --restart-at B drops every task's state before batch B (its figure apart: the cold read).
 Usage: python bench/task_merge_cpu.py [--series 100000] [--batches 7] [--records 200000]
 [--period-ms 5000] [--coarse-every 3] [--kafka-partitions 2] [--compression lz4|zstd|none]
@@ -409,9 +411,11 @@ class TasksRun:
 
 
 def run_tasks(side: Side, driver: WindowWriter, keys: list[str], tables: list[pa.Table], shared: pa.Table,
-              batch: int, every_size: bool, now: int, compression: str | None, check: bool) -> TasksRun:
+              batch: int, every_size: bool, now: int, compression: str | None, check: bool,
+              straddle: bool = True) -> TasksRun:
     """B: each Kafka partition's task merging its own subjects, then the driver the shared rows; with
-    `check`, the replays and the cut-off attempt of the module's doc."""
+    `check`, the replays and the cut-off attempt of the module's doc (`straddle`: and the range straddling a
+    task's offset)."""
     out = TasksRun({}, [], [])
     before, w0, parsing = side.counters(), time.monotonic(), 0.0
     for k, kafka in enumerate(tables):
@@ -424,7 +428,7 @@ def run_tasks(side: Side, driver: WindowWriter, keys: list[str], tables: list[pa
                            cut_off=True)
             except CutOff:
                 print(f"batch {batch} task {k}: an attempt cut off before its EXEC", flush=True)
-        if check and batch == 5 and k == 0:
+        if check and straddle and batch == 5 and k == 0:
             half = kafka.slice(0, kafka.num_rows // 2)
             first = merge_task(side.client, keys[k], half, own_windows(half, now), batch, every_size, now,
                                compression)
@@ -499,7 +503,7 @@ def main() -> None:
                     figures = run_thread(a, thread_writer, batch, windows, every_size)
                 else:
                     tasks = run_tasks(b, driver_writer, keys, tables, shared, batch, every_size, now,
-                                      compression, args.check)
+                                      compression, args.check, straddle=args.values == "regular")
             figures |= tasks.figures
             differences += tasks.differences
             stages: dict[str, float] = {}
