@@ -423,20 +423,30 @@ def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor:
     return lag_ok & verdict_ok, np.minimum(low_lag, low_verdict)
 
 
+class StageClock:
+    """Thread CPU by stage: a call charges the time since the last call (or the start) to its stage."""
+
+    def __init__(self, stages: dict[str, float]) -> None:
+        self.stages = stages
+        self.restart()
+
+    def restart(self) -> None:
+        """Charge nothing for the time until now."""
+        self._at = time.thread_time()
+
+    def __call__(self, name: str) -> None:
+        now = time.thread_time()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self._at
+        self._at = now
+
+
 def judge_task(client: redis.Redis, keys: list[str], reports: pa.Table, partials: Mapping[str, pa.Table],
                windows: int = HOT_WINDOWS, slots: int = TASK_SLOTS, compression: str | None = None
                ) -> tuple[Judged, TaskCost]:
     """One task's judging: its reports (the newest partition and group report of each of its subjects) and
     its partials of offset_history.METRICS; reads its records at `keys` (hot, deep) and writes them back."""
     cost = TaskCost()
-    t = time.thread_time()
-
-    def stage(name: str) -> None:
-        nonlocal t
-        now = time.thread_time()
-        cost.stages[name] = cost.stages.get(name, 0.0) + now - t
-        t = now
-
+    stage = StageClock(cost.stages)
     deep_windows = slots - 2
     raw = cast(list[bytes | None], client.mget(keys))
     history = TaskHistory([HotRecord.decode(r, w) for r, w in zip(raw, (windows, deep_windows), strict=True)],

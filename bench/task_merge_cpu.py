@@ -74,7 +74,7 @@ from aggregator.window_partials import window_partials, with_schema
 from aggregator.window_writer import WindowWriter
 from bench.process_cpu import redis_cpu_s
 from bench.rollup_runs import record, record_key
-from bench.task_judging_cpu import PeakRss, _net_bytes
+from bench.task_judging_cpu import PeakRss, StageClock, _net_bytes
 from contract import redis_layout as layout
 from contract.replication_policy import metrics_topic
 from stack.redis_server import RedisServer
@@ -240,14 +240,7 @@ def merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Table
 def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Table, batch: int,
                 every_size: bool, now: int, compression: str | None, cut_off: bool) -> TaskCost:
     cost = TaskCost()
-    t = time.thread_time()
-
-    def stage(name: str) -> None:
-        nonlocal t
-        at = time.thread_time()
-        cost.stages[name] = cost.stages.get(name, 0.0) + at - t
-        t = at
-
+    stage = StageClock(cost.stages)
     with client.pipeline(transaction=True) as pipe:
         pipe.watch(key)
         raw = cast(bytes | None, pipe.get(key))
@@ -265,7 +258,7 @@ def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Tabl
             cost.outcome = f"from offset {state.through}"
             kafka = kafka.filter(pc.greater_equal(kafka["offset"], state.through))
             windows = own_windows(kafka, now)  # the task's partials of those (today's work, not the merge's)
-            t = time.thread_time()
+            stage.restart()
         fresh, cost.subjects = writer.number(windows, writer.series_keys) if windows.num_rows else (None, 0)
         run = state.runs
         finest = state.behind[-1][1] if state.behind else state.applied
