@@ -5,9 +5,10 @@ one Spark partition of each Kafka partition, so every task gets its records in A
 executor's Python worker and applies the pure steps there: parse and validity rules (raw_records), late
 records counted and dropped against the watermark the driver read, partial windows, the newest record
 per subject and the invalid records' excerpts (window_partials). A task answers with one row: its
-partials as Arrow IPC streams. Raw metrics are keyed by subject, so a series' records share a Kafka
-partition and a task's partials are already one row per series x window; the driver only merges what
-several tasks share (whole-topic and replication rows) and commits (redis_sink).
+partials as Arrow IPC streams. Raw metrics are keyed by topic partition (raw_metrics.placement_key: a
+group's reports beside their partition's), so a series' records share a Kafka partition and a task's
+partials are already one row per series x window; the driver only merges what several tasks share
+(whole-topic and replication rows, a subject keyed otherwise by an older driver) and commits (redis_sink).
 
 The one-row answer keeps Spark's schema at six columns: a schema of the ~100 partial columns would cost
 Catalyst analysis each batch and a conversion of every partial into Spark rows and back.
