@@ -8,9 +8,11 @@ per subject and the invalid records' excerpts (window_partials). It then judges 
 reports (offset_records: lag in seconds, lag verdicts and their latest values, over its Kafka partition's
 offset records in Redis), each report's lag in seconds joining its partials as its own partition-level
 partial. A task answers with one row: its partials, latest values and verdicts as Arrow IPC streams. Raw
-metrics are keyed by subject, so a series' records share a Kafka partition and a task's partials are
-already one row per series x window; the driver only merges what several tasks share (whole-topic and
-replication rows), writes and commits (redis_sink).
+metrics are keyed by topic partition (raw_metrics.placement_key: a group's reports beside their
+partition's), so a series' records share a Kafka partition, a group's task holds its partition's offset
+windows, and a task's partials are already one row per series x window; the driver only merges what several
+tasks share (whole-topic and replication rows, a subject keyed otherwise by an older driver), writes and
+commits (redis_sink).
 
 The one-row answer keeps Spark's schema at a few columns: a schema of the ~100 partial columns would cost
 Catalyst analysis each batch and a conversion of every partial into Spark rows and back.

@@ -70,10 +70,11 @@ def raw_input(source: str) -> list:
 
 
 def by_kafka_partition(records: list) -> list[list]:
-    """Records as the driver keys them: a subject's reports in one Kafka partition, in order."""
+    """Records as the driver keys them: a topic partition's reports and its groups' in one Kafka partition
+    (raw_metrics.placement_key), in order; the replication's in another."""
     parts: list[list] = [[] for _ in range(KAFKA_PARTITIONS)]
     for record in records:
-        partition = record.partition if isinstance(record, PartitionMetrics) else 1
+        partition = record.partition if isinstance(record, PartitionMetrics | GroupMetrics) else 1
         parts[partition % KAFKA_PARTITIONS].append(record)
     return parts
 
