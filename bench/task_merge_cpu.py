@@ -77,9 +77,8 @@ from aggregator.raw_records import flat_table, on_time
 from aggregator.stored_windows import SeriesKeys, StoredWindows
 from aggregator.window_partials import window_partials, with_schema
 from aggregator.window_writer import WindowWriter
-from bench.process_cpu import redis_cpu_s
+from bench.process_cpu import PeakRss, StageClock, redis_cpu_s, redis_net_bytes
 from bench.rollup_runs import record, record_key
-from bench.task_judging_cpu import PeakRss, StageClock, _net_bytes
 from contract import redis_layout as layout
 from contract.replication_policy import metrics_topic
 from stack.redis_server import RedisServer
@@ -422,7 +421,7 @@ class Side:
         return cls(server, redis.Redis.from_url(server.url))
 
     def counters(self) -> tuple[float, int, int]:
-        return (redis_cpu_s(self.client), *_net_bytes(self.client))
+        return (redis_cpu_s(self.client), *redis_net_bytes(self.client))
 
 
 def delta(before: tuple[float, int, int], after: tuple[float, int, int]) -> tuple[float, int, int]:
