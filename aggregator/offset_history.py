@@ -1,4 +1,5 @@
-"""Every reported partition's recent 10 s offset windows, columnar: the one copy the sink keeps of them.
+"""Partitions' recent 10 s offset windows, columnar: the history a task judges its reports over
+(offset_records builds one a task from its Kafka partition's offset records).
 
 Lag in seconds reads a partition's end offsets over the last 60 windows (latest_values), its lag verdict
 the upstream offsets and lags of the lookback (partition_verdicts). At 100,000 partitions, a dict of window
@@ -12,11 +13,11 @@ partition (4.4 KB with float64 lasts).
 
 A row is exact from `complete_from` (a window number) on and over the newest SLOTS windows: those windows
 are there as Redis holds them once the batch merged in commits, or there were none. A row is filled from
-Redis when a read needs windows it does not hold (first read in this process, or further back), after the
-sink has every staged batch merged; the batch's partials are then merged in. One query is the only writer
-of its target's windows, so what the sink merged is what Redis gets. A read reaching below what a row can
-hold (a report older than its newest windows by more than the ring, a lookback longer than it) is not
-`covered`: the caller derives those the way it did before, from Redis.
+Redis when a read needs windows it does not hold (first met, or further back), after the merge has written
+what the caller needs (offset_records.MergeWait); the batch's partials are then merged in. One query is the
+only writer of its target's windows, so what the tasks merged is what Redis gets. A read reaching below
+what a row can hold (a report older than its newest windows by more than the ring, a lookback longer than
+it) is not `covered`: the caller derives those the way it did before, from Redis.
 """
 
 from __future__ import annotations

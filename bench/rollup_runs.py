@@ -97,9 +97,10 @@ def record(source: str, series: int, ts: int, seq: int) -> bytes:
 
 
 def record_key(source: str, series: int) -> bytes:
-    """The driver's Kafka key for a series' records (its subject): a series stays in one partition, in
-    order, as the driver publishes it. Unkeyed, the backlog's two partitions drifted apart in event time
-    by up to minutes, and every batch then merged windows older than the merge keeps (read from Redis)."""
+    """The driver's Kafka key for a series' records (its topic partition's): a series stays in one
+    partition, in order, as the driver publishes it. Unkeyed, the backlog's two partitions drifted apart
+    in event time by up to minutes, and every batch then merged windows older than the merge keeps (read
+    from Redis)."""
     topic, partition = divmod(series, 10)
     return PartitionMetrics(ts=0, period_ms=1000, source=source, target="bench", topic=f"{source}.t{topic}",
                             upstream_topic=f"t{topic}", partition=partition, record_count=0,

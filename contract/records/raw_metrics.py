@@ -2,9 +2,18 @@
 
 This module alone owns the format: encode and decode here, the JSON Schema beside it
 (`raw_metrics.schema.json`), and the field types the aggregator's Arrow reader parses with
-(`FIELD_TYPES`). One JSON object per record,
-`"v": 1`; the Kafka key is the subject's identity so a compacted or partitioned topic keeps a subject
-in order.
+(`FIELD_TYPES`). One JSON object per record, `"v": 1`.
+
+The Kafka key says where a record goes, not who it is about: a topic partition's reports and the
+reports of its consumer groups all carry the partition report's key (`placement_key`:
+`partition|<source>|<target>|<remote topic>|<partition>`), a replication's report
+`replication|<source>|<target>`. A partitioner places by key (the driver's producers: murmur2, Java's
+default), so a partition's reports and its groups' land in one Kafka partition of the topic, and the
+one task that reads them holds the partition's end offsets a group's lag in seconds is read from. A
+subject's records all carry one key, so they stay in order. Several subjects share a key, so a reader
+takes a subject's identity from the value (an older driver keyed a group's reports by the group,
+`group|<source>|<target>|<group>|<topic>|<partition>`: they read the same, from another Kafka
+partition), and the topic is never compacted (compaction would keep one subject's report a key).
 
 Three kinds of subject share one flat shape (unused fields absent):
 - `partition`: one remote topic-partition of a replication (MM2 MirrorSourceConnector metrics + lag);
@@ -109,6 +118,11 @@ class LatencySummary:
         return cls(min(samples), max(samples), sum(samples) / len(samples), samples[-1], len(samples))
 
 
+def placement_key(source: str, target: str, topic: str, partition: int) -> str:
+    """The Kafka key of the reports about one remote topic partition: its own and its groups'."""
+    return f"partition|{source}|{target}|{topic}|{partition}"
+
+
 @dataclass(frozen=True)
 class PartitionMetrics:
     ts: int
@@ -129,7 +143,7 @@ class PartitionMetrics:
     kind: str = field(default="partition", init=False)
 
     def key(self) -> str:
-        return f"partition|{self.source}|{self.target}|{self.topic}|{self.partition}"
+        return placement_key(self.source, self.target, self.topic, self.partition)
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,8 @@ class GroupMetrics:
     kind: str = field(default="group", init=False)
 
     def key(self) -> str:
-        return f"group|{self.source}|{self.target}|{self.group}|{self.topic}|{self.partition}"
+        """Its topic partition's report's key: a group's reports travel beside their partition's."""
+        return placement_key(self.source, self.target, self.topic, self.partition)
 
 
 # The driver's readers of records from topics anyone with Produce rights may write (the kinds a

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from aggregator import partition_partials, window_partials
-from aggregator.batch_plan import BatchPlan
+from aggregator.batch_plan import BatchPlan, offset_reports
 from aggregator.raw_records import flat_table, late_counts, on_time
 from contract.records import raw_metrics
 from contract.records.raw_metrics import (
@@ -26,8 +26,9 @@ NOW = T0 + 60_000  # the driver's clock for the batch
 
 
 def reports(periods: int = 30, step_ms: int = 1_500) -> list[tuple[int, RawMetrics | bytes]]:
-    """(Kafka partition, record): partition and group reports keyed by subject as the driver keys them,
-    a topic's partitions spread over both Kafka partitions, replication reports, garbage."""
+    """(Kafka partition, record): partition and group reports placed as the driver keys them (a group's
+    beside its topic partition's), a topic's partitions spread over both Kafka partitions, replication
+    reports, garbage."""
     out: list[tuple[int, RawMetrics | bytes]] = []
     for k in range(periods):
         ts = T0 + k * step_ms
@@ -72,9 +73,10 @@ def task_answers(kafka: pa.Table, watermark_ms: int | None, batch_rows: int = 7)
 
 
 def newest(partials: window_partials.BatchPartials) -> dict[tuple, dict]:
-    """The newest record of each subject the sink takes from a batch's partials (BatchPlan), by subject."""
+    """The newest record of each subject a batch's partials give (the tasks' reports, offset_reports, and
+    the sink's replications, BatchPlan), by subject."""
     plan = BatchPlan.of(partials)
-    reports = window_partials.records_of(plan.reports)
+    reports = window_partials.records_of(offset_reports(partials.latest))
     assert len(reports) == len({tuple(r[k] for k in window_partials.SUBJECT_COLUMNS) for r in reports})
     return {tuple(r[k] for k in window_partials.SUBJECT_COLUMNS): r
             for r in [*reports, *plan.replications.values()]}
@@ -107,6 +109,21 @@ def test_partials_of_the_partitions_merged_equal_the_partials_of_the_whole_batch
     assert got.late == expected_late
     if watermark_ms is not None:
         assert got.late == {("west", "east"): 4 * 14 + 14 + 14}  # every report before T0 + 20 s
+
+
+def test_a_group_keyed_by_itself_as_an_older_driver_did_is_aggregated_the_same():
+    """An older driver keyed a group's reports by the group, so they sat in another Kafka partition than
+    their topic partition's: across an upgrade one batch reads the group's reports from two tasks. The
+    subject is read from the value, so the batch's partials and newest records are the same."""
+    placed = [(p, r) for p, r in reports() if not isinstance(r, bytes)]
+    groups = [i for i, (_, r) in enumerate(placed) if isinstance(r, GroupMetrics)]
+    assert {placed[i][0] for i in groups} == {1}
+    upgraded = [(0 if i in groups[:len(groups) // 2] else p, r) for i, (p, r) in enumerate(placed)]
+    expected = window_partials.partials(flat_table(kafka_rows(placed), "west", NOW))
+    for records in (placed, upgraded):
+        got = partition_partials.collect(task_answers(kafka_rows(records), None)).partials
+        assert canonical(got.windows) == canonical(expected.windows)
+        assert newest(got) == newest(expected)
 
 
 def test_whole_topic_rows_of_several_partitions_are_rolled_up_not_repeated():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -40,6 +41,24 @@ def test_round_trip_and_schema(record):
     assert raw_metrics.decode(value) == record
     assert key.decode() == record.key()
     jsonschema.validate(json.loads(value), raw_metrics.json_schema())
+
+
+def test_a_group_report_carries_its_topic_partitions_key_and_a_subject_one_key():
+    """Placement by key: a partition's reports and its groups' share the key (one Kafka partition, the
+    task that reads them holds the partition's end offsets), every report of a subject has one key (kept
+    in order), and every other topic partition or replication has its own."""
+    key = raw_metrics.encode(PARTITION)[0]
+    assert key == b"partition|east|west|east.orders|2"
+    later = replace(PARTITION, ts=PARTITION.ts + 5000, record_count=0, records_lag=None)
+    groups = [replace(GROUP, partition=2), replace(GROUP, partition=2, group="odd|group", ts=GROUP.ts + 1,
+                                                       group_lag=None)]
+    assert {raw_metrics.encode(r)[0] for r in [later, *groups]} == {key}
+    others = [replace(GROUP, partition=1), replace(PARTITION, topic="east.other"),
+              replace(PARTITION, source="north"), replace(PARTITION, target="south"), REPLICATION]
+    keys = [raw_metrics.encode(r)[0] for r in others]
+    assert len({key, *keys}) == 1 + len(others)
+    assert keys[-1] == b"replication|east|west"
+    assert raw_metrics.placement_key("east", "west", "east.orders", 2) == key.decode()
 
 
 def test_absent_optional_fields_are_not_written():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaException, Message, Producer
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from contract.records import raw_metrics
@@ -29,6 +29,7 @@ from tests.interop.support import (
     create_topic,
     produce_values,
     read_all,
+    read_partitions,
     running_driver,
     tag,
     total_records,
@@ -133,6 +134,69 @@ def test_checkpoint_latency(kafka_clusters: dict[str, str], tmp_path: Path) -> N
     ours = [c for c in map(decoded_checkpoint, records) if c is not None and c.consumer_group_id == group]
     assert ours and report.group_downstream_offset == ours[-1].downstream_offset
     assert report.group_upstream_offset == 321
+
+
+# --- Where the reports go: a topic partition's and its groups' in one Kafka partition ---------------
+
+TOPIC_PARTITIONS = 8
+METRICS_PARTITIONS = 6
+
+
+def test_a_partitions_reports_and_its_groups_share_a_kafka_partition(kafka_clusters: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    """The driver's own producers (the replication's for partition reports, the checkpoints' for group
+    reports, each with the partitioner it is configured with) put every report of a topic partition and
+    of its groups into one Kafka partition of a raw-metrics topic of several partitions: the task that
+    reads a group's reports holds its partition's end offsets. Each subject stays in one Kafka partition."""
+    east, west = kafka_clusters["east"], kafka_clusters["west"]
+    suffix = tag()
+    source = f"placed{suffix}"  # east under an alias of its own: its raw-metrics topic is this test's
+    topic, groups = f"placed-{suffix}", [f"g{i}-{suffix}" for i in range(2)]
+    remote, metrics = f"{source}.{topic}", f"srm-metrics.{source}.internal"
+    create_topic(east, topic, TOPIC_PARTITIONS)
+    produce_values(east, topic, TOPIC_PARTITIONS, 20)
+    for i, group in enumerate(groups):
+        alter_group_offsets(east, group, topic, {p: 5 + i for p in range(TOPIC_PARTITIONS)})
+    create_topic(west, metrics, METRICS_PARTITIONS, raw_metrics.TOPIC_CONFIGS)  # the driver keeps it
+
+    def readable() -> bool:  # a topic just created answers NOT_LEADER_FOR_PARTITION for a moment
+        try:
+            return read_partitions(west, metrics, range(METRICS_PARTITIONS)) is not None
+        except KafkaException:
+            return False
+
+    wait_until(readable, 60, f"every partition of {metrics} to have its leader")
+    wanted = {("partition", p) for p in range(TOPIC_PARTITIONS)} | {
+        (group, p) for group in groups for p in range(TOPIC_PARTITIONS)}
+    settings = {"topics": topic, "groups": ",".join(groups), "emit.checkpoints.interval.seconds": 1,
+                "emit.heartbeats.enabled": "false"}
+
+    def placements() -> dict[tuple[str, int], list[tuple[int, bytes]]] | None:
+        """(subject: "partition" or the group, topic partition) -> (Kafka partition, key) of each of its
+        reports, once every subject has three (several reports from each producer)."""
+        found: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+        for kafka_partition, messages in read_partitions(west, metrics, range(METRICS_PARTITIONS)).items():
+            for message in messages:
+                report = raw_metrics.decode(message.value())
+                if isinstance(report, PartitionMetrics | GroupMetrics) and report.topic == remote:
+                    subject = report.group if isinstance(report, GroupMetrics) else "partition"
+                    found.setdefault((subject, report.partition), []).append((kafka_partition, message.key()))
+        return found if all(len(found.get(s, ())) >= 3 for s in wanted) else None
+
+    with running_driver(tmp_path, {source: east, "west": west}, [(source, "west")], settings) as driver:
+        found = wait_until(placements, 90, f"three reports of every partition of {topic} and of both groups")
+        driver.assert_running()
+    assert set(found) == wanted
+    place: dict[tuple[str, int], tuple[int, bytes]] = {}
+    for subject, reports in found.items():
+        assert len(set(reports)) == 1, (subject, reports)  # one Kafka partition and key a subject
+        place[subject] = reports[0]
+    for group in groups:
+        for p in range(TOPIC_PARTITIONS):
+            assert place[(group, p)] == place[("partition", p)], (group, p, place)
+    assert place[("partition", 3)][1] == f"partition|{source}|west|{remote}|3".encode()
+    # Placed by key, not all in one: the co-location above is the partitioner's, for 8 keys over 6.
+    assert len({kafka_partition for kafka_partition, _ in place.values()}) > 1
 
 
 # --- The target refuses to create a remote topic ---------------------------------------------------
