@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aggregator.offset_history import METRICS as OFFSET_METRICS
 from aggregator.raw_records import INVALID_KIND
 from aggregator.stored_windows import SeriesKeys
 from aggregator.window_history import series_id
 from aggregator.window_partials import (
     ALL_METRICS,
     BatchPartials,
-    latest_schema,
     newest_of_subjects,
     records_of,
 )
@@ -39,9 +39,9 @@ LOG = logging.getLogger(__name__)
 Subject = tuple[str, str, str, str, str, str]  # kind, target, source, topic, partition, group
 SUBJECT_COLUMNS = ["target", "source", "topic", "partition", "group"]
 MEMBER_PARTS = ("n", "sum", "min", "max", "last")
-# Metrics whose windows latest values read: end offsets of partitions (lag in seconds), their offsets and
-# lag (lag verdicts), record counts of replications.
-HISTORY_METRICS = ("source_end_offset", "upstream_offset", "records_lag", "record_count")
+# Metrics whose windows the sink's latest values read: record counts of replications. (Partitions' offset
+# windows are read where the reports are judged, in the tasks: offset_partials, offset_records.)
+HISTORY_METRICS = ("record_count",)
 PYTHON_ROWS_AT_ONCE = 16_384
 _SUBJECT, _WINDOW = itemgetter(0), itemgetter(1)
 
@@ -61,9 +61,6 @@ class BatchPlan:
     history_rows: dict[str, pa.Table] = field(default_factory=dict, repr=False)
     counted_replications: set[tuple[str, str]] = field(default_factory=set)  # with record-count windows
     invalid: list[InvalidWindow] = field(default_factory=list)
-    # the newest partition and group report of each subject, latest_schema's rows: judged as columns
-    # (partition_lag), not a dict a report
-    reports: pa.Table = field(default_factory=lambda: latest_schema().empty_table(), repr=False)
     replications: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # newest report each
     index_hashes: dict[str, dict[str, str]] = field(default_factory=dict)
     index_sets: dict[str, set[str]] = field(default_factory=dict)
@@ -89,11 +86,10 @@ class BatchPlan:
         return plan
 
     def _add_latest(self, latest: pa.Table) -> None:
-        """The newest record of each subject in the batch (window_partials.latest_table rows)."""
+        """The newest replication report in the batch (window_partials.latest_table rows); partition and
+        group reports are the tasks' (offset_reports)."""
         latest = newest_of_subjects(latest)
-        kind = latest["kind"]
-        self.reports = latest.filter(pc.is_in(kind, pa.array(["partition", "group"])))
-        replications = latest.filter(pc.equal(kind, "replication"))
+        replications = latest.filter(pc.equal(latest["kind"], "replication"))
         if replications.num_rows:
             self.replications = {(r["target"], r["source"]): r for r in records_of(replications)}
 
@@ -181,6 +177,22 @@ class BatchPlan:
             [("partition", "distinct", pc.CountOptions(mode="all"))]).to_pydict()
         for target, source, topic, partitions in zip(*by_topic.values(), strict=True):
             sets.setdefault(layout.partitions_key(target, source, topic), set()).update(map(str, partitions))
+
+
+def offset_reports(latest: pa.Table) -> pa.Table:
+    """The newest partition and group report of each subject among `latest` (window_partials.latest_table
+    rows, one Kafka partition's: a subject's reports all come to one), latest_schema's rows: what a task
+    judges (offset_records), as columns, not a dict a report."""
+    latest = newest_of_subjects(latest)
+    return latest.filter(pc.is_in(latest["kind"], pa.array(["partition", "group"])))
+
+
+def offset_partials(windows: pa.Table) -> dict[str, pa.Table]:
+    """The partitions' partial windows of each of offset_history.METRICS among `windows`, a table a metric
+    (the columns offset_history.merge_rows reads): what a task merges into its offset records."""
+    if not windows.num_rows:
+        return {}
+    return {m: _history_rows(_metric_rows(windows, m), m) for m in OFFSET_METRICS}
 
 
 def _distinct(table: pa.Table, columns: list[str]) -> dict[str, list[Any]]:

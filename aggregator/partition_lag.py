@@ -85,7 +85,7 @@ def _periods(column: pa.ChunkedArray) -> np.ndarray:
 
 
 class _Reports:
-    """A batch's partition and group reports (batch_plan.BatchPlan.reports: window_partials.latest_schema's
+    """A batch's partition and group reports (batch_plan.offset_reports: window_partials.latest_schema's
     rows, a subject each) as the columns judging reads. A report becomes a dict only on the way to the
     pure functions (pairs): at 100,000 partitions, a dict a report and reading its fields back cost ~7 us a
     report of the sink's Python."""
@@ -158,10 +158,10 @@ def _ceil_window(ms: np.ndarray) -> np.ndarray:
 
 def judge_batch(reports: pa.Table, history: OffsetHistory, partials: Mapping[str, pa.Table],
                 client: redis.Redis, before_read: Callable[[], None]) -> Judged:
-    """Latest values of the partition and group `reports` (batch_plan.BatchPlan.reports: the newest record
+    """Latest values of the partition and group `reports` (batch_plan.offset_reports: the newest record
     of each subject), and the partitions' verdicts (without summaries). `partials`: the batch's history
-    rows of METRICS (batch_plan), merged into `history` here; `before_read` is called before any read of
-    Redis (the sink has every staged batch merged there first)."""
+    rows of METRICS (batch_plan.offset_partials), merged into `history` here; `before_read` is called before
+    any read of Redis (the task waits there for the merge of the batches before its own: MergeWait)."""
     judged = Judged()
     if not reports.num_rows:
         history.merge_rows(partials)

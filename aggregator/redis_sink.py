@@ -10,8 +10,7 @@ batch with the offsets it logged, so a run killed mid-batch and restarted leaves
 uninterrupted run does. The staged windows are then merged into the windows of every size (window_writer;
 for the streaming query by the sink's merge thread, merge_thread, while Spark runs the next batch), in
 batch order, exactly once (a crash leaves them staged; they are merged on restart). Latest values are
-idempotent and go first, in their own transactions (_write_latest): the values, then the lag verdicts
-derived from them.
+idempotent and go first, in their own transactions: the values, then the lag verdicts.
 
 The watermark is `newest event ts committed - delay`, read from the same state: valid records whose
 10 s window ended at or before it are dropped as late. A replayed batch sees the watermark the original
@@ -23,9 +22,12 @@ A batch after its checkpoint's first (batch id > 0) that finds no sink state mea
 sink writes nothing and flags `state_lost` (the supervisor rebuilds from Kafka, aggregator.rebuild); its
 MULTI WATCHes the sink state, so a flush while the batch runs is caught too.
 
-Latest values need history (lag in seconds, recent record counts): window_history keeps what the sink
-wrote, with the batch's own partials merged in before its views. One query writes one target, so nothing
-else changes those keys in between.
+Partitions' and groups' latest values and the partitions' lag verdicts come judged from the tasks
+(partition_partials, offset_records: the offset history is theirs, in Redis); the sink writes them (newest
+wins, latest_writes) and summarises the verdicts per replication (verdict_summaries). Replications' latest
+values need their recent record counts: window_history keeps what the sink wrote, with the batch's own
+partials merged in before its views. One query writes one target, so nothing else changes those keys in
+between.
 """
 
 from __future__ import annotations
@@ -40,26 +42,25 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 from pyspark.sql import DataFrame
 
 from aggregator import (
     latest_values,
     long_lived,
-    partition_lag,
+    offset_records,
     partition_verdicts,
     record_counts,
+    verdict_summaries,
     window_partials,
 )
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
 from aggregator.history_start import HistoryStart
 from aggregator.jvm_errors import short_jvm_errors
-from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.latest_value_reads import HistoryRead, earliest_starts, history_reads, latest_value, uncovered
 from aggregator.latest_writes import EXPIRY_RENEWAL_MS, LatestColumns, LatestWriter
 from aggregator.merge_thread import MergeThread
-from aggregator.offset_history import METRICS as OFFSET_HISTORY_METRICS
-from aggregator.offset_history import OffsetHistory
 from aggregator.partition_partials import SPARK_SCHEMA, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.subject_cap import SubjectBook
@@ -76,11 +77,12 @@ LOG = logging.getLogger(__name__)
 LatestValue = tuple[str, str, dict[str, Any]]  # hash key, field, value
 FINEST = layout.FINEST_WINDOW
 BIND_TIMEOUT_S = 120.0
-# The history metrics kept as window objects: replications' record counts. Partitions' offsets are kept
-# columnar (offset_history).
-LATEST_METRICS = tuple(m for m in HISTORY_METRICS if m not in OFFSET_HISTORY_METRICS)
+# The history metrics kept as window objects: replications' record counts. Partitions' offsets are the
+# tasks' (offset_records).
+LATEST_METRICS = HISTORY_METRICS
 # History kept per series: the longest span a latest value reads, with room for late reports.
 HISTORY_KEEP_MS = 2 * latest_values.HISTORY_SPAN_MS
+_JUDGED_KINDS = pa.array(["partition", "group"])  # reports the tasks judge (offset_records)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,6 @@ class RedisRollupSink:
         self._windows: WindowWriter | MergeThread | None = None
         self._in_batch = threading.Lock()  # held while a batch runs (close waits for it)
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
-        self.offsets = OffsetHistory()  # partitions' offset windows: lag in seconds and lag verdicts
         self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.latest_writer = LatestWriter()  # what each latest field holds: newest wins, decided here
         self._batches_done = 0
@@ -198,18 +199,27 @@ class RedisRollupSink:
         # Parsed and aggregated where Spark reads each Kafka partition (partition_partials): only the
         # partials cross to the driver, in Arrow. One clock reading judges the whole batch.
         now_ms = _now_ms()
-        mapper = PartitionPartials(self.target, state.watermark_ms(self.watermark_delay_ms, now_ms), now_ms)
-        parts = batch.mapInArrow(mapper, SPARK_SCHEMA).toArrow()
+        parts = batch.mapInArrow(self.task_function(state, now_ms), SPARK_SCHEMA).toArrow()
         computed = time.monotonic()
         collected = collect(parts)
         batch_partials = collected.partials
-        LOG.debug("%s: batch %d: %d records -> %d partial windows and %d latest candidates (%d bytes) in %d "
-                  "tasks in %.0f ms, merged in %.0f ms", self.query_name, batch_id, collected.records,
-                  batch_partials.windows.num_rows, collected.latest_candidates, collected.bytes,
-                  collected.tasks, (computed - began) * 1000, (time.monotonic() - computed) * 1000)
+        LOG.debug("%s: batch %d: %d records -> %d partial windows, %d latest candidates, %d judged values "
+                  "(%d bytes) in %d tasks in %.0f ms (%d partitions read from the stored windows, %d ms "
+                  "waiting for the merge), merged in %.0f ms", self.query_name, batch_id, collected.records,
+                  batch_partials.windows.num_rows, collected.latest_candidates,
+                  0 if batch_partials.values is None else batch_partials.values.num_rows, collected.bytes,
+                  collected.tasks, (computed - began) * 1000, collected.stored_reads, collected.merge_wait_ms,
+                  (time.monotonic() - computed) * 1000)
         self.write(batch_partials, batch_id, state, require_state=batch_id > 0)
         self._batches_done += 1
         long_lived.settle_after_batch(self._batches_done)
+
+    def task_function(self, state: SinkState, now_ms: int) -> PartitionPartials:
+        """What each task of a batch runs (mapInArrow), planned from the sink's `state` at `now_ms`: the
+        watermark and clock that judge its records, where it keeps its offset records, and the merge it
+        waits for before reading stored windows (every batch committed before this one: MergeWait)."""
+        return PartitionPartials(self.target, state.watermark_ms(self.watermark_delay_ms, now_ms), now_ms,
+                                 self.redis_url, offset_records.MergeWait(self.batch_scope, state.batch_id))
 
     def state(self) -> SinkState:
         raw = cast(dict[bytes, bytes], self.client.hgetall(layout.batch_key(self.batch_scope)))
@@ -235,7 +245,6 @@ class RedisRollupSink:
     def _forget(self) -> None:
         """Drops what the sink keeps of Redis: the next batch reads it again."""
         self.history.clear()
-        self.offsets.clear()
         self.verdicts.clear()
         self.subjects.clear()
         self.latest_writer.clear()
@@ -243,13 +252,17 @@ class RedisRollupSink:
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
               state: SinkState | None = None, require_state: bool = False) -> None:
-        """Commit one batch's partial windows and latest records to Redis, once: latest values, then its
-        windows staged with the batch id, then merged. Rows of one metric each are taken too
-        (window_partials.of_windows). With `require_state` (a batch after the checkpoint's first), a sink
-        state gone from Redis before the commit leaves the batch unwritten and sets `state_lost`."""
+        """Commit one batch's partial windows, latest records and judged values and verdicts (the tasks',
+        partition_partials) to Redis, once: latest values, then its windows staged with the batch id, then
+        merged. Rows of one metric each are taken too (window_partials.of_windows). With `require_state`
+        (a batch after the checkpoint's first), a sink state gone from Redis before the commit leaves the
+        batch unwritten and sets `state_lost`."""
         began = time.monotonic()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
+        if batch.values is None and pc.any(pc.is_in(batch.latest["kind"], _JUDGED_KINDS)).as_py():
+            raise ValueError("partition and group reports not judged: their tasks (partition_partials, "
+                             "offset_records) derive their latest values and verdicts")
         windows = self.windows
         state = state or self.state()
         if self._already_committed(state, batch_id):
@@ -283,42 +296,33 @@ class RedisRollupSink:
                                                                     time.monotonic()))))
 
     def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
-        """Writes the batch's latest values, then the partitions' lag verdicts and their replications'
-        summaries; adds the batch's lag-in-seconds windows to it. Returns how many latest values it wrote."""
+        """Writes the batch's latest values (the tasks' of partitions and groups, the replications' derived
+        here), then the partitions' lag verdicts and their replications' summaries. Returns how many latest
+        values it wrote."""
         began = time.monotonic()
-        reports = plan.reports
-        partials = {m: plan.history_rows.pop(m) for m in OFFSET_HISTORY_METRICS if m in plan.history_rows}
-        judged = partition_lag.judge_batch(reports, self.offsets, partials, self.client,
-                                           self.windows.wait_idle)
-        reports_judged = time.monotonic()
+        judged = batch.values if batch.values is not None else offset_records.VALUES_SCHEMA.empty_table()
+        latest = LatestColumns(*(judged[c].to_pylist() for c in offset_records.VALUES_SCHEMA.names))
         reads = history_reads({}, self._replication_records(plan))
         wanted = uncovered(reads, self.history.covers)
         if wanted:  # series not kept yet (or over too short a range)
             self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
-        latest = judged.latest_columns  # the arrays' values, already JSON
-        latest.add_values(judged.latest + self._latest_values(plan, reads, earliest_starts(reads)))
+        latest.add_values(self._latest_values(plan, reads, earliest_starts(reads)))
         # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
         # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
         self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(judged.verdicts, _now_ms())
-        # Lag in seconds is derived here, so its windows join the batch's here.
-        samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
-        samples += judged.sample_tables
-        if samples:
-            batch.windows = pa.concat_tables([batch.windows, *samples])
-        LOG.debug("%s: %d partition and group reports judged in %.0f ms (%d one at a time), %d latest values "
-                  "written in %.0f ms, %d verdicts and summaries in %.0f ms", self.query_name,
-                  reports.num_rows, (reports_judged - began) * 1000, judged.fallback, len(latest),
-                  (written - reports_judged) * 1000, verdicts, (time.monotonic() - written) * 1000)
+        verdicts = self._write_verdicts(VerdictColumns.by_replication(
+            batch.verdicts if batch.verdicts is not None else verdict_summaries.TABLE_SCHEMA.empty_table()),
+            _now_ms())
+        LOG.debug("%s: %d latest values (%d judged by the tasks) written in %.0f ms, %d verdicts and "
+                  "summaries in %.0f ms", self.query_name, len(latest), judged.num_rows,
+                  (written - began) * 1000, verdicts, (time.monotonic() - written) * 1000)
         return len(latest)
 
-    def _write_verdicts(self, parts: Mapping[partition_verdicts.Pair, list[VerdictColumns]],
-                        now_ms: int) -> int:
-        """The batch's verdicts (per replication, in parts of distinct fields) and the summary at `now_ms` of
-        every replication kept; how many values."""
-        updates = {pair: VerdictColumns.joined(columns) for pair, columns in parts.items()}
+    def _write_verdicts(self, updates: Mapping[partition_verdicts.Pair, VerdictColumns], now_ms: int) -> int:
+        """The batch's verdicts (per replication, of distinct fields) and the summary at `now_ms` of every
+        replication kept; how many values."""
         for problem in self.verdicts.load_missing(self.client, updates):
             LOG.warning("skipping a stored lag verdict: %s", problem)
         updated = self.verdicts.updated(updates)

@@ -178,7 +178,33 @@ def without(batch: BatchPartials, refused: Mapping[Replication, Collection[str]]
                                                pc.fill_null(rows["group"], ""), "|")
         return rows.filter(pc.invert(pc.is_in(row_keys, value_set=keys)))
 
-    return BatchPartials(kept(batch.windows), kept(batch.latest), batch.excerpts, batch.late)
+    values, verdicts = batch.values, batch.verdicts
+    if values is not None and verdicts is not None:
+        values, verdicts = _judged_without(values, verdicts, refused)
+    return BatchPartials(kept(batch.windows), kept(batch.latest), batch.excerpts, batch.late, values,
+                         verdicts)
+
+
+def _judged_without(values: pa.Table, verdicts: pa.Table, refused: Mapping[Replication, Collection[str]]
+                    ) -> tuple[pa.Table, pa.Table]:
+    """The tasks' latest values and verdicts (offset_records) without those of the `refused` subjects."""
+    value_fields, verdict_fields = [], []
+    for (target, source), members in refused.items():
+        for member in members:
+            topic, partition, group = member.split("|", 2)
+            if group:
+                key, name = layout.group_latest_key(target, source, group), f"{topic}|{partition}"
+            else:
+                key, name = layout.partition_latest_key(target, source, topic), partition
+                verdict_fields.append(f"{target}\x00{source}\x00{topic}|{partition}")
+            value_fields.append(f"{key}\x00{name}")
+
+    def kept(rows: pa.Table, columns: list[str], refused_keys: list[str]) -> pa.Table:
+        row_keys = pc.binary_join_element_wise(*(rows[c] for c in columns), "\x00")
+        return rows.filter(pc.invert(pc.is_in(row_keys, value_set=pa.array(refused_keys, pa.string()))))
+
+    return (kept(values, ["key", "field"], value_fields),
+            kept(verdicts, ["target", "source", "field"], verdict_fields))
 
 
 class SubjectBook:

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from contract import lag_verdicts
 from contract import redis_layout as layout
@@ -60,6 +62,14 @@ def reason_codes(reasons: Sequence[str]) -> np.ndarray:
 
 def status_codes(statuses: Sequence[str]) -> np.ndarray:
     return np.array([_STATUS_CODE[s] for s in statuses], np.int8)
+
+
+# VerdictColumns as Arrow rows, a replication's beside another's (VerdictColumns.table).
+TABLE_SCHEMA = pa.schema([
+    ("target", pa.string()), ("source", pa.string()), ("field", pa.string()), ("text", pa.string()),
+    ("topic", pa.string()), ("partition", pa.int64()), ("ints", pa.list_(pa.int64(), 7)),
+    ("status", pa.int8()), ("reason", pa.int8()), ("complete", pa.float64()), ("seconds", pa.float64()),
+    ("inexact", pa.bool_())])
 
 
 @dataclass
@@ -131,6 +141,41 @@ class VerdictColumns:
             [self.fields[k] for k in rows], [self.text[k] for k in rows], [self.topic[k] for k in rows],
             [self.partition[k] for k in rows], self.ints[at], self.status[at], self.reason[at],
             self.complete[at], self.seconds[at], self.inexact[at])
+
+    def table(self, target: str, source: str) -> pa.Table:
+        """These verdicts (replication `target`, `source`) as Arrow rows (TABLE_SCHEMA): how a task sends
+        the verdicts it derived to the driver."""
+        n = len(self)
+        return pa.table({
+            "target": pa.array([target] * n, pa.string()), "source": pa.array([source] * n, pa.string()),
+            "field": pa.array(self.fields, pa.string()), "text": pa.array(self.text, pa.string()),
+            "topic": pa.array(self.topic, pa.string()), "partition": pa.array(self.partition, pa.int64()),
+            "ints": pa.FixedSizeListArray.from_arrays(pa.array(self.ints.reshape(-1), pa.int64()), 7),
+            "status": pa.array(self.status, pa.int8()), "reason": pa.array(self.reason, pa.int8()),
+            "complete": pa.array(self.complete, pa.float64()),
+            "seconds": pa.array(self.seconds, pa.float64()),
+            "inexact": pa.array(self.inexact, pa.bool_())}, schema=TABLE_SCHEMA)
+
+    @classmethod
+    def by_replication(cls, table: pa.Table) -> dict[tuple[str, str], VerdictColumns]:
+        """Arrow rows (TABLE_SCHEMA, several replications) -> the verdicts of each replication."""
+        out: dict[tuple[str, str], VerdictColumns] = {}
+        if not table.num_rows:
+            return out
+        pairs = pc.binary_join_element_wise(table["target"], table["source"], "\x00")
+        codes = pc.dictionary_encode(pairs).combine_chunks()
+        for code, pair in enumerate(codes.dictionary.to_pylist()):
+            mine = table.filter(pc.equal(codes.indices, code)) if len(codes.dictionary) > 1 else table
+            target, source = pair.split("\x00", 1)
+            ints = mine["ints"].combine_chunks()
+            out[(target, source)] = cls(
+                mine["field"].to_pylist(), mine["text"].to_pylist(), mine["topic"].to_pylist(),
+                mine["partition"].to_pylist(),
+                ints.values.to_numpy(zero_copy_only=False).reshape(-1, 7).astype(np.int64),
+                mine["status"].to_numpy().astype(np.int8), mine["reason"].to_numpy().astype(np.int8),
+                mine["complete"].to_numpy().astype(np.float64), mine["seconds"].to_numpy().astype(np.float64),
+                mine["inexact"].to_numpy().astype(bool))
+        return out
 
     @staticmethod
     def joined(parts: Sequence[VerdictColumns]) -> VerdictColumns:

@@ -58,6 +58,10 @@ class BatchPartials:
     excerpts: dict[tuple[str, str, int, int], str]
     # (target, source) -> valid records dropped as late (raw_records.late_counts): in no window
     late: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The tasks' judging of the partition and group reports (offset_records): their latest values
+    # (offset_records.VALUES_SCHEMA) and verdicts (verdict_summaries.TABLE_SCHEMA); None: not judged
+    values: pa.Table | None = None
+    verdicts: pa.Table | None = None
 
 
 def of_windows(rows: Iterable[Mapping[str, Any] | Any]) -> BatchPartials:

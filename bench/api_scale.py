@@ -42,7 +42,7 @@ from typing import cast
 import pyarrow as pa
 import redis
 
-from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
+from aggregator.partition_partials import PARTS_SCHEMA, collect
 from aggregator.redis_sink import RedisRollupSink
 from contract.replication_policy import metrics_topic
 from stack import srm_properties
@@ -134,7 +134,7 @@ def write_batch(sink: RedisRollupSink, values: list[bytes], ts: int, batch_id: i
     """One micro-batch through the map side and the sink, as RedisRollupSink.__call__ runs it."""
     now_ms = int(time.time() * 1000)
     state = sink.state()
-    mapper = PartitionPartials(TARGET, state.watermark_ms(sink.watermark_delay_ms, now_ms), now_ms)
+    mapper = sink.task_function(state, now_ms)
     kafka = kafka_columns(values, ts)
     parts = pa.Table.from_batches(list(mapper(iter(kafka.to_batches()))), schema=PARTS_SCHEMA)
     sink.write(collect(parts).partials, batch_id, state)

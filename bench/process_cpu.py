@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import redis
 
@@ -371,3 +371,55 @@ def redis_cpu_s(client: redis.Redis) -> float:
     """The CPU seconds (user and system) a redis-server has used since it started, from INFO."""
     cpu = cast(dict, client.info("cpu"))
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def redis_net_bytes(client: redis.Redis) -> tuple[int, int]:
+    """Bytes into and out of Redis since it started (INFO stats)."""
+    stats = cast(dict, client.info("stats"))
+    return int(stats["total_net_input_bytes"]), int(stats["total_net_output_bytes"])
+
+
+class StageClock:
+    """Thread CPU by stage: a call charges the time since the last call (or the start) to its stage."""
+
+    def __init__(self, stages: dict[str, float]) -> None:
+        self.stages = stages
+        self.restart()
+
+    def restart(self) -> None:
+        """Charge nothing for the time until now."""
+        self._at = time.thread_time()
+
+    def __call__(self, name: str) -> None:
+        now = time.thread_time()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self._at
+        self._at = now
+
+
+class PeakRss:
+    """The process's RSS, sampled every 5 ms while a stage runs: its rise over the stage's start."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self._page
+
+    def __enter__(self) -> PeakRss:
+        self._start, self.peak = self._rss(), 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._rss() - self._start)
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss() - self._start)

@@ -5,9 +5,10 @@ Batches of --series series (partitions of 10 a topic, as bench/rollup_runs.py pr
 reporting --periods times a batch, 1 s apart; the records of a batch split over two Kafka partitions by
 their key, as the cardinality line's two-partition topic. Per batch:
 - tasks: each Kafka partition's records through PartitionPartials, in this thread (thread_time: what a
-  task's Python worker spends on it, without Spark's Arrow transfer), and collect (the driver's merge of
-  their answers);
-- sink: RedisRollupSink.write (subject cap, plan, judging, latest values, verdicts and summaries, the
+  task's Python worker spends on it, without Spark's Arrow transfer), their reports judged over their
+  offset records in the same Redis (offset_records, since s31), and collect (the driver's merge of their
+  answers);
+- sink: RedisRollupSink.write (subject cap, plan, latest values, verdicts and summaries, the
   MULTI that stages the windows), the merge thread replaced by a stub that only takes the staged windows
   (its own bench is bench/merge_cpu.py), thread_time by stage (the sink's debug lines), and Redis's CPU.
 Same records per batch at --series 100000 --periods 2 and --series 10000 --periods 20: the ratio of the
@@ -147,7 +148,9 @@ def main() -> None:
     stages = StageTimes()
     logging.getLogger("aggregator.redis_sink").addHandler(stages)
     logging.getLogger("aggregator.redis_sink").setLevel(logging.DEBUG)
-    mapper = PartitionPartials("bench", None, now + 10**7)
+    # The tasks judge their reports over offset records in this Redis; nothing to wait for (the windows are
+    # staged, never merged: StagedOnly).
+    mapper = PartitionPartials("bench", None, now + 10**7, server.url)
     profile = cProfile.Profile() if args.profile or args.profile_tasks else None
 
     rows = []

@@ -462,9 +462,22 @@ def rebuild_key(target: str) -> str:
     return f"{PREFIX}:aggregator:{{{_part(target)}}}:rebuild"
 
 
+def offset_record_keys(target: str, raw_topic: str, kafka_partition: int) -> tuple[str, str]:
+    """The two strings (hot, deep) in which the task of one Kafka partition of a raw-metrics topic keeps,
+    from batch to batch, the recent offset windows of the partitions whose reports it judges
+    (aggregator.offset_records: Arrow IPC, LZ4). Working state of the tasks, not an answer: what a reader
+    wants is in the windows and latest values. One hash tag, so the task reads both in one MGET."""
+    head = f"{PREFIX}:offrec:{{{_part(target)}|{_part(raw_topic)}}}:{int(kafka_partition)}"
+    return f"{head}:hot", f"{head}:deep"
+
+
+OFFSET_RECORD_TTL_MS = INDEX_TTL_MS  # a record no task wrote for that long belongs to no live partition
+
+
 def target_rollup_patterns(target: str, query_name: str) -> list[str]:
     """SCAN patterns of every key the rollup query `query_name` writes for `target` (series, indexes,
-    latest values, record totals, its exactly-once state), what a rebuild clears before it starts again.
+    latest values, record totals, its tasks' offset records, its exactly-once state), what a rebuild
+    clears before it starts again.
     Not the aggregator's own keys (restart counts, the rebuild record, the cluster probe) nor the
     shared `targets_key()`."""
     tag = _glob_escape(_part(target))
@@ -473,7 +486,7 @@ def target_rollup_patterns(target: str, query_name: str) -> list[str]:
             f"{PREFIX}:idx:{{{tag}|*",
             f"{PREFIX}:idx:{{{tag}}}:sources",
             f"{PREFIX}:latest:{{{tag}|*", f"{PREFIX}:invalid:{{{tag}|*", f"{PREFIX}:late:{{{tag}|*",
-            f"{PREFIX}:refused:{{{tag}|*",
+            f"{PREFIX}:refused:{{{tag}|*", f"{PREFIX}:offrec:{{{tag}|*",
             f"{PREFIX}:batch:{scope}", f"{PREFIX}:batch:{scope}{_glob_escape(_part(':'))}*"]
 
 

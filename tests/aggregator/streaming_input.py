@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -14,7 +15,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator.redis_sink import windows_merged
+from aggregator import offset_records
+from aggregator.redis_sink import RedisRollupSink, windows_merged
+from aggregator.window_partials import BatchPartials
 from contract import redis_layout as layout
 from contract.records import raw_metrics
 from contract.replication_policy import metrics_topic
@@ -89,8 +92,14 @@ def database(redis_url: str, db: int) -> redis.Redis:
     return redis.Redis(**{**kwargs, "db": db})
 
 
+# Not compared: the exactly-once state (batch ids), and the tasks' offset records (offset_records: their
+# working copy of recent offset windows, whose bytes depend on which rows needed older windows when, e.g. a
+# replayed task's; what they answer, the latest values and verdicts, is compared).
+WORKING_STATE = (f"{layout.PREFIX}:batch:", f"{layout.PREFIX}:offrec:")
+
+
 def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",
-             exclude: Callable[[str], bool] = lambda key: key.startswith(f"{layout.PREFIX}:batch:")) -> dict:
+             exclude: Callable[[str], bool] = lambda key: key.startswith(WORKING_STATE)) -> dict:
     """Every key's content in a canonical form: DUMP bytes differ with insertion order and TTL."""
     out: dict[str, object] = {}
     for raw_key in client.scan_iter(match=match, count=1000):
@@ -108,3 +117,14 @@ def snapshot(client: redis.Redis, match: str = f"{layout.PREFIX}:*",
             out[key] = client.get(raw_key)
         out[f"{key} (expires)"] = cast(int, client.pttl(raw_key)) > 0
     return out
+
+
+def judged_as_a_task(sink: RedisRollupSink, batch: BatchPartials) -> BatchPartials:
+    """Hand-made partials with their partition and group reports judged as the task of one Kafka partition
+    judges its own (offset_records), over that partition's offset records in the sink's Redis (one Kafka
+    partition a sink)."""
+    keys = layout.offset_record_keys(sink.target or "west", sink.query_name, 0)
+    windows, values, verdicts, _ = offset_records.judge_partials(
+        sink.client, keys, batch.windows, batch.latest,
+        offset_records.MergeWait(sink.batch_scope, sink.state().batch_id))
+    return dataclasses.replace(batch, windows=windows, values=values, verdicts=verdicts)

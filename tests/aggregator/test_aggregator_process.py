@@ -25,6 +25,7 @@ from stack.kafka_cluster import free_port, wait_for_port
 from stack.processes import ManagedProcess
 from stack.redis_server import RedisServer
 from tests.aggregator.streaming_input import (
+    WORKING_STATE,
     create_topic,
     new_source,
     produce,
@@ -69,10 +70,11 @@ def raw_input(source: str) -> list:
 
 
 def by_kafka_partition(records: list) -> list[list]:
-    """Records as the driver keys them: a subject's reports in one Kafka partition, in order."""
+    """Records as the driver keys them: a topic partition's reports and its groups' in one Kafka partition
+    (raw_metrics.placement_key), in order; the replication's in another."""
     parts: list[list] = [[] for _ in range(KAFKA_PARTITIONS)]
     for record in records:
-        partition = record.partition if isinstance(record, PartitionMetrics) else 1
+        partition = record.partition if isinstance(record, PartitionMetrics | GroupMetrics) else 1
         parts[partition % KAFKA_PARTITIONS].append(record)
     return parts
 
@@ -124,15 +126,16 @@ def mid_batch(checkpoint: Path, at_least: int) -> int | None:
 
 
 def comparable_snapshot(client: redis.Redis) -> dict:
-    """Every key but the sink's own state, the aggregator's probe of its target (a reading of the
-    clock, not of the data) and the lag-in-seconds history. That history gets one sample per subject per
-    micro-batch (the batch's newest report, from which the sink derives the figure), so where batches
-    begin and end decides which windows hold a sample: a killed and restarted run cuts its batches
-    elsewhere than one uninterrupted run. Its latest values are compared as everything else."""
+    """Every key but the sink's own state and the tasks' offset records (WORKING_STATE), the aggregator's
+    probe of its target (a reading of the clock, not of the data) and the lag-in-seconds history. That
+    history gets one sample per subject per micro-batch (the batch's newest report, from which the tasks
+    derive the figure), so where batches begin and end decides which windows hold a sample: a killed and
+    restarted run cuts its batches elsewhere than one uninterrupted run. Its latest values are compared as
+    everything else."""
     probes = {layout.cluster_reachability_key("west"), layout.aggregator_restarts_key("west")}
 
     def excluded(key: str) -> bool:
-        return key.startswith(f"{layout.PREFIX}:batch:") or key in probes
+        return key.startswith(WORKING_STATE) or key in probes
     out = snapshot(client, exclude=excluded)
     for key in [k for k in out if k.startswith(f"{layout.PREFIX}:wh:") and not k.endswith(" (expires)")]:
         newest = [(name, raw) for name, raw in out[key] if name == layout.NEWEST_FIELD.encode()]

@@ -15,7 +15,7 @@ import pytest
 
 from aggregator import redis_sink
 from aggregator.batch_plan import HISTORY_METRICS, BatchPlan
-from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
+from aggregator.partition_partials import PARTS_SCHEMA, collect
 from aggregator.redis_sink import RedisRollupSink
 from contract.records import raw_metrics
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, RawMetrics, ReplicationMetrics
@@ -109,9 +109,10 @@ def twin_sinks(redis_url: str, prefix: str, dbs: tuple[int, int]) -> tuple[Redis
 
 
 def write_through(sink: RedisRollupSink, parts: list[pa.RecordBatch], batch_id: int, now: int) -> None:
-    """One batch through the tasks' parsing (as Spark's tasks would run it, at `now`) into `sink`."""
+    """One batch through the tasks' parsing and judging (as Spark's tasks would run it, at `now`) into
+    `sink`."""
     state = sink.state()
-    mapper = PartitionPartials("west", state.watermark_ms(sink.watermark_delay_ms, now), now)
+    mapper = sink.task_function(state, now)
     answers = [a for part in parts for a in mapper(iter([part]))]
     collected = collect(pa.Table.from_batches(answers, schema=PARTS_SCHEMA))
     sink.write(collected.partials, batch_id, state, require_state=batch_id > 0)

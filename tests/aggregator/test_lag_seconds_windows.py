@@ -16,6 +16,7 @@ from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import BatchPartials, latest_of, partials_schema
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics
+from tests.aggregator.streaming_input import judged_as_a_task
 
 HOUR = 3_600_000
 
@@ -81,8 +82,8 @@ def end_offset(start: int, topic: str, value: float) -> dict:
 
 
 def write(sink: RedisRollupSink, windows: list[dict], latest: list[dict], batch_id: int) -> None:
-    sink.write(BatchPartials(pa.Table.from_pylist(windows, schema=partials_schema()), latest_of(latest), {}),
-               batch_id)
+    batch = BatchPartials(pa.Table.from_pylist(windows, schema=partials_schema()), latest_of(latest), {})
+    sink.write(judged_as_a_task(sink, batch), batch_id)
 
 
 def stored(client: redis.Redis, topic: str, partition: int, window: str) -> list[tuple[int, float]]:

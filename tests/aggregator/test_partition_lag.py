@@ -1,10 +1,10 @@
-"""A sink judging a batch's partition and group reports as arrays over its columnar offset history
-(partition_lag, offset_history) leaves Redis, and the verdicts it keeps, as one judging each report by the
+"""Tasks judging a batch's partition and group reports as arrays over their offset records (offset_records,
+partition_lag, offset_history) leave Redis, and the verdicts the sink keeps, as one judging each report by the
 pure functions over its windows read from Redis (the oracle: partition_lag's path for what the arrays
-leave, the sink's only path before): over live-like batches (a few periods each) and backlog ones, with
-late and out-of-order reports, rewound offsets, missing periods, groups and replications, with a ring
-long enough for every read and one short enough that late reports and backlogs fall outside it, and a
-restart part-way (the history read back from Redis)."""
+leave): over live-like batches (a few periods each) and backlog ones, with late and out-of-order reports,
+rewound offsets, missing periods, groups and replications, with a ring long enough for every read and one
+short enough that late reports and backlogs fall outside it, and the records lost part-way (every partition
+read back from the stored windows)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from aggregator import offset_history, partition_lag, redis_sink
-from aggregator.offset_history import OffsetHistory
+from aggregator import offset_history, offset_records, partition_lag, redis_sink
 from contract.records.raw_metrics import GroupMetrics, PartitionMetrics, RawMetrics, ReplicationMetrics
 from tests.aggregator.streaming_input import snapshot
 from tests.aggregator.test_history_pruning import batches, kafka_batch, twin_sinks, write_through
@@ -75,15 +74,17 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(offset_history, "BLOCK_ROWS", block_rows)
     monkeypatch.setattr(partition_lag, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(offset_records, "TASK_SLOTS", slots)
     arrays, oracle = twin_sinks(redis_url, "arrays", (4, 5))
-    arrays.offsets = OffsetHistory(slots)
     derive = partition_lag._lag_seconds
     fallbacks = [0, 0]
     offsets = {0: 0, 1: 0}
     generated = live_batches(seed) if seed % 2 else batches(seed)
     for batch_id, records in enumerate(generated):
-        if batch_id == 3:  # the process restarted: what the arrays read is Redis's
-            arrays.offsets = OffsetHistory(slots)
+        if batch_id == 3:  # the records lost and the driver restarted: what the arrays read is Redis's
+            kept = list(arrays.client.scan_iter("srm:offrec:*"))
+            assert kept
+            arrays.client.delete(*kept)
             arrays.verdicts.clear()
         now = max(r.ts for _, r in records) + 2_000
         monkeypatch.setattr(redis_sink, "_now_ms", lambda now=now: now)  # one clock for both sinks

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from aggregator import partition_partials, window_partials
-from aggregator.batch_plan import BatchPlan
+from aggregator.batch_plan import BatchPlan, offset_reports
 from aggregator.raw_records import flat_table, late_counts, on_time
 from contract.records import raw_metrics
 from contract.records.raw_metrics import (
@@ -73,9 +73,10 @@ def task_answers(kafka: pa.Table, watermark_ms: int | None, batch_rows: int = 7)
 
 
 def newest(partials: window_partials.BatchPartials) -> dict[tuple, dict]:
-    """The newest record of each subject the sink takes from a batch's partials (BatchPlan), by subject."""
+    """The newest record of each subject a batch's partials give (the tasks' reports, offset_reports, and
+    the sink's replications, BatchPlan), by subject."""
     plan = BatchPlan.of(partials)
-    reports = window_partials.records_of(plan.reports)
+    reports = window_partials.records_of(offset_reports(partials.latest))
     assert len(reports) == len({tuple(r[k] for k in window_partials.SUBJECT_COLUMNS) for r in reports})
     return {tuple(r[k] for k in window_partials.SUBJECT_COLUMNS): r
             for r in [*reports, *plan.replications.values()]}

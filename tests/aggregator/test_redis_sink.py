@@ -17,7 +17,7 @@ from aggregator.redis_sink import RedisRollupSink
 from aggregator.window_partials import ALL_METRICS, STATS, BatchPartials, latest_of, partials_schema
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics, ReplicationMetrics
-from tests.aggregator.streaming_input import snapshot
+from tests.aggregator.streaming_input import judged_as_a_task, snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,8 @@ def write(sink: RedisRollupSink, rows: list[dict], batch_id: int) -> None:
     """Partial-window rows and latest records (those without a window) as one batch."""
     windows = [r for r in rows if "window_start" in r]
     table = pa.Table.from_pylist(windows, schema=partials_schema())
-    sink.write(BatchPartials(table, latest_of(r for r in rows if "window_start" not in r), {}), batch_id)
+    batch = BatchPartials(table, latest_of(r for r in rows if "window_start" not in r), {})
+    sink.write(judged_as_a_task(sink, batch), batch_id)
 
 
 def partition_report(ts: int, topic: str, end: int, lag: int) -> PartitionMetrics:

@@ -19,7 +19,8 @@ from tests.aggregator.test_redis_sink import HOUR, latest_row, row, write
 
 pytestmark = pytest.mark.integration
 
-CAP = 5
+# Each topic is a subject too: its whole-topic windows (here the lag in seconds the tasks derive).
+CAP = 7
 
 
 def _batch(source: str, topic: str, partitions: range, ts: int) -> list[dict]:
@@ -37,7 +38,8 @@ def _batch(source: str, topic: str, partitions: range, ts: int) -> list[dict]:
 
 
 def _batches(source: str) -> list[list[dict]]:
-    """3 subjects, then 7 new ones of which 2 fit, then the same again a minute later."""
+    """3 partitions and their topic, then 7 new partitions and their topic of which the topic and 2
+    partitions fit, then the same again a minute later."""
     return [_batch(source, f"{source}.a", range(3), HOUR + 1_000),
             _batch(source, f"{source}.b", range(3, 10), HOUR + 11_000),
             _batch(source, f"{source}.b", range(3, 10), HOUR + 71_000)]
@@ -60,7 +62,7 @@ def test_subjects_past_the_cap_get_no_series_and_are_counted(redis_url: str, cap
         for batch_id, rows in enumerate(_batches(source)):
             write(sink, rows, batch_id)
     kept = {m.decode() for m in cast(list, client.zrange(layout.subjects_key("west", source), 0, -1))}
-    assert kept == {f"{source}.a|{p}|" for p in range(3)} | {f"{source}.b|{p}|" for p in (3, 4)}
+    assert kept == {f"{source}.a|{p}|" for p in (-1, 0, 1, 2)} | {f"{source}.b|{p}|" for p in (-1, 3, 4)}
     refused = cast(bytes, client.get(layout.refused_subjects_key("west", source)))
     assert int(refused) == 10  # 5 in each of 2 batches
     partitions = cast(list, client.hkeys(layout.partition_latest_key("west", source, f"{source}.b")))

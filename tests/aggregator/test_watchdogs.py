@@ -21,6 +21,7 @@ from contract.replication_policy import metrics_topic
 from service.app import create_app
 from stack.redis_server import RedisServer
 from tests.aggregator.streaming_input import (
+    WORKING_STATE,
     create_topic,
     new_source,
     produce,
@@ -60,9 +61,10 @@ def spec_for(bootstrap: str, url: str, source: str, checkpoints: str) -> RollupQ
 
 
 def rollups(client: redis.Redis) -> dict:
-    """Every key but the per-checkpoint sink state and the restart counts (which differ on purpose)."""
-    return snapshot(client, exclude=lambda key: key.startswith((f"{layout.PREFIX}:batch:",
-                                                                f"{layout.PREFIX}:aggregator:")))
+    """Every key but the per-checkpoint sink state, the tasks' offset records and the restart counts (which
+    differ on purpose)."""
+    return snapshot(client,
+                    exclude=lambda key: key.startswith((*WORKING_STATE, f"{layout.PREFIX}:aggregator:")))
 
 
 def uninterrupted_rollups(spark, bootstrap: str, source: str, tmp_path) -> dict:

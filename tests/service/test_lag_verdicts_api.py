@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import redis
 
-from aggregator.partition_partials import PARTS_SCHEMA, PartitionPartials, collect
+from aggregator.partition_partials import PARTS_SCHEMA, collect
 from aggregator.redis_sink import RedisRollupSink
 from contract import redis_layout as layout
 from contract.lag_verdicts import verdict_field
@@ -60,7 +60,7 @@ def write_batch(sink: RedisRollupSink, source: str, values: list[bytes], ts: int
                       "value": pa.array(values, pa.binary())})
     state = sink.state()
     now_ms = int(time.time() * 1000)
-    mapper = PartitionPartials(sink.target, state.watermark_ms(sink.watermark_delay_ms, now_ms), now_ms)
+    mapper = sink.task_function(state, now_ms)
     parts = pa.Table.from_batches(list(mapper(iter(kafka.to_batches()))), schema=PARTS_SCHEMA)
     sink.write(collect(parts).partials, batch_id, state)
 
