@@ -22,14 +22,17 @@ it) is not `covered`: the caller derives those the way it did before, from Redis
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from aggregator.window_history import decoded_members
+from aggregator.lag_seconds import DEFAULT_TABLE_CAPACITY
+from aggregator.member_text import member_lasts
 from aggregator.window_partials import subject_numbers
 from aggregator.window_reads import read_windows
 from contract.redis_layout import FINEST_WINDOW, SeriesId, series_key
@@ -41,9 +44,17 @@ METRIC = {m: i for i, m in enumerate(METRICS)}
 # for reports a few minutes behind their partition's newest window.
 SLOTS = 128
 BLOCK_ROWS = 2048  # ~6 MB a block at 128 slots
+# Rows read from Redis at a time by a load: at 60 windows a row, ~140 MB of members (their bytes from Redis
+# and their Arrow copy) rather than all of a restart's (~1.3 GB at 100,000 partitions).
+LOAD_ROWS = 8192
+# Windows a load asks each key for with its newest window, in one command (window_reads.read_members): lag in
+# seconds' table (DEFAULT_TABLE_CAPACITY 10 s windows back from a report) and two minutes for reports spread
+# over a batch or behind their partition's newest window. A read reaching further goes on with a second.
+READ_REACH = DEFAULT_TABLE_CAPACITY + 12
 NOTHING = np.iinfo(np.int64).max  # complete_from of a row nothing was read for
 PartitionKey = tuple[str, str, str, int]  # target, source, topic, partition
 KEY_COLUMNS = ["target", "source", "topic", "partition"]
+LOG = logging.getLogger(__name__)
 
 
 def window_number(ts_ms: np.ndarray) -> np.ndarray:
@@ -129,22 +140,24 @@ class OffsetHistory:
             block.reset(local)
         self.newest[rows] = -1
         self.complete_from[rows] = low
-        keys = [_finest_key(*self.keys[int(r)]) for r in rows]
+        for at in range(0, len(rows), LOAD_ROWS):
+            self._read(client, rows[at:at + LOAD_ROWS], low[at:at + LOAD_ROWS])
+
+    def _read(self, client: redis.Redis, rows: np.ndarray, low: np.ndarray) -> None:
+        """load's read of some rows: their members from Redis, read as columns (member_text.member_lasts)
+        and merged a metric at a time. A row is read and merged in one go, so it ends as a single read of
+        every row would leave it."""
+        keys = [_finest_key(*self.keys[r]) for r in rows.tolist()]
         replies, _ = read_windows(client, FINEST_WINDOW.name,
-                                  list(zip(keys, (low * WINDOW_MS).tolist(), strict=True)))
-        found: dict[int, list] = {m: [] for m in range(len(METRICS))}
-        for row, key, members in zip(rows.tolist(), keys, replies, strict=True):
-            for windows in decoded_members(key, members):
-                for metric, index in METRIC.items():
-                    w = windows.get(metric)
-                    if w is not None:
-                        found[index].append((row, w.start_ms, w.last, w.start_ms if w.last_ts is None
-                                             else w.last_ts))
-        for index, samples in found.items():
-            if samples:
-                at, starts, last, last_ts = (np.array(c) for c in zip(*samples, strict=True))
-                self.merge(METRICS[index], at.astype(np.int64), starts.astype(np.int64),
-                           last.astype(np.float64), last_ts.astype(np.int64))
+                                  list(zip(keys, (low * WINDOW_MS).tolist(), strict=True)), READ_REACH)
+        owner = np.repeat(np.arange(len(rows)), [len(r) for r in replies])
+        found, refused = member_lasts(list(chain.from_iterable(replies)), METRICS)
+        for member, why in refused:
+            # As decoded_members: the merge replaces it when a batch touches its window.
+            LOG.warning("skipping %s in %s", why, keys[owner[member]])
+        for metric in METRICS:
+            windows = found[metric]
+            self.merge(metric, rows[owner[windows.member]], windows.start, windows.last, windows.last_ts)
 
     def merge(self, metric: str, rows: np.ndarray, start_ms: np.ndarray, last: np.ndarray,
               last_ts: np.ndarray) -> None:

@@ -31,7 +31,7 @@ def packed(args: pa.Array, counts: np.ndarray, heads: pa.Array | None = None) ->
     at = np.zeros(len(args), np.int64)
     at[firsts] = np.arange(1, len(firsts) + 1)
     prefixes = pc.take(pa.concat_arrays([pa.array([""]), heads]), pa.array(at))
-    return _data(pc.binary_join_element_wise(prefixes, bulk(args), ""))
+    return back_to_back(pc.binary_join_element_wise(prefixes, bulk(args), ""))
 
 
 def bulk(args: pa.Array) -> pa.Array:
@@ -40,11 +40,25 @@ def bulk(args: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise("$", lengths, "\r\n", args, "\r\n", "")
 
 
-def _data(text: pa.Array) -> pa.Buffer:
+def back_to_back(text: pa.Array) -> pa.Buffer:
     """The strings of `text` back to back: its data buffer, from its first string to its last."""
     offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + len(text) + 1]
     data = text.buffers()[2]
     return pa.py_buffer(b"") if data is None else data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def execute(client: redis.Redis, commands: pa.Buffer, count: int) -> list:
+    """Sends `count` commands packed as `commands` (packed) at once, outside a transaction, on a connection
+    of the client's pool, and returns their answers; raises the first error among them."""
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_packed_command([commands])
+        return [connection.read_response(disable_decoding=True) for _ in range(count)]
+    except BaseException:
+        connection.disconnect()  # answers may be left unread
+        raise
+    finally:
+        client.connection_pool.release(connection)
 
 
 def execute_in_multi(client: redis.Redis, commands: pa.Buffer, count: int) -> list:

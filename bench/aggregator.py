@@ -13,11 +13,13 @@ The default line, 2,000 series x 800 reports (the many-series line is bench/aggr
    only this).
 
 Last line: `aggregator_rps=<n> freshness_p50_ms=<ms> freshness_p99_ms=<ms> driver_bytes_per_record=<b>
-driver_cpu_growth=<x> bad_record_cost_ratio=<x>`; targets 100 000 records/s, p99 1 000 ms at 20 000
-records/s, growth 1.25 and bad records 1.5, the ratios to them on the line before. `--cardinality` runs
-bench/aggregator_cardinality.py's line instead (the same as calling it; 100,000 x 16 unless --series and
---periods say otherwise), so one command line runs over trees from before the split too. Run it
-alone on the host (nothing else competing for its cores).
+driver_cpu_growth=<x> bad_record_cost_ratio=<x> aggregator_rps_finest=<n>`; targets 100 000 records/s,
+p99 1 000 ms at 20 000 records/s, growth 1.25 and bad records 1.5, the ratios to them on the line before.
+`aggregator_rps` ends when the last batch's windows are merged at every size, `aggregator_rps_finest`
+when its 10 s windows are (the coarser ones wait up to ~10 s of quiet after a drain: rollup_runs).
+`--cardinality` runs bench/aggregator_cardinality.py's line instead (the same as calling it; 100,000 x
+16 unless --series and --periods say otherwise), so one command line runs over trees from before the
+split too. Run it alone on the host (nothing else competing for its cores).
 Usage: python bench/aggregator.py [--series 2000] [--periods 800] [--rate 20000] [--seconds 30]
 [--warm-up 15] [--max-offsets 200000] [--skip-growth] [--cardinality] [--bad-records-only]
 [--spark-conf KEY=VALUE ...]
@@ -150,7 +152,7 @@ def main() -> None:
           f"bad record cost {bad_ratio / TARGET_BAD_RATIO:.2f}x of {TARGET_BAD_RATIO}")
     print(f"aggregator_rps={drained.rps:.0f} freshness_p50_ms={p50:.0f} freshness_p99_ms={p99:.0f} "
           f"driver_bytes_per_record={drained.bytes_per_record:.1f} driver_cpu_growth={growth:.2f} "
-          f"bad_record_cost_ratio={bad_ratio:.2f}")
+          f"bad_record_cost_ratio={bad_ratio:.2f} aggregator_rps_finest={drained.rps_finest:.0f}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ local[2] Spark, the Spark driver being the bench's own process.
    the batches after the warm-up ones / time from the first of them starting to the last one merged. The
    query's first batches (JVM warm-up, every series numbered and read) are left out; the last merge is
    counted. Before, the time ran from the merge of the last warm-up batch: a merge child that fell
-   behind there and caught up by the end made that figure up to ~40 % too high.
+   behind there and caught up by the end made that figure up to ~40 % too high. The same to the last
+   batch's 10 s windows merged (`rps_finest`) is printed beside: the merge thread merges the 1 min / 1 h
+   windows at every third merge, and with no batch waiting once no batch has come for 10 s
+   (merge_thread.QUIET_S), so the every-size end of a drain waits up to ~10 s by design, not for work.
 2. Driver load, measured in the same run (`DriverLoad`): the Arrow bytes the driver process collects from
    Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this process (the Spark
    driver's Python side, where foreachBatch runs) plus its children (an aggregator before had a merge
@@ -220,16 +223,19 @@ class DriverLoad:
 
 
 class MergeClock:
-    """When the query's applied batch id (aggregator.window_writer) reached each value, polled, and the
-    driver's CPU then; the driver's CPU every CPU_EVERY_S too."""
+    """When the query's applied batch id (aggregator.window_writer: merged at every size) reached each
+    value, polled, and the driver's CPU then; when the batch merged at the finest size (10 s windows) did;
+    the driver's CPU every CPU_EVERY_S too."""
 
     CPU_EVERY_S = 0.05
 
     def __init__(self, client: redis.Redis, query: StreamingQuery, load: DriverLoad) -> None:
-        self.key = layout.applied_batch_key(query_scope(query.name, str(query.id)))
+        scope = query_scope(query.name, str(query.id))
+        self.key, self.finest_key = layout.applied_batch_key(scope), layout.finest_applied_batch_key(scope)
         self.client = client
         self.load = load
         self.seen: list[tuple[float, int, float]] = []
+        self.finest_seen: list[tuple[float, int]] = []
         self.cpu: list[tuple[float, float]] = []  # (time, driver CPU s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -240,9 +246,13 @@ class MergeClock:
         self.load.bench_threads.tids.add(tid)
         try:
             while not self._stop.is_set():
-                raw = cast(bytes | None, self.client.get(self.key))
+                raw, finest = cast(list[bytes | None], self.client.mget(self.key, self.finest_key))
                 if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
                     self.seen.append((time.time(), int(raw), self.load.cpu_seconds()))
+                # Absent, the finest size is where every size is (window_writer._applied).
+                merged = max((int(v) for v in (raw, finest) if v is not None), default=None)
+                if merged is not None and (not self.finest_seen or merged != self.finest_seen[-1][1]):
+                    self.finest_seen.append((time.time(), merged))
                 if not self.cpu or time.time() - self.cpu[-1][0] >= self.CPU_EVERY_S:
                     self.cpu.append((time.time(), self.load.cpu_seconds()))
                 time.sleep(0.005)
@@ -262,13 +272,18 @@ class MergeClock:
         beyond."""
         return next(seen for seen in self.seen if seen[1] >= at_least)
 
+    def finest(self, at_least: int) -> float:
+        """When a merge first took the batch merged at the finest size to `at_least` or beyond."""
+        return next(t for t, merged in self.finest_seen if merged >= at_least)
+
 
 @dataclass
 class Drained:
-    rps: float
+    rps: float  # to the last batch's windows merged at every size
     cpu_per_batch_s: float
     bytes_per_record: float
     rows: int
+    rps_finest: float = float("nan")  # to its 10 s windows merged (and its latest values written before)
 
 
 def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, series: int, periods: int,
@@ -310,11 +325,17 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
     bytes_per_record = load.collected_bytes / max(rows, 1)
     ended, last, cpu_ended = merges.first(int(batches[-1]["batchId"]))
     seconds = ended - began
+    finest_seconds = merges.finest(int(batches[-1]["batchId"])) - began
     timeline = ", ".join(f"{batch_id} at {t - began:+.1f} s" for t, batch_id, _ in merges.seen)
-    print(f"{source}: {rows} rows in {len(batches)} batches; windows merged up to batch {timeline} (from "
-          f"batch {steady[0]['batchId']}'s start)")
+    finest_timeline = ", ".join(f"{batch_id} at {t - began:+.1f} s" for t, batch_id in merges.finest_seen)
+    print(f"{source}: {rows} rows in {len(batches)} batches; windows merged at every size up to batch "
+          f"{timeline}; at the finest size up to batch {finest_timeline} (from batch "
+          f"{steady[0]['batchId']}'s start)")
+    finest_rps = steady_rows / finest_seconds
+    print(f"{source}: to the finest size: {steady_rows} rows in {finest_seconds:.1f} s, {finest_rps:.0f} "
+          f"rows/s; to every size {seconds:.1f} s")
     if len(batches) <= WARM_UP_BATCHES:  # too few batches for a steady state
-        return Drained(steady_rows / seconds, float("nan"), bytes_per_record, rows)
+        return Drained(steady_rows / seconds, float("nan"), bytes_per_record, rows, finest_rps)
     cpu_per_batch = (cpu_ended - merges.cpu_at(began)) / len(steady)
     # The method before (from the last warm-up batch's merge), for comparison only: see the docstring.
     since, first, _ = merges.first(WARM_UP_BATCHES - 1)
@@ -328,7 +349,7 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
           f"({bytes_per_record:.1f} B per record)")
     print(f"{source}: CPU s per batch over the same span, by part: "
           f"{budget_line(budget.between(began, ended), len(steady), 'CPU s')}")
-    return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows)
+    return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows, finest_rps)
 
 
 def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,

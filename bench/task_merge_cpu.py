@@ -19,7 +19,10 @@ load / apply, calls_by_part, send_part) over its own rows, on a state it reads a
   written in the same MULTI as the windows (the task's calls packed by Arrow, then the SET), WATCHing the
   state key. A task whose records all lie below that offset finds its batch applied and writes nothing; a
   range straddling it (not what Spark replays, which is the same range) merges only the records from it on;
-  a second attempt running at once loses the WATCH and then finds the first's offset;
+  a second attempt running at once loses the WATCH and then finds the first's offset. With --parts N the
+  windows go in N MULTIs (by hash tag, as the merge thread cuts its merges), each recording in a small hash
+  the parts done and the offset the merge goes to, the state's SET in the last: a cut-off attempt's retry
+  skips the parts done;
 - whole-topic and replication rows (levels `t`, `r`), which several tasks share, stay the driver's: a
   WindowWriter in this thread merges them, its figure given apart.
 Both sides merge the 1 min / 1 h windows at the same batches (every --coarse-every-th and the last; the
@@ -37,11 +40,13 @@ batch was applied (batch 3), runs an attempt cut off before its EXEC and then th
 merges a task's records in two ranges, the second straddling the first's offset (batch 5; with --values
 regular only: merging a batch's windows in two steps adds non-integer sums in another order, which rounds
 differently, as today's merge of batches grouped otherwise does), drops a task's state after a merge at every
-size (the task starts over from Redis: batch 7), and exits 1 on a difference.
+size (the task starts over from Redis: batch 7), with --parts above 1 cuts an attempt off after its first
+part's EXEC (batch 2: the task then resumes, its parts done skipped, its kept windows read from Redis at the
+next batch), and exits 1 on a difference.
 --restart-at B drops every task's state before batch B (its figure apart: the cold read).
 Usage: python bench/task_merge_cpu.py [--series 100000] [--batches 7] [--records 200000]
 [--period-ms 5000] [--coarse-every 3] [--kafka-partitions 2] [--compression lz4|zstd|none]
-[--values regular|live] [--restart-at B] [--check] [--digest]
+[--values regular|live] [--parts 1] [--restart-at B] [--check] [--digest]
 """
 
 from __future__ import annotations
@@ -224,25 +229,37 @@ def own_windows(kafka: pa.Table, now: int) -> pa.Table:
 
 
 def merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Table, batch: int,
-               every_size: bool, now: int, compression: str | None, cut_off: bool = False) -> TaskCost:
+               every_size: bool, now: int, compression: str | None, cut_off: bool = False, parts: int = 1,
+               cut_after: int | None = None) -> TaskCost:
     """One task's merge of its own subjects' windows (`windows`: own_windows of `kafka`, what the task has in
-    hand): state read, merge, state encoded, one MULTI (windows and state). Retried when a concurrent attempt
-    wrote first (it then finds its records applied)."""
+    hand): state read, merge, state encoded, then its windows in `parts` MULTIs (the merge thread's cut, by
+    hash tag), the state's SET in the last. Retried when a concurrent attempt wrote first (it then finds its
+    records applied, or its parts done). `cut_off`: the attempt ends before its first EXEC; `cut_after`: after
+    that many parts' EXECs."""
     for _ in range(3):
         try:
-            return _merge_task(client, key, kafka, windows, batch, every_size, now, compression, cut_off)
+            return _merge_task(client, key, kafka, windows, batch, every_size, now, compression, cut_off,
+                               parts, cut_after)
         except redis.WatchError:
             continue
     raise RuntimeError(f"{key}: the state kept changing")
 
 
+def progress_key(key: str) -> str:
+    """The parts of a task's merge already in Redis (a merge cut in parts), and the offset range's end."""
+    return f"{key}:merging"
+
+
 def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Table, batch: int,
-                every_size: bool, now: int, compression: str | None, cut_off: bool) -> TaskCost:
+                every_size: bool, now: int, compression: str | None, cut_off: bool, part_count: int,
+                cut_after: int | None) -> TaskCost:
     cost = TaskCost()
     stage = StageClock(cost.stages)
+    progress = progress_key(key)
     with client.pipeline(transaction=True) as pipe:
-        pipe.watch(key)
+        pipe.watch(key, progress)
         raw = cast(bytes | None, pipe.get(key))
+        merging = cast(dict, pipe.hgetall(progress))
         cost.read_bytes = len(raw) if raw else 0
         state = TaskState.decode(raw)
         writer = WindowWriter(client, key)
@@ -258,17 +275,23 @@ def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Tabl
             kafka = kafka.filter(pc.greater_equal(kafka["offset"], state.through))
             windows = own_windows(kafka, now)  # the task's partials of those (today's work, not the merge's)
             stage.restart()
+        through = max(state.through, int(offsets.max()) + 1) if len(offsets) else state.through
+        done = _parts_done(merging, through)
         fresh, cost.subjects = writer.number(windows, writer.series_keys) if windows.num_rows else (None, 0)
         run = state.runs
         finest = state.behind[-1][1] if state.behind else state.applied
         coarse = writer._coarse(pipe, state.applied, finest, fresh) if every_size else None
         updates = writer._updates(fresh, coarse)
-        parts = list(writer.parts(updates, writer.series_keys, 1, []))
+        parts = list(writer.parts(updates, writer.series_keys, part_count, sorted(done)))
         stage("merge")
+        if done:
+            # Resuming: windows read from Redis for the parts done hold the batch already, so the kept copy
+            # may count it twice there: the next batch reads its windows from Redis (a cut between parts).
+            cost.outcome = f"resumed after parts {sorted(done)}"
+            state.stored = StoredWindows()
         state.runs = run + 1
         state.batch = batch
-        if len(offsets):
-            state.through = max(state.through, int(offsets.max()) + 1)
+        state.through = through
         if every_size:
             state.applied, state.behind = run, []
         else:
@@ -279,18 +302,39 @@ def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Tabl
         if cut_off:
             pipe.reset()
             raise CutOff(key)
-        then = [("SET", key, blob)]
-        sent = time.monotonic()
-        if parts:
-            (_, calls), = parts
-            writer.send_part(pipe, calls, then)
-        else:
+        for i, (part, calls) in enumerate(parts):
+            last = i == len(parts) - 1
+            done.add(part)
+            then = [("SET", key, blob), ("DEL", progress)] if last else \
+                [("HSET", progress, "through", through, "parts", ",".join(map(str, sorted(done))))]
+            sent = time.monotonic()
+            writer.send_part(pipe, calls, then)  # EXEC'd: WATCH is over
+            cost.write_wall = max(cost.write_wall, time.monotonic() - sent)
+            if cut_after is not None and i + 1 >= cut_after and not last:
+                raise CutOff(key)
+            if not last:  # another attempt's part or state since aborts the next part
+                pipe.watch(key, progress)
+                if _parts_done(cast(dict, pipe.hgetall(progress)), through) != done:
+                    raise redis.WatchError(f"{key}: another attempt merged meanwhile")
+        if not parts:
             pipe.multi()
             pipe.set(key, blob)
+            pipe.delete(progress)
             pipe.execute()
-        cost.write_wall = time.monotonic() - sent
         stage("write")
     return cost
+
+
+def _parts_done(merging: dict, through: int) -> set[int]:
+    """The parts of the merge up to offset `through` already in Redis; a merge of another range cut off
+    part-way cannot be finished here (its records are not this task's): Spark replays a batch's own range."""
+    if not merging:
+        return set()
+    fields = {k.decode(): v.decode() for k, v in merging.items()}
+    if int(fields["through"]) != through:
+        raise RuntimeError(f"a merge up to offset {fields['through']} was cut off part-way; this task's "
+                           f"records end at {through}")
+    return {int(p) for p in fields["parts"].split(",") if p}
 
 
 # --- the records -------------------------------------------------------------------------------------------
@@ -404,7 +448,7 @@ class TasksRun:
 
 def run_tasks(side: Side, driver: WindowWriter, keys: list[str], tables: list[pa.Table], shared: pa.Table,
               batch: int, every_size: bool, now: int, compression: str | None, check: bool,
-              straddle: bool = True) -> TasksRun:
+              straddle: bool = True, parts: int = 1) -> TasksRun:
     """B: each Kafka partition's task merging its own subjects, then the driver the shared rows; with
     `check`, the replays and the cut-off attempt of the module's doc (`straddle`: and the range straddling a
     task's offset)."""
@@ -417,21 +461,29 @@ def run_tasks(side: Side, driver: WindowWriter, keys: list[str], tables: list[pa
         if check and batch == 4 and k == 1:
             try:
                 merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression,
-                           cut_off=True)
+                           cut_off=True, parts=parts)
             except CutOff:
                 print(f"batch {batch} task {k}: an attempt cut off before its EXEC", flush=True)
+        if check and parts > 1 and batch == 2 and k == 1:
+            try:
+                merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression,
+                           parts=parts, cut_after=1)
+            except CutOff:
+                print(f"batch {batch} task {k}: an attempt cut off after its first part", flush=True)
         if check and straddle and batch == 5 and k == 0:
             half = kafka.slice(0, kafka.num_rows // 2)
             first = merge_task(side.client, keys[k], half, own_windows(half, now), batch, every_size, now,
-                               compression)
+                               compression, parts=parts)
             print(f"batch {batch} task {k}: its first half of the records ({first.outcome})", flush=True)
         return_freed_memory()  # as a worker does after each task: the rise is the task's own
         with PeakRss() as peak:
-            cost = merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression)
+            cost = merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression,
+                              parts=parts)
         out.peaks.append(peak.peak)
         out.costs.append(cost)
         if check and batch == 3 and k == 0:
-            again = merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression)
+            again = merge_task(side.client, keys[k], kafka, windows, batch, every_size, now, compression,
+                               parts=parts)
             print(f"batch {batch} task {k} run again: {again.outcome}", flush=True)
             out.differences += again.outcome != "applied already"
     figures = out.figures
@@ -453,6 +505,8 @@ def main() -> None:
     parser.add_argument("--period-ms", type=int, default=5000, help="a series' metrics period")
     parser.add_argument("--coarse-every", type=int, default=3)
     parser.add_argument("--kafka-partitions", type=int, default=2)
+    parser.add_argument("--parts", type=int, default=1, help="MULTIs a task's windows go in (by hash tag, as "
+                        "the merge thread's 8), the state's SET in the last; 1: one MULTI, windows and state")
     parser.add_argument("--compression", default="lz4", choices=["none", "lz4", "zstd"])
     parser.add_argument("--values", default="regular", choices=["regular", "live"],
                         help="the reports' values: bench/rollup_runs.record's, or varying (live_record)")
@@ -475,7 +529,7 @@ def main() -> None:
     differences = 0
     print(f"{args.series} series, {periods} periods a batch ({periods * args.series} records), {count} Kafka "
           f"partitions, 1 min / 1 h every {args.coarse_every} batches, state {args.compression}, values "
-          f"{args.values}", flush=True)
+          f"{args.values}, {args.parts} MULTIs a task", flush=True)
     try:
         for batch in range(args.batches):
             tables = kafka_tables(args.series, partitions, count, batch, periods, base, offsets,
@@ -495,7 +549,8 @@ def main() -> None:
                     figures = run_thread(a, thread_writer, batch, windows, every_size)
                 else:
                     tasks = run_tasks(b, driver_writer, keys, tables, shared, batch, every_size, now,
-                                      compression, args.check, straddle=args.values == "regular")
+                                      compression, args.check, straddle=args.values == "regular",
+                                      parts=args.parts)
             figures |= tasks.figures
             differences += tasks.differences
             stages: dict[str, float] = {}

@@ -23,9 +23,11 @@ def member(start: int, value: float) -> str:
                                                                                  value, start)})
 
 
+@pytest.mark.parametrize("reach", [0, 1, 2, 72])
 @pytest.mark.parametrize("grid_limit", [window_reads.MAX_GRID_READ, 3])
-def test_windows_from_a_start_on_whatever_way_they_are_read(redis_url: str, monkeypatch, grid_limit: int):
-    monkeypatch.setattr(window_reads, "MAX_GRID_READ", grid_limit)  # 3: every read here is the script's
+def test_windows_from_a_start_on_whatever_way_they_are_read(redis_url: str, monkeypatch, grid_limit: int,
+                                                            reach: int):
+    monkeypatch.setattr(window_reads, "MAX_GRID_READ", grid_limit)  # 3: every longer read is the script's
     client = redis.Redis.from_url(redis_url)
     name = uuid.uuid4().hex[:8]
     held = f"srm:wh:{{w|{name}|t}}:0::10s"
@@ -33,9 +35,18 @@ def test_windows_from_a_start_on_whatever_way_they_are_read(redis_url: str, monk
     client.hset(held, mapping={**{str(s): member(s, i) for i, s in enumerate(starts)},
                                layout.NEWEST_FIELD: starts[-1]})
     empty = f"srm:wh:{{w|{name}|t}}:1::10s"
-    members, newest = read_windows(client, "10s", [(held, T0 + 25_000), (empty, T0), (held, T0 + 100_000)])
-    assert [sorted(m) for m in members] == [sorted(member(s, i).encode() for i, s in enumerate(starts)
-                                                   if s >= T0 + 25_000), [], []]
-    assert newest == [starts[-1], None, starts[-1]]
-    client.delete(held)
+    # Windows past a key's newest start, or in a key without one, are not its windows (left by a writer
+    # that died between its two writes): no way of reading returns them.
+    stale = f"srm:wh:{{w|{name}|t}}:2::10s"
+    client.hset(stale, mapping={str(T0): member(T0, 1), str(T0 + 10_000): member(T0 + 10_000, 2),
+                                layout.NEWEST_FIELD: T0})
+    unnamed = f"srm:wh:{{w|{name}|t}}:3::10s"
+    client.hset(unnamed, mapping={str(T0): member(T0, 1)})
+    members, newest = read_windows(client, "10s", [(held, T0 + 25_000), (empty, T0), (held, T0 + 100_000),
+                                                   (stale, T0), (unnamed, T0), (held, T0 - 3)], reach)
+    assert [sorted(m) for m in members] == [
+        sorted(member(s, i).encode() for i, s in enumerate(starts) if s >= T0 + 25_000), [], [],
+        [member(T0, 1).encode()], [], sorted(member(s, i).encode() for i, s in enumerate(starts))]
+    assert newest == [starts[-1], None, starts[-1], T0, None, starts[-1]]
+    client.delete(held, stale, unnamed)
     client.close()
