@@ -3,7 +3,7 @@ bounded number of rows at a time: on a real Redis, the ring it leaves equals, ar
 reading before left (each member through the contract's decoder, every row at once), over windows with
 the offset metrics absent, last ts unknown or outside its window, integers past 2^53 and 2^31 apart,
 fractions, NaN and infinities, damaged members, windows sharing a slot, rows asked twice and rows spread
-over blocks."""
+over blocks, rows and members read a few at a time."""
 
 from __future__ import annotations
 
@@ -89,10 +89,13 @@ def state(history: OffsetHistory) -> list:
     return out
 
 
-@pytest.mark.parametrize(("slots", "block_rows", "load_rows"), [(128, 2048, 8192), (8, 3, 4), (16, 5, 1)])
+# Rows and members read at a time small too: a row's members then span several columnar reads.
+@pytest.mark.parametrize(("slots", "block_rows", "load_rows", "read_members"),
+                         [(128, 2048, 8192, 16_384), (8, 3, 4, 5), (16, 5, 1, 1), (16, 5, 10, 7)])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_load_leaves_the_ring_the_decoded_read_left(redis_url: str, seed: int, slots: int, block_rows: int,
-                                                       load_rows: int, monkeypatch: pytest.MonkeyPatch):
+                                                       load_rows: int, read_members: int,
+                                                       monkeypatch: pytest.MonkeyPatch):
     rng = random.Random(seed)
     monkeypatch.setattr(offset_history, "BLOCK_ROWS", block_rows)
     client = redis.Redis.from_url(redis_url)
@@ -108,6 +111,7 @@ def test_a_load_leaves_the_ring_the_decoded_read_left(redis_url: str, seed: int,
     asked = np.array([rng.randrange(len(partitions)) for _ in range(60)], np.int64)
     low = np.array([FIRST + rng.randint(-5, 35) for _ in asked], np.int64)
     monkeypatch.setattr(offset_history, "LOAD_ROWS", load_rows)
+    monkeypatch.setattr(offset_history, "READ_MEMBERS", read_members)
     columnar.load(client, asked, low)
     monkeypatch.setattr(offset_history, "LOAD_ROWS", 10**9)
     monkeypatch.setattr(OffsetHistory, "_read", decoded_read)
