@@ -171,8 +171,8 @@ class RedisRollupSink:
         """Its query ended: waits up to `wait_s` in all for a batch still running (a query's stop may give
         up on its batch, whose Python goes on) and for the merge thread to merge what it was handed (it ends
         after that, waited for or not), then forgets what the sink keeps of Redis. An ended query's sink may
-        stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and at 100,000
-        partitions its offset history alone is ~0.3 GB; a later batch reads it again."""
+        stay referenced (by Spark's foreachBatch wrapper) until the JVM lets it go, and what it keeps of the
+        latest fields and verdicts grows with the partitions; a later batch reads it again."""
         deadline = time.monotonic() + wait_s
         if wait_s > 0 and self._in_batch.acquire(timeout=wait_s):
             self._in_batch.release()
