@@ -188,7 +188,11 @@ def test_a_standby_driver_reports_the_replication_running(kafka_clusters: dict[s
             cleanup.callback(driver(tmp_path, name).stop)
         eventually(lambda: group_members(east, group) == (2, 1), "two drivers, one holding the partition",
                    timeout_s=120)
-        since_ms = int(time.time() * 1000) + 1000  # reports of a settled group only
+        # Reports of a settled group only. A report carries the last worker census its driver finished
+        # (worker_census: asked half a period before the report, one at a time), which under load can be
+        # one asked before the standby joined: (1, 1) up to a period or two after the group showed two
+        # members (seen at load 17). Three periods on, a census answering within two periods saw it settled.
+        since_ms = int(time.time() * 1000) + 3 * 2_000  # FAST_FAILOVER: metrics.period 2 s
         # Each driver reports every metrics.period (2 s): a few periods give reports of both.
         reports = eventually(lambda: [r for r in [replication_reports(west, since_ms)] if len(r) >= 6],
                              "six replication reports")[0]
