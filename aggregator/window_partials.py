@@ -405,7 +405,8 @@ def latest_of(records: Iterable[Mapping[str, Any]]) -> pa.Table:
 def newest_of_subjects(latest: pa.Table) -> pa.Table:
     """`latest` (latest_table rows of several tasks) with one row a subject: its greatest ts, of equal ts the
     first; subjects in the order they first come. A subject's records share a Kafka partition and so a task
-    (raw metrics are keyed by subject): a copy from another task is a writer's that keys them otherwise."""
+    (all carry one key, raw_metrics.placement_key): a copy from another task is a writer's that keys them
+    otherwise (a driver that keyed a group's reports by the group)."""
     if latest.num_rows < 2:
         return latest
     subjects, number = subject_numbers(latest, SUBJECT_COLUMNS)
