@@ -238,7 +238,7 @@ def _finest_key(target: str, source: str, topic: str, partition: int) -> str:
 
 # A slot's `last` is kept as an int32 delta from its row's base (one a metric): offsets and lags are
 # integers, and a partition's within its ring's 21 minutes are far less than 2^31 apart.
-_NONE = np.iinfo(np.int32).min  # a slot without a value of the metric
+NO_DELTA = np.iinfo(np.int32).min  # a slot without a value of the metric (offset_records keeps the same form)
 _SPAN = np.iinfo(np.int32).max  # the most a delta holds either way
 _EXACT = 2**53  # past it a float64 is not every integer
 
@@ -246,14 +246,14 @@ _EXACT = 2**53  # past it a float64 is not every integer
 class _Block:
     """BLOCK_ROWS rows of the ring: per row and slot the window number it holds (-1: none), the last of
     each metric and its ms within the window. A last is an int32 delta from the row's base for the metric
-    (_NONE: none), 12 bytes a slot where float64 lasts were 24 (~150 MB less at 100,000 partitions). A row
+    (NO_DELTA: none), 12 bytes a slot where float64 lasts were 24 (~150 MB less at 100,000 partitions). A row
     whose values a delta cannot hold (not an integer, past 2^53, -0.0, or further apart than 2^31 even
     with the base moved to their middle) keeps its lasts as float64 in `wide` instead: the arrays read
     exactly what was merged either way."""
 
     def __init__(self, slots: int) -> None:
         self.window = np.full((BLOCK_ROWS, slots), -1, np.int32)
-        self.delta = np.full((BLOCK_ROWS, slots, len(METRICS)), _NONE, np.int32)
+        self.delta = np.full((BLOCK_ROWS, slots, len(METRICS)), NO_DELTA, np.int32)
         self.base = np.zeros((BLOCK_ROWS, len(METRICS)), np.int64)
         self.based = np.zeros((BLOCK_ROWS, len(METRICS)), bool)  # a base chosen since the row's reset
         self.last_at = np.zeros((BLOCK_ROWS, slots, len(METRICS)), np.int16)
@@ -266,7 +266,7 @@ class _Block:
 
     def reset(self, rows: np.ndarray) -> None:
         self.window[rows] = -1
-        self.delta[rows] = _NONE
+        self.delta[rows] = NO_DELTA
         self.based[rows] = False
         self.last_at[rows] = 0
         for row in np.asarray(rows).reshape(-1).tolist():
@@ -275,7 +275,7 @@ class _Block:
     def read(self, rows: np.ndarray, slot: np.ndarray, m: int) -> np.ndarray:
         """The lasts of metric `m` at (rows, slot) (broadcast together), NaN where none."""
         delta = self.delta[rows, slot, m]
-        out = np.where(delta == _NONE, np.nan, (self.base[rows, m] + delta).astype(np.float64))
+        out = np.where(delta == NO_DELTA, np.nan, (self.base[rows, m] + delta).astype(np.float64))
         if self.wide:
             every_row = np.broadcast_to(rows, out.shape)
             at = np.nonzero(np.isin(every_row, np.fromiter(self.wide, np.int64, len(self.wide))))
@@ -294,7 +294,7 @@ class _Block:
         same = number == held
         # A slot taken by a newer window loses every metric of the old one.
         self.window[rows[newer], slot[newer]] = number[newer]
-        self.delta[rows[newer], slot[newer], :] = _NONE
+        self.delta[rows[newer], slot[newer], :] = NO_DELTA
         self.last_at[rows[newer], slot[newer], :] = 0
         for row, s in self._wide_at(rows[newer], slot[newer]):
             self.wide[row][s, :] = np.nan
@@ -325,7 +325,7 @@ class _Block:
         value = np.zeros(len(rows), np.int64)
         value[~none] = np.where(np.isfinite(last[~none]), last[~none], 0).astype(np.int64)
         narrow = ~wide
-        delta = np.where(none, _NONE, value - self.base[rows, m])
+        delta = np.where(none, NO_DELTA, value - self.base[rows, m])
         self.delta[rows[narrow], slot[narrow], m] = delta[narrow].astype(np.int32)
         for k in np.flatnonzero(wide).tolist():
             self.wide[int(rows[k])][int(slot[k]), m] = last[k]
@@ -344,7 +344,7 @@ class _Block:
             return
         moved = np.unique(rows[outside])
         held = self.delta[moved, :, m]
-        present = held != _NONE
+        present = held != NO_DELTA
         values = self.base[moved, m][:, None] + held.astype(np.int64)
         low = np.where(present, values, _EXACT).min(axis=1)
         high = np.where(present, values, -_EXACT).max(axis=1)
@@ -356,7 +356,7 @@ class _Block:
         fits = (high - middle < _SPAN) & (middle - low < _SPAN)
         kept = moved[fits]
         self.base[kept, m] = middle[fits]
-        self.delta[kept, :, m] = np.where(present[fits], values[fits] - middle[fits][:, None], _NONE)
+        self.delta[kept, :, m] = np.where(present[fits], values[fits] - middle[fits][:, None], NO_DELTA)
         self._to_wide(moved[~fits])
 
     def _to_wide(self, rows: np.ndarray) -> None:
@@ -365,9 +365,9 @@ class _Block:
             if row in self.wide:
                 continue
             delta = self.delta[row]
-            self.wide[row] = np.where(delta == _NONE, np.nan,
+            self.wide[row] = np.where(delta == NO_DELTA, np.nan,
                                       (self.base[row][None, :] + delta).astype(np.float64))
-            self.delta[row] = _NONE
+            self.delta[row] = NO_DELTA
 
 
 def partition_keys(subjects: Sequence[tuple[str, ...]]) -> list[PartitionKey]:

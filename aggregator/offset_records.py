@@ -53,7 +53,7 @@ from aggregator import latest_values, partition_lag, verdict_summaries
 from aggregator.batch_plan import offset_partials, offset_reports
 from aggregator.lag_arrays import EXACT_BELOW, lag_seconds
 from aggregator.lag_seconds_windows import lag_seconds_partials
-from aggregator.offset_history import METRICS, NOTHING, WINDOW_MS, OffsetHistory, window_number
+from aggregator.offset_history import METRICS, NO_DELTA, NOTHING, WINDOW_MS, OffsetHistory, window_number
 from aggregator.partition_lag import NEWEST_WINDOWS, Judged, _ceil_window, _end_offsets, _Policies, _Reports
 from aggregator.window_partials import latest_schema
 from contract import redis_layout as layout
@@ -62,7 +62,6 @@ LOG = logging.getLogger(__name__)
 
 HOT_WINDOWS = 12  # two minutes: the lag table's newest minute and a 5 s period's lookback (10 windows)
 TASK_SLOTS = 64  # the task's ring: a lag table's 61 windows and the batch's own
-_NONE = np.iinfo(np.int32).min  # offset_history's "no value" delta
 KEYS = ["target", "source", "topic", "partition"]
 RECORD_IPC = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 # How long a task waits for the merge thread before it reads the stored windows (a merge at 100,000
@@ -110,7 +109,7 @@ class OffsetRecord:
     older_abs: np.ndarray  # float64: nor is any further from 0 (exact in float64 below 2^53)
     base: np.ndarray  # (n, 3) int64
     based: np.ndarray  # (n, 3) bool
-    delta: np.ndarray  # (n, windows, 3) int32, _NONE: none
+    delta: np.ndarray  # (n, windows, 3) int32, NO_DELTA: none
     at: np.ndarray  # (n, windows, 3) int16: ms of the last in its window
 
     @property
@@ -217,7 +216,7 @@ class TaskHistory(OffsetHistory):
             return
         rows = offset + np.arange(n)
         number = record.newest[:, None] - np.arange(w)[None, :]
-        held = (record.delta != _NONE).any(axis=2) & (record.newest[:, None] >= 0)
+        held = (record.delta != NO_DELTA).any(axis=2) & (record.newest[:, None] >= 0)
         slot = number % self.slots
         for block, at, local in self._by_block(rows):
             mine, index = held[at], rows[at] - offset
@@ -245,7 +244,7 @@ class TaskHistory(OffsetHistory):
             newest = record.newest
             floor = np.where(newest >= 0, np.maximum(record.complete_from, newest - windows + 1), NOTHING)
             older = record.delta[:, windows:, 0]
-            held = older != _NONE
+            held = older != NO_DELTA
             values = record.base[:, 0][:, None] + older.astype(np.int64)
             floors.append(floor)
             bounds.append(np.maximum(record.older_max, np.where(held, values, -math.inf)
@@ -290,7 +289,7 @@ class TaskHistory(OffsetHistory):
         rows = np.broadcast_to((offset + index)[:, None], number.shape)
         for m, metric in enumerate(METRICS):
             delta = record.delta[index, :, m]
-            held = delta != _NONE
+            held = delta != NO_DELTA
             last = (record.base[index, m][:, None] + delta.astype(np.int64)).astype(np.float64)
             start = number * WINDOW_MS
             super().merge(metric, rows[held], start[held], last[held],
@@ -337,14 +336,14 @@ def _extract(history: TaskHistory, rows: np.ndarray, since: np.ndarray, held_fro
     newest = history.newest[rows].copy()
     number = newest[:, None] - np.arange(windows)[None, :]
     slot = number % history.slots
-    delta = np.full((n, windows, 3), _NONE, np.int32)
+    delta = np.full((n, windows, 3), NO_DELTA, np.int32)
     at = np.zeros((n, windows, 3), np.int16)
     base = np.zeros((n, 3), np.int64)
     based = np.zeros((n, 3), bool)
     wide = np.zeros(n, bool)
     for block, where, local in history._by_block(rows):
         ok = (block.window[local[:, None], slot[where]] == number[where]) & (newest[where, None] >= 0)
-        delta[where] = np.where(ok[..., None], block.delta[local[:, None], slot[where]], _NONE)
+        delta[where] = np.where(ok[..., None], block.delta[local[:, None], slot[where]], NO_DELTA)
         at[where] = np.where(ok[..., None], block.last_at[local[:, None], slot[where]], 0)
         base[where], based[where] = block.base[local], block.based[local]
         if block.wide:
