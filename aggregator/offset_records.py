@@ -566,10 +566,9 @@ def judge_partials(client: redis.Redis, keys: tuple[str, str], windows: pa.Table
     verdict_rows = verdict_values(verdicts)
     rows, written, stats.writes = task_writes.write_own(
         client, writes, pa.concat_tables([values, verdict_rows]), _subjects_of(reports))
-    ids = pc.binary_join_element_wise(verdict_rows["key"], verdict_rows["field"], "\x00")
+    ids = task_writes.field_ids(verdict_rows)
     applied = pc.is_in(ids, value_set=written).to_numpy(zero_copy_only=False)
-    pending = pc.is_in(ids, value_set=pc.binary_join_element_wise(rows["key"], rows["field"], "\x00")) \
-        .to_numpy(zero_copy_only=False)
+    pending = pc.is_in(ids, value_set=task_writes.field_ids(rows)).to_numpy(zero_copy_only=False)
     place = task_verdicts.VerdictPlace(writes.target, writes.raw_topic, writes.kafka_partition)
     stats.bytes += task_verdicts.keep_and_summarise(client, place, writes.now_ms, verdicts, applied, pending)
     return pa.concat_tables([windows, *samples]), rows, verdicts.filter(pa.array(pending)), stats
@@ -579,7 +578,8 @@ def verdict_values(verdicts: pa.Table) -> pa.Table:
     """Verdicts (verdict_summaries.TABLE_SCHEMA) as the latest fields they are written to (VALUES_SCHEMA)."""
     if not verdicts.num_rows:
         return VALUES_SCHEMA.empty_table()
-    pairs = pc.binary_join_element_wise(verdicts["target"], verdicts["source"], "\x00").dictionary_encode()
+    pairs = pc.binary_join_element_wise(verdicts["target"], verdicts["source"], "\x00").combine_chunks() \
+        .dictionary_encode()
     keys = pa.array([layout.lag_verdicts_key(*p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()],
                     pa.string())
     ts = pc.list_element(verdicts["ints"], verdict_summaries.TS)

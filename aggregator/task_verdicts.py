@@ -71,7 +71,8 @@ class VerdictPlace:
 
 
 def _ids(table: pa.Table) -> pa.Array:
-    return pc.binary_join_element_wise(table["target"], table["source"], table["field"], "\x00")
+    ids = pc.binary_join_element_wise(table["target"], table["source"], table["field"], "\x00")
+    return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 
 def decode_record(raw: bytes | None) -> pa.Table:
@@ -115,7 +116,7 @@ def keep_and_summarise(client: redis.Redis, place: VerdictPlace, now_ms: int, fr
     blob = encode_record(record)
     pipe = client.pipeline(transaction=False)
     pipe.set(place.record_key, blob, px=layout.OFFSET_RECORD_TTL_MS)
-    pipe.hset(place.parts_key, place.field, encode_parts(parts))
+    pipe.hset(place.parts_key, place.field, encode_parts(parts, now_ms))
     pipe.pexpire(place.parts_key, layout.OFFSET_RECORD_TTL_MS)
     pipe.execute()
     return len(raw or b"") + len(blob)
@@ -172,8 +173,9 @@ def parts_of(client: redis.Redis, record: pa.Table, at_ms: int, texts: Mapping[s
     return out
 
 
-def encode_parts(parts: list[dict[str, Any]]) -> str:
-    return layout.encode_latest({"replications": parts})
+def encode_parts(parts: list[dict[str, Any]], at_ms: int) -> str:
+    """A Kafka partition's parts (made at `at_ms`) as the parts hash holds them."""
+    return layout.encode_latest({"ts": at_ms, "replications": parts})
 
 
 def stored_parts(client: redis.Redis, target: str, now_ms: int) -> dict[Pair, list[dict[str, Any]]]:
@@ -191,7 +193,7 @@ def stored_parts(client: redis.Redis, target: str, now_ms: int) -> dict[Pair, li
                 place = VerdictPlace(target, raw_topic, int(kafka_partition))
                 entries = parts_of(client, decode_record(cast(bytes | None, client.get(place.record_key))),
                                    now_ms)
-                client.hset(key, field, encode_parts(entries))
+                client.hset(key, field, encode_parts(entries, now_ms))
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
             LOG.warning("skipping the lag summary parts of %s (%s)", field, exc)
             continue

@@ -85,8 +85,7 @@ def newest_of_fields(rows: pa.Table) -> pa.Table:
     """One row a field (key, field): its newest ts, of equal ones the later row."""
     if rows.num_rows < 2:
         return rows
-    ids = pc.dictionary_encode(pc.binary_join_element_wise(rows["key"], rows["field"], "\x00")) \
-        .indices.to_numpy(zero_copy_only=False)
+    ids = pc.dictionary_encode(field_ids(rows)).indices.to_numpy(zero_copy_only=False)
     if len(np.unique(ids)) == len(ids):
         return rows
     order = np.lexsort((np.arange(len(ids)), rows["ts"].to_numpy(), ids))
@@ -111,8 +110,10 @@ def encode_record(record: pa.Table) -> bytes:
     return cast(bytes, out.getvalue().to_pybytes())
 
 
-def _field_ids(table: pa.Table) -> pa.Array:
-    return pc.binary_join_element_wise(table["key"], table["field"], "\x00")
+def field_ids(table: pa.Table) -> pa.Array:
+    """`<key>\\x00<field>` of each row."""
+    ids = pc.binary_join_element_wise(table["key"], table["field"], "\x00")
+    return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 
 def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects: Subjects
@@ -133,7 +134,7 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
         record = RECORD_SCHEMA.empty_table()
     # Forgotten by event time, as a report's windows are (a rebuild reads hours-old reports).
     record = record.filter(pc.greater_equal(record["ts"], pc.max(rows["ts"]).as_py() - FORGET_MS))
-    at = pc.fill_null(pc.index_in(_field_ids(rows), value_set=_field_ids(record)), -1).to_numpy()
+    at = pc.fill_null(pc.index_in(field_ids(rows), value_set=field_ids(record)), -1).to_numpy()
     known = at >= 0
     safe_at = np.where(known, at, 0)
 
@@ -187,7 +188,7 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
     set_record = b"".join(_resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS)))
     execute_in_multi(client, pa.py_buffer(commands.to_pybytes() + set_record),
                      sum(len(c) for c in counts) + 1)
-    return rows.filter(pa.array(deferred)), _field_ids(written_rows), stats
+    return rows.filter(pa.array(deferred)), field_ids(written_rows), stats
 
 
 def _resp(*args: str | bytes) -> list[bytes]:

@@ -7,6 +7,7 @@ runs)."""
 
 from __future__ import annotations
 
+import fnmatch
 import uuid
 from typing import cast
 
@@ -118,7 +119,14 @@ def test_a_hash_lifetime_is_set_at_its_first_write_and_renewed_once_a_period(cli
     assert client.pttl(key) == -1, "renewed within the period"
     write(12, T0 + EXPIRY_RENEWAL_MS)
     assert 0 < cast(int, client.pttl(key)) <= layout.LATEST_TTL_MS
-    assert any(key.startswith(p.split("{")[0]) for p in layout.target_rollup_patterns(target, "q"))
+
+
+
+def test_the_tasks_working_state_is_among_what_a_rebuild_clears():
+    patterns = layout.target_rollup_patterns("west", "q")
+    place = VerdictPlace("west", RAW, 3)
+    for key in (TaskWrites("west", RAW, 3, T0).key, place.record_key, place.parts_key):
+        assert any(fnmatch.fnmatchcase(key, p) for p in patterns), key
 
 
 def verdict(topic: str, partition: int, ts: int, lag: int, end: int | None) -> dict:
