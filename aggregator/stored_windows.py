@@ -3,7 +3,7 @@
 Merging a batch's partial windows inside Redis (a Lua read-modify-write of each window at each size)
 cost 15–20 us a window, the sink's slowest stage by far. One query is the only writer of its target's
 series, so the sink keeps the windows it wrote and computes each touched window's absolute value here,
-on Arrow; Redis then only replaces fields (redis_scripts.REPLACE_WINDOWS_LUA).
+on Arrow; Redis then only replaces fields (an HSET, or redis_scripts.REPLACE_WINDOWS_LUA for a key trimmed).
 
 Subjects (the hash of a partition, topic, replication or group at one window size, holding all their
 metrics: redis_layout) are numbered once per process (SeriesKeys), so joins and sorts run on

@@ -1,7 +1,7 @@
-"""A merge's Redis calls (redis_scripts.REPLACE_WINDOWS_LUA, one per hash tag), laid out a part at a time and
-packed into Redis's wire format by Arrow.
+"""A merge's Redis commands (an HSET a key, and redis_scripts.REPLACE_WINDOWS_LUA for the keys trimmed, a
+call per hash tag), laid out a part at a time and packed into Redis's wire format by Arrow.
 
-A merge at 100,000 series writes ~330k keys in ~10k calls, ~1.7M arguments. Handed to redis-py as Python
+A merge at 100,000 series writes ~330k keys, ~1.7M arguments. Handed to redis-py as Python
 strings, they cost the merge thread, holding the GIL the sink's thread needs, a Python object an argument
 (Arrow's strings turned into Python ones) and redis-py's packing of each. Here a part's arguments stay one
 Arrow string array, and its calls become the RESP bytes Redis reads (`PartCalls.packed`) by Arrow's kernels,
@@ -74,16 +74,17 @@ class PartCalls:
 
 def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
                   skip: Sequence[int] = ()) -> Iterator[tuple[int, PartCalls]]:
-    """(part, its REPLACE_WINDOWS_LUA calls) for each part of a merge cut in `parts` (merge_part of the
-    keys' hash tag), in part order, leaving out the parts in `skip` (done already). One call per hash tag
-    (a topic's series), so this also works on Redis Cluster. ARGV: the number of keys trimmed; per key (a
+    """(part, its writes) for each part of a merge cut in `parts` (merge_part of the keys' hash tag), in
+    part order, leaving out the parts in `skip` (done already): an HSET a key not trimmed (its windows' start
+    and member, and the key's newest start, redis_layout.NEWEST_FIELD, when the batch moves it), and one
+    REPLACE_WINDOWS_LUA call per hash tag (a topic's series, so this also works on Redis Cluster) for the
+    keys trimmed, which deletes their old fields. The script's ARGV: the number of keys trimmed; per key (a
     series at one size) its number of fields, then start and member of each window, and the key's newest
     start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
     the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
-    lifetime. Most keys are not trimmed in a batch: a key's head is one entry, not five (the script's own
-    parsing of ARGV is much of Redis's time). Laid out by Arrow and numpy, a part at a time: a merge writes
-    ~330k keys at 100,000 series, and its ARGV as Python strings all at once was ~0.5 GB of the driver's
-    peak; a Python loop over the keys was a third of the merge's own time."""
+    lifetime. Laid out by Arrow and numpy, a part at a time: a merge writes ~330k keys at 100,000 series,
+    and its arguments as Python strings all at once were ~0.5 GB of the driver's peak; a Python loop over
+    the keys was a third of the merge's own time."""
     changed = _changed_rows(updates, keys, parts)
     if changed is None:
         return
