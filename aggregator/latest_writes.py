@@ -135,39 +135,55 @@ class LatestWriter:
         first come, and the PEXPIREs due, in one MULTI, packed by Arrow (resp_commands)."""
         taken = pa.array(rows, pa.int64())
         key, name, value = (pa.array(c, pa.string()).take(taken) for c in (keys, names, encoded))
-        by_key = pc.dictionary_encode(key)
-        code = by_key.indices.to_numpy()
-        order = np.argsort(code, kind="stable")  # a hash's fields together, hashes by first appearance
-        code = code[order]
-        run_start = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
-        position = np.arange(len(code)) - np.repeat(run_start, np.diff(np.append(run_start, len(code))))
-        first = (position % FIELDS_PER_HSET) == 0  # a command's first field
-        command = np.cumsum(first) - 1
-        firsts = np.flatnonzero(first)
-        commands, fields = len(firsts), len(code)
-        # HSET <key> <field> <value> ...: the source entries are "HSET", each command's key, names, values.
-        place = np.empty(2 * commands + 2 * fields, np.int64)
-        starts = 2 * np.arange(commands) + 2 * firsts
-        place[starts] = 0
-        place[starts + 1] = 1 + np.arange(commands)
-        at = 2 * np.arange(fields) + 2 * command + 2
-        place[at] = 1 + commands + np.arange(fields)
-        place[at + 1] = 1 + commands + fields + np.arange(fields)
-        sorted_at = pa.array(order)
-        source = pa.concat_arrays([pa.array(["HSET"]), by_key.dictionary.take(pa.array(code[firsts])),
-                                   name.take(sorted_at), value.take(sorted_at)])
-        args, counts = [pc.take(source, pa.array(place))], [np.diff(np.append(starts, len(place)))]
+        args, counts, hashes = hset_commands(key, name, value)
         now = time.monotonic()
         renew_before = now - EXPIRY_RENEWAL_MS / 1000
-        expiring = [k for k in by_key.dictionary.to_pylist()
-                    if self.expiry_set.get(k, -math.inf) <= renew_before]
+        expiring = [k for k in hashes.to_pylist() if self.expiry_set.get(k, -math.inf) <= renew_before]
         if expiring:
-            ttl = str(LATEST_TTL_MS)
-            args.append(pa.array([arg for k in expiring for arg in ("PEXPIRE", k, ttl)], pa.string()))
-            counts.append(np.full(len(expiring), 3, np.int64))
-        execute_in_multi(client, packed(pa.concat_arrays(args), np.concatenate(counts)),
-                         commands + len(expiring))
+            expiry_args, expiry_counts = pexpire_commands(pa.array(expiring, pa.string()))
+            args, counts = pa.concat_arrays([args, expiry_args]), np.concatenate([counts, expiry_counts])
+        execute_in_multi(client, packed(args, counts), len(counts))
         self.expiry_set.update(dict.fromkeys(expiring, now))
+
+
+def hset_commands(key: pa.Array | pa.ChunkedArray, name: pa.Array | pa.ChunkedArray,
+                  value: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Array]:
+    """HSETs of fields (`key[i]`, `name[i]`) to `value[i]` (string arrays; a field once): a hash's fields in
+    one command (FIELDS_PER_HSET at most), hashes in the order they first come. Returns the commands'
+    arguments and each one's count (resp_commands.packed), and the distinct hash keys."""
+    key, name, value = (c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+                        for c in (key, name, value))
+    by_key = pc.dictionary_encode(key)
+    code = by_key.indices.to_numpy()
+    order = np.argsort(code, kind="stable")  # a hash's fields together, hashes by first appearance
+    code = code[order]
+    run_start = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+    position = np.arange(len(code)) - np.repeat(run_start, np.diff(np.append(run_start, len(code))))
+    first = (position % FIELDS_PER_HSET) == 0  # a command's first field
+    command = np.cumsum(first) - 1
+    firsts = np.flatnonzero(first)
+    commands, fields = len(firsts), len(code)
+    # HSET <key> <field> <value> ...: the source entries are "HSET", each command's key, names, values.
+    place = np.empty(2 * commands + 2 * fields, np.int64)
+    starts = 2 * np.arange(commands) + 2 * firsts
+    place[starts] = 0
+    place[starts + 1] = 1 + np.arange(commands)
+    at = 2 * np.arange(fields) + 2 * command + 2
+    place[at] = 1 + commands + np.arange(fields)
+    place[at + 1] = 1 + commands + fields + np.arange(fields)
+    sorted_at = pa.array(order)
+    source = pa.concat_arrays([pa.array(["HSET"]), by_key.dictionary.take(pa.array(code[firsts])),
+                               name.take(sorted_at), value.take(sorted_at)])
+    return pc.take(source, pa.array(place)), np.diff(np.append(starts, len(place))), by_key.dictionary
+
+
+def pexpire_commands(keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A PEXPIRE of LATEST_TTL_MS for each of `keys`, as hset_commands lays commands out."""
+    n = len(keys)
+    parts = pa.concat_arrays([pa.array(["PEXPIRE", str(LATEST_TTL_MS)], pa.string()), keys.cast(pa.string())])
+    place = np.empty(3 * n, np.int64)
+    place[0::3], place[1::3], place[2::3] = 0, 2 + np.arange(n), 1
+    return pc.take(parts, pa.array(place)), np.full(n, 3, np.int64)
 
 
 def _held(raw: bytes | None) -> tuple[int, int]:

@@ -42,19 +42,21 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
-from aggregator import latest_values, partition_lag, verdict_summaries
+from aggregator import latest_values, partition_lag, task_verdicts, task_writes, verdict_summaries
 from aggregator.batch_plan import offset_partials, offset_reports
 from aggregator.lag_arrays import EXACT_BELOW, lag_seconds
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.offset_history import METRICS, NO_DELTA, NOTHING, WINDOW_MS, OffsetHistory, window_number
 from aggregator.partition_lag import NEWEST_WINDOWS, Judged, _ceil_window, _end_offsets, _Policies, _Reports
+from aggregator.subject_cap import member
 from aggregator.window_partials import latest_schema
 from contract import redis_layout as layout
 
@@ -432,6 +434,7 @@ class RecordStats:
     deep: int = 0  # rows written to the deep record
     waited_s: float = 0.0  # waiting for the merge before a read of the stored windows
     bytes: int = 0  # the records' bytes, read and written
+    writes: task_writes.WriteStats = field(default_factory=task_writes.WriteStats)  # the task's own writes
 
 
 def judge(client: redis.Redis, keys: tuple[str, str], reports: pa.Table, partials: Mapping[str, pa.Table],
@@ -544,11 +547,15 @@ def judged_rows(judged: Judged) -> tuple[pa.Table, pa.Table, list[pa.Table]]:
 
 
 def judge_partials(client: redis.Redis, keys: tuple[str, str], windows: pa.Table, latest: pa.Table,
-                   merged: Callable[[redis.Redis], None]) -> tuple[pa.Table, pa.Table, pa.Table, RecordStats]:
+                   merged: Callable[[redis.Redis], None], writes: task_writes.TaskWrites
+                   ) -> tuple[pa.Table, pa.Table, pa.Table, RecordStats]:
     """A task's partials (window_partials.window_partials and latest_table rows of one Kafka partition, whose
     records are at `keys`) with its partition and group reports judged: its windows with each report's lag
-    in seconds joined as a partial, its latest values (VALUES_SCHEMA), its verdicts (verdict_summaries
-    .TABLE_SCHEMA) and what the judging did with the records."""
+    in seconds joined as a partial, the latest values and verdicts left for the driver to write
+    (VALUES_SCHEMA: those of subjects the cap has not admitted yet; the task writes the rest itself,
+    task_writes, as `writes` says), those verdicts as the columns of their replications' summaries
+    (verdict_summaries.TABLE_SCHEMA: the task keeps the others, task_verdicts) and what the judging did
+    with the records."""
     reports = offset_reports(latest) if latest.num_rows else latest_schema().empty_table()
     partials = offset_partials(windows)
     if not reports.num_rows and not any(t.num_rows for t in partials.values()):
@@ -556,4 +563,45 @@ def judge_partials(client: redis.Redis, keys: tuple[str, str], windows: pa.Table
         return windows, VALUES_SCHEMA.empty_table(), none, RecordStats()
     judged, stats = judge(client, keys, reports, partials, merged)
     values, verdicts, samples = judged_rows(judged)
-    return pa.concat_tables([windows, *samples]), values, verdicts, stats
+    verdict_rows = verdict_values(verdicts)
+    rows, written, stats.writes = task_writes.write_own(
+        client, writes, pa.concat_tables([values, verdict_rows]), _subjects_of(reports))
+    ids = task_writes.field_ids(verdict_rows)
+    applied = pc.is_in(ids, value_set=written).to_numpy(zero_copy_only=False)
+    pending = pc.is_in(ids, value_set=task_writes.field_ids(rows)).to_numpy(zero_copy_only=False)
+    place = task_verdicts.VerdictPlace(writes.target, writes.raw_topic, writes.kafka_partition)
+    stats.bytes += task_verdicts.keep_and_summarise(client, place, writes.now_ms, verdicts, applied, pending)
+    return pa.concat_tables([windows, *samples]), rows, verdicts.filter(pa.array(pending)), stats
+
+
+def verdict_values(verdicts: pa.Table) -> pa.Table:
+    """Verdicts (verdict_summaries.TABLE_SCHEMA) as the latest fields they are written to (VALUES_SCHEMA)."""
+    if not verdicts.num_rows:
+        return VALUES_SCHEMA.empty_table()
+    pairs = pc.binary_join_element_wise(verdicts["target"], verdicts["source"], "\x00").combine_chunks() \
+        .dictionary_encode()
+    keys = pa.array([layout.lag_verdicts_key(*p.split("\x00", 1)) for p in pairs.dictionary.to_pylist()],
+                    pa.string())
+    ts = pc.list_element(verdicts["ints"], verdict_summaries.TS)
+    return pa.table([keys.take(pairs.indices), verdicts["field"], ts, verdicts["text"]], schema=VALUES_SCHEMA)
+
+
+def _subjects_of(reports: pa.Table) -> task_writes.Subjects:
+    """The subject (target, source, subject_cap.member) of each latest field the task's `reports` write."""
+
+    def subjects(rows: pa.Table) -> list[tuple[str, str, str] | None]:
+        named: dict[tuple[str, str], tuple[str, str, str]] = {}
+        columns = [reports[c].to_pylist() for c in ("kind", "target", "source", "topic", "partition",
+                                                    "group")]
+        for kind, target, source, topic, partition, group in zip(*columns, strict=True):
+            fields = f"{topic}|{partition}"
+            if kind == "group":
+                key = layout.group_latest_key(target, source, group)
+                named[(key, fields)] = (target, source, member(topic, partition, group))
+                continue
+            subject = (target, source, member(topic, partition, None))
+            named[(layout.partition_latest_key(target, source, topic), str(partition))] = subject
+            named[(layout.lag_verdicts_key(target, source), fields)] = subject
+        return [named.get(k) for k in zip(rows["key"].to_pylist(), rows["field"].to_pylist(), strict=True)]
+
+    return subjects

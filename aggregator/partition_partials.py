@@ -7,7 +7,9 @@ records counted and dropped against the watermark the driver read, partial windo
 per subject and the invalid records' excerpts (window_partials). It then judges its partition and group
 reports (offset_records: lag in seconds, lag verdicts and their latest values, over its Kafka partition's
 offset records in Redis), each report's lag in seconds joining its partials as its own partition-level
-partial. A task answers with one row: its partials, latest values and verdicts as Arrow IPC streams. Raw
+partial, and writes their latest values and verdicts to Redis itself (task_writes, task_verdicts). A task
+answers with one row: its partials, and the latest values and verdicts of subjects met for the first time
+(the driver's subject cap screens those), as Arrow IPC streams. Raw
 metrics are keyed by topic partition (raw_metrics.placement_key: a group's reports beside their
 partition's), so a series' records share a Kafka partition, a group's task holds its partition's offset
 windows, and a task's partials are already one row per series x window; the driver only merges what several
@@ -21,6 +23,7 @@ Catalyst analysis each batch and a conversion of every partial into Spark rows a
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from aggregator import long_lived, offset_records, verdict_summaries, window_partials
+from aggregator import long_lived, offset_records, task_writes, verdict_summaries, window_partials
 from aggregator.raw_records import flat_table, late_counts, on_time
 from aggregator.window_partials import BatchPartials
 from clients import redis_connection
@@ -72,11 +75,16 @@ class PartitionPartials:
         del answer
         long_lived.return_freed_memory()
 
-    def _records_at(self, chunks: list[pa.RecordBatch]) -> tuple[redis.Redis, tuple[str, str]] | None:
-        """Where the task's offset records are (its Redis, their keys); None when it judges nothing."""
+    def _records_at(self, chunks: list[pa.RecordBatch]
+                    ) -> tuple[redis.Redis, tuple[str, str], task_writes.TaskWrites] | None:
+        """Where the task's offset records are (its Redis, their keys) and where it keeps what it wrote
+        (task_writes); None when it judges nothing."""
         if self.redis_url is None or self.target is None:
             return None
-        return _client(self.redis_url), layout.offset_record_keys(self.target, *_kafka_partition(chunks))
+        kafka_partition = _kafka_partition(chunks)
+        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+        return (_client(self.redis_url), layout.offset_record_keys(self.target, *kafka_partition),
+                task_writes.TaskWrites(self.target, *kafka_partition, now_ms))
 
     def _answer(self, chunks: list[pa.RecordBatch]) -> pa.RecordBatch | None:
         if not chunks or not any(chunk.num_rows for chunk in chunks):
@@ -94,8 +102,9 @@ class PartitionPartials:
         else:
             windows, latest = window_partials.window_partials(flat), window_partials.latest_table(flat)
             if records_at is not None:
+                client, keys, writes = records_at
                 windows, values, verdicts, stats = offset_records.judge_partials(
-                    *records_at, windows, latest, self.merged)
+                    client, keys, windows, latest, self.merged, writes)
         excerpts = window_partials.invalid_excerpts(flat)
         return pa.RecordBatch.from_pylist([{
             "worker_pid": os.getpid(), "records": records,

@@ -6,22 +6,16 @@ lookback before its report, as the batch leaves them (the sink's window history,
 evaluated at the report's `ts`: pure, so a replayed batch gives the same verdict.
 
 The summary of a replication needs every partition's verdict, while a batch holds a few partitions' reports:
-`ReplicationVerdicts` keeps them per replication as columns (verdict_summaries), loaded from Redis the first
-time a replication is met in this process (one hash, redis_layout.lag_verdicts_key), then following what the
-sink writes. One query is
-the only writer of its target's keys.
+each task keeps its own partitions' verdicts as columns and leaves its part of the summary
+(aggregator.task_verdicts), which the sink combines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import redis
-
-from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import series_id
 from contract import lag_verdicts
 from contract import redis_layout as layout
@@ -110,61 +104,3 @@ def batch_verdicts(reports: Iterable[tuple[Sequence[str], Mapping[str, Any], Any
             field_name = lag_verdicts.verdict_field(topic, int(partition))
             updates.setdefault((target, source), {})[field_name] = verdict
     return updates
-
-
-@dataclass
-class ReplicationVerdicts:
-    """Every partition's newest verdict per replication, as Redis holds them once the batch commits, as
-    columns (verdict_summaries.VerdictColumns)."""
-
-    known: dict[Pair, VerdictColumns] = field(default_factory=dict)
-
-    def missing(self, pairs: Iterable[Pair]) -> list[Pair]:
-        return sorted({p for p in pairs if p not in self.known})
-
-    def load_missing(self, client: redis.Redis, pairs: Iterable[Pair]) -> list[str]:
-        """Reads the replications not kept yet; returns the problems met (records skipped)."""
-        missing = self.missing(pairs)
-        if not missing:
-            return []
-        pipe = client.pipeline(transaction=False)
-        for target, source in missing:
-            pipe.hgetall(layout.lag_verdicts_key(target, source))
-        return [f"{pair}: {problem}" for pair, stored in zip(missing, pipe.execute(), strict=True)
-                for problem in self.load(pair, stored)]
-
-    def load(self, pair: Pair, stored: Mapping[bytes | str, bytes | str]) -> list[str]:
-        """What Redis holds for a replication; returns the problems met (records skipped)."""
-        names, records, texts, problems = [], [], [], []
-        for raw_field, raw in stored.items():
-            name = raw_field.decode() if isinstance(raw_field, bytes) else raw_field
-            try:
-                record = layout.decode_latest(raw)
-                lag_verdicts.verdict_of(record)
-            except ValueError as exc:
-                problems.append(f"{name}: {exc}")
-                continue
-            names.append(name)
-            records.append(record)
-            texts.append(raw.decode() if isinstance(raw, bytes) else raw)
-        self.known[pair] = VerdictColumns.of_records(names, records, texts)
-        return problems
-
-    def updated(self, updates: Mapping[Pair, VerdictColumns]) -> dict[Pair, VerdictColumns]:
-        """Every replication kept or updated, with `updates` applied where they are not older than what is
-        kept (the summaries are made of these: those not in the batch too, so that a replication whose
-        reports stopped is judged at the clock, its partitions turning STOP, while the aggregator runs).
-        Call commit() with the answer once the updates are in Redis."""
-        empty = VerdictColumns.empty()
-        return {pair: self.known.get(pair, empty).updated(updates.get(pair, empty))
-                for pair in sorted(set(self.known) | set(updates))}
-
-    def commit(self, updated: Mapping[Pair, VerdictColumns]) -> None:
-        self.known.update(updated)
-
-    def records(self) -> dict[Pair, dict[str, dict[str, Any]]]:
-        """Every verdict kept as a record, per replication and field (as Redis holds them)."""
-        return {pair: columns.records() for pair, columns in self.known.items()}
-
-    def clear(self) -> None:
-        self.known.clear()

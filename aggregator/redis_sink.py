@@ -22,12 +22,14 @@ A batch after its checkpoint's first (batch id > 0) that finds no sink state mea
 sink writes nothing and flags `state_lost` (the supervisor rebuilds from Kafka, aggregator.rebuild); its
 MULTI WATCHes the sink state, so a flush while the batch runs is caught too.
 
-Partitions' and groups' latest values and the partitions' lag verdicts come judged from the tasks
-(partition_partials, offset_records: the offset history is theirs, in Redis); the sink writes them (newest
-wins, latest_writes) and summarises the verdicts per replication (verdict_summaries). Replications' latest
-values need their recent record counts: window_history keeps what the sink wrote, with the batch's own
-partials merged in before its views. One query writes one target, so nothing else changes those keys in
-between.
+Partitions' and groups' latest values and the partitions' lag verdicts are judged and written by the tasks
+(partition_partials, offset_records, task_writes: newest wins, decided by each task over its own record in
+Redis), before the batch commits; the sink writes only those of subjects met for the first time, once its
+subject cap has screened them. Each task keeps its partitions' verdicts and leaves each replication's summary
+parts (task_verdicts); the sink combines them into every replication's summary at the batch's clock and keeps
+no verdict. Replications' latest values need their recent record counts: window_history keeps what the
+sink wrote, with the batch's own partials merged in before its views. One query writes one target, so
+nothing else changes those keys in between.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -50,8 +52,8 @@ from aggregator import (
     latest_values,
     long_lived,
     offset_records,
-    partition_verdicts,
     record_counts,
+    task_verdicts,
     verdict_summaries,
     window_partials,
 )
@@ -64,11 +66,12 @@ from aggregator.merge_thread import MergeThread
 from aggregator.partition_partials import SPARK_SCHEMA, PartitionPartials, collect
 from aggregator.raw_records import MAX_FUTURE_SKEW_MS
 from aggregator.subject_cap import SubjectBook
-from aggregator.verdict_summaries import TS, VerdictColumns
+from aggregator.verdict_summaries import VerdictColumns
 from aggregator.window_history import WindowHistory, load_stored
 from aggregator.window_partials import BatchPartials
 from aggregator.window_writer import WindowWriter, stage
 from clients import redis_connection
+from contract import lag_verdicts
 from contract import redis_layout as layout
 from contract.settings import DEFAULT_MAX_SUBJECTS
 
@@ -132,7 +135,6 @@ class RedisRollupSink:
         self._windows: WindowWriter | MergeThread | None = None
         self._in_batch = threading.Lock()  # held while a batch runs (close waits for it)
         self.history = WindowHistory(HISTORY_KEEP_MS)  # replications' record counts
-        self.verdicts = partition_verdicts.ReplicationVerdicts()  # every partition's lag verdict
         self.latest_writer = LatestWriter()  # what each latest field holds: newest wins, decided here
         self._batches_done = 0
         self.state_lost = False  # a batch found the sink state gone from Redis: nothing written since
@@ -210,7 +212,7 @@ class RedisRollupSink:
                   0 if batch_partials.values is None else batch_partials.values.num_rows, collected.bytes,
                   collected.tasks, (computed - began) * 1000, collected.stored_reads, collected.merge_wait_ms,
                   (time.monotonic() - computed) * 1000)
-        self.write(batch_partials, batch_id, state, require_state=batch_id > 0)
+        self.write(batch_partials, batch_id, state, require_state=batch_id > 0, now_ms=now_ms)
         self._batches_done += 1
         long_lived.settle_after_batch(self._batches_done)
 
@@ -245,15 +247,15 @@ class RedisRollupSink:
     def _forget(self) -> None:
         """Drops what the sink keeps of Redis: the next batch reads it again."""
         self.history.clear()
-        self.verdicts.clear()
         self.subjects.clear()
         self.latest_writer.clear()
         self._index_written.clear()
 
     def write(self, batch: BatchPartials | Iterable[Any], batch_id: int,
-              state: SinkState | None = None, require_state: bool = False) -> None:
-        """Commit one batch's partial windows, latest records and judged values and verdicts (the tasks',
-        partition_partials) to Redis, once: latest values, then its windows staged with the batch id, then
+              state: SinkState | None = None, require_state: bool = False, now_ms: int | None = None) -> None:
+        """Commit one batch's partial windows, latest records and the judged values and verdicts the tasks
+        left to it (partition_partials) to Redis, once: latest values and the lag summaries at `now_ms` (the
+        clock the batch's tasks were given; default now), then its windows staged with the batch id, then
         merged. Rows of one metric each are taken too (window_partials.of_windows). With `require_state`
         (a batch after the checkpoint's first), a sink state gone from Redis before the commit leaves the
         batch unwritten and sets `state_lost`."""
@@ -275,13 +277,12 @@ class RedisRollupSink:
         plan = BatchPlan.of(batch)
         planned = time.monotonic()
         try:
-            written = self._derive_latest(plan, batch)
+            written = self._derive_latest(plan, batch, _now_ms() if now_ms is None else now_ms)
             derived = time.monotonic()
             if not self._commit(plan, batch, batch_id, state, require_state):
                 return
         except Exception:
-            # From _derive_latest on, the kept history has the batch merged and the verdicts hold its
-            # verdicts: Redis may not.
+            # From _derive_latest on, the kept history has the batch merged: Redis may not.
             self._forget()
             raise
         self.subjects.committed()
@@ -295,46 +296,59 @@ class RedisRollupSink:
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
 
-    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials) -> int:
-        """Writes the batch's latest values (the tasks' of partitions and groups, the replications' derived
-        here), then the partitions' lag verdicts and their replications' summaries. Returns how many latest
-        values it wrote."""
+    def _derive_latest(self, plan: BatchPlan, batch: BatchPartials, now_ms: int) -> int:
+        """Writes the batch's latest values the tasks left to it (of subjects first met) and the
+        replications' (derived here), then every replication's lag summary at `now_ms`. Returns how many
+        latest values it wrote."""
         began = time.monotonic()
         judged = batch.values if batch.values is not None else offset_records.VALUES_SCHEMA.empty_table()
-        latest = LatestColumns(*(judged[c].to_pylist() for c in offset_records.VALUES_SCHEMA.names))
+        # The tasks wrote their fields (task_writes) but those of subjects first met, which the cap has just
+        # screened: written here once, newest wins over what Redis holds, nothing kept of them.
+        LatestWriter().write(self.client, LatestColumns(
+            *(judged[c].to_pylist() for c in offset_records.VALUES_SCHEMA.names)))
+        latest = LatestColumns()
         reads = history_reads({}, self._replication_records(plan))
         wanted = uncovered(reads, self.history.covers)
         if wanted:  # series not kept yet (or over too short a range)
             self.windows.wait_idle()  # Redis holds every staged batch's windows
             load_stored(self.history, self.client, wanted)
         latest.add_values(self._latest_values(plan, reads, earliest_starts(reads)))
-        # A failure fails the query: its restart reads the verdicts anew. The values first, their lag
-        # verdicts after: a partition's lag is readable that much sooner, and its verdict no later.
+        # A failure fails the query: its restart reads the summaries' parts anew. The values first, the
+        # summaries of the verdicts after.
         self.latest_writer.write(self.client, latest)
         written = time.monotonic()
-        verdicts = self._write_verdicts(VerdictColumns.by_replication(
-            batch.verdicts if batch.verdicts is not None else verdict_summaries.TABLE_SCHEMA.empty_table()),
-            _now_ms())
-        LOG.debug("%s: %d latest values (%d judged by the tasks) written in %.0f ms, %d verdicts and "
-                  "summaries in %.0f ms", self.query_name, len(latest), judged.num_rows,
-                  (written - began) * 1000, verdicts, (time.monotonic() - written) * 1000)
-        return len(latest)
+        summaries = self._write_summaries(
+            batch.verdicts if batch.verdicts is not None else verdict_summaries.TABLE_SCHEMA.empty_table(),
+            batch, now_ms)
+        LOG.debug("%s: %d latest values (%d of subjects first met, from the tasks) written in %.0f ms, %d "
+                  "lag summaries in %.0f ms", self.query_name, len(latest), judged.num_rows,
+                  (written - began) * 1000, summaries, (time.monotonic() - written) * 1000)
+        return len(latest) + judged.num_rows
 
-    def _write_verdicts(self, updates: Mapping[partition_verdicts.Pair, VerdictColumns], now_ms: int) -> int:
-        """The batch's verdicts (per replication, of distinct fields) and the summary at `now_ms` of every
-        replication kept; how many values."""
-        for problem in self.verdicts.load_missing(self.client, updates):
-            LOG.warning("skipping a stored lag verdict: %s", problem)
-        updated = self.verdicts.updated(updates)
+    def _write_summaries(self, first_met: pa.Table, batch: BatchPartials, now_ms: int) -> int:
+        """Every replication's lag summary at `now_ms`: its tasks' parts (task_verdicts) combined, with the
+        part of the verdicts of subjects first met (`first_met`, verdict_summaries.TABLE_SCHEMA: not kept by
+        a task yet). How many summaries."""
+        parts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for target in self._targets(batch):
+            for pair, stored in task_verdicts.stored_parts(self.client, target, now_ms).items():
+                parts.setdefault(pair, []).extend(stored)
+        for pair, columns in VerdictColumns.by_replication(first_met).items():
+            parts.setdefault(pair, []).append(columns.parts(now_ms))
         values = LatestColumns()
-        for pair, fresh in updates.items():
-            values.add(itertools.repeat(layout.lag_verdicts_key(*pair), len(fresh)), fresh.fields,
-                       fresh.ints[:, TS].tolist(), fresh.text)
-        values.add_values((layout.replication_status_key(t, s), "lag", columns.summary(now_ms))
-                          for (t, s), columns in updated.items())
+        values.add_values((layout.replication_status_key(*pair), "lag",
+                           lag_verdicts.combined_summary(replication_parts, now_ms))
+                          for pair, replication_parts in sorted(parts.items()))
         self.latest_writer.write(self.client, values)
-        self.verdicts.commit(updated)
         return len(values)
+
+    def _targets(self, batch: BatchPartials) -> list[str]:
+        """The target whose tasks' summary parts the sink combines: its own, or (a sink not given one) those
+        its batch names."""
+        if self.target is not None:
+            return [self.target]
+        return sorted(set(pc.unique(batch.windows["target"]).to_pylist()) - {None}) \
+            if batch.windows.num_rows else []
 
     def _commit(self, plan: BatchPlan, batch: BatchPartials, batch_id: int, state: SinkState,
                 require_state: bool) -> bool:

@@ -187,7 +187,8 @@ def without(batch: BatchPartials, refused: Mapping[Replication, Collection[str]]
 
 def _judged_without(values: pa.Table, verdicts: pa.Table, refused: Mapping[Replication, Collection[str]]
                     ) -> tuple[pa.Table, pa.Table]:
-    """The tasks' latest values and verdicts (offset_records) without those of the `refused` subjects."""
+    """The tasks' latest values and verdicts (offset_records) without those of the `refused` subjects (the
+    values, the fields left to the driver to write, hold verdicts too)."""
     value_fields, verdict_fields = [], []
     for (target, source), members in refused.items():
         for member in members:
@@ -197,6 +198,8 @@ def _judged_without(values: pa.Table, verdicts: pa.Table, refused: Mapping[Repli
             else:
                 key, name = layout.partition_latest_key(target, source, topic), partition
                 verdict_fields.append(f"{target}\x00{source}\x00{topic}|{partition}")
+                # its verdict, among the fields left to the driver to write (offset_records.verdict_values)
+                value_fields.append(f"{layout.lag_verdicts_key(target, source)}\x00{topic}|{partition}")
             value_fields.append(f"{key}\x00{name}")
 
     def kept(rows: pa.Table, columns: list[str], refused_keys: list[str]) -> pa.Table:

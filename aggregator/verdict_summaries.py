@@ -1,25 +1,25 @@
 """A replication's partition verdicts as columns, and its summary of them (contract.lag_verdicts.
 summary_record) as array operations over those columns.
 
-The sink keeps every partition's newest verdict of each replication it writes and summarises every
-replication it keeps at every batch (a replication whose reports stopped is judged at the clock). Over
-100,000 partitions, verdicts kept as records (a dict of 13 fields a partition, built for each report,
-merged into a dict a replication, summarised a record at a time) cost ~2.5 s of the driver's Python a
-batch and ~1 KB a partition. Here a replication's verdicts are columns, a row a verdict field
-(`<topic>|<partition>`), beside each verdict's JSON as written: a batch's verdicts replace rows by `ts`
-(newest wins) as array operations; the summary's aging (STOP once a silence passes its bound), worst
-partition, most lagging one, total lag and first moment a verdict can change are numpy; only the problems
-(the partitions at WARN or worse, which the summary lists whole) and the most lagging partition become
-records again, parsed from their JSON. A replication holding an integer past 2^53 (exact only in Python)
-is summarised by lag_verdicts.summary_record over its records.
-tests/aggregator/test_verdict_summaries.py checks both agree.
+A replication's partitions are judged in several tasks (one a Kafka partition of the raw-metrics topic): each
+keeps its own partitions' verdicts (aggregator.task_verdicts) and makes their summary parts
+(lag_verdicts.summary_parts) at every batch, which the sink combines (lag_verdicts.combined_summary). Over
+100,000 partitions, verdicts kept as records (a dict of 13 fields a partition, merged into a dict a
+replication, summarised a record at a time) cost ~2.5 s of the driver's Python a batch and ~1 KB a partition.
+Here a replication's verdicts are columns, a row a verdict field (`<topic>|<partition>`), beside each
+verdict's JSON as written (or None where it is not held: then read when the parts list the verdict); the
+parts' aging (STOP once a silence passes its bound), worst partition, most lagging one, total lag and first
+moment a verdict can change are numpy; only the problems (the partitions at WARN or worse, which the
+summary lists whole) and the most lagging partition become records again, parsed from their JSON. A
+replication holding an integer past 2^53 (exact only in Python) is summarised by lag_verdicts.summary_parts
+over its records. tests/aggregator/test_verdict_summaries.py checks both agree.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -87,7 +87,6 @@ class VerdictColumns:
     complete: np.ndarray  # float64
     seconds: np.ndarray  # float64 lag in seconds, NaN for none
     inexact: np.ndarray  # bool
-    _index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
     _order: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -128,11 +127,6 @@ class VerdictColumns:
     def records(self) -> dict[str, dict[str, Any]]:
         """field -> verdict record, as Redis holds them."""
         return {name: self.record(row) for row, name in enumerate(self.fields)}
-
-    def index(self) -> dict[str, int]:
-        if self._index is None:
-            self._index = {name: row for row, name in enumerate(self.fields)}
-        return self._index
 
     def taken(self, rows: Sequence[int]) -> VerdictColumns:
         """The verdicts at `rows`, in that order."""
@@ -177,50 +171,6 @@ class VerdictColumns:
                 mine["inexact"].to_numpy().astype(bool))
         return out
 
-    @staticmethod
-    def joined(parts: Sequence[VerdictColumns]) -> VerdictColumns:
-        """Verdicts of distinct fields, one after the other."""
-        if len(parts) == 1:
-            return parts[0]
-        return VerdictColumns(
-            [x for p in parts for x in p.fields], [x for p in parts for x in p.text],
-            [x for p in parts for x in p.topic], [x for p in parts for x in p.partition],
-            **{c: np.concatenate([getattr(p, c) for p in parts]) for c in _ARRAYS})
-
-    def updated(self, fresh: VerdictColumns) -> VerdictColumns:
-        """These verdicts with `fresh` (distinct fields) applied where not older (newest `ts` wins, equal
-        replaces): a new object, these stay as they are (the summary is made before the write, kept after)."""
-        if not len(fresh):
-            return self
-        index = self.index()
-        at = np.fromiter((index.get(name, -1) for name in fresh.fields), np.int64, len(fresh))
-        known = at >= 0
-        replaced = np.flatnonzero(known)
-        replaced = replaced[self.ints[at[replaced], TS] <= fresh.ints[replaced, TS]]
-        added = np.flatnonzero(~known)
-        out = replace(self, text=list(self.text), **{c: getattr(self, c).copy() for c in _ARRAYS})
-        out._index, out._order = index, self._order
-        if len(replaced):
-            rows, new = at[replaced], replaced.tolist()
-            for c in _ARRAYS:
-                getattr(out, c)[rows] = getattr(fresh, c)[replaced]
-            moved = False
-            for row, k in zip(rows.tolist(), new, strict=True):
-                out.text[row] = fresh.text[k]
-                was, now = (self.topic[row], self.partition[row]), (fresh.topic[k], fresh.partition[k])
-                moved = moved or was != now
-            if moved:  # a record that named another partition than its field (read back from Redis)
-                out.topic, out.partition = list(self.topic), list(self.partition)
-                for row, k in zip(rows.tolist(), new, strict=True):
-                    out.topic[row], out.partition[row] = fresh.topic[k], fresh.partition[k]
-                out._order = None
-        if len(added):
-            extra = fresh.taken(added.tolist())
-            out = VerdictColumns.joined([out, extra])
-            out._index = dict(index)
-            out._index.update((name, len(self) + k) for k, name in enumerate(extra.fields))
-        return out
-
     def order(self) -> np.ndarray:
         """Every row in partition order (topic, then partition), as the evaluation lists them: one stable
         lexsort (numpy compares str by code point, as Python does, but drops trailing NULs), or Python's
@@ -237,15 +187,22 @@ class VerdictColumns:
 
     def summary(self, at_ms: int) -> dict[str, Any]:
         """lag_verdicts.summary_record of these verdicts at `at_ms`."""
+        return lag_verdicts.combined_summary([self.parts(at_ms)], at_ms)
+
+    def parts(self, at_ms: int, texts: Callable[[list[int]], list[str]] | None = None) -> dict[str, Any]:
+        """lag_verdicts.summary_parts of these verdicts at `at_ms`. A row whose `text` is None (a task's kept
+        verdicts: only their columns are kept) gets it from `texts` (its rows -> their JSON, as Redis holds
+        them) when the parts list its record."""
         if not len(self) or self.inexact.any():
-            return lag_verdicts.summary_record(list(self.records().values()), at_ms)
+            self._fill(texts, range(len(self)))
+            return lag_verdicts.summary_parts(list(self.records().values()), at_ms)
         ints = self.ints
         start, end, lookback = ints[:, START], ints[:, END], ints[:, LOOKBACK]
         within = (end == _NONE) | (end >= at_ms - lookback)
         order = self.order()
         rows = order[within[order]]
         if not len(rows):
-            return lag_verdicts.summary_record([], at_ms)
+            return lag_verdicts.empty_parts(at_ms)
         start, end, lookback, current = start[rows], end[rows], lookback[rows], ints[rows, CURRENT]
         observed = (start != _NONE) & (end != _NONE)
         stop_at = end + np.maximum(end - start, ints[rows, STOP_AFTER]) + 1
@@ -261,19 +218,32 @@ class VerdictColumns:
         seconds = self.seconds[rows]
         exact_sum = int(np.abs(current).max()) * len(rows) < _NEVER  # else int64 could overflow
         total = int(current.sum()) if exact_sum else sum(current.tolist())
+        problems = np.flatnonzero(status != _OK).tolist()
+        self._fill(texts, [int(rows[k]) for k in (most, *problems)])
 
         def aged(k: int) -> dict[str, Any]:
             return {**self.record(int(rows[k])), "status": STATUSES[status[k]], "reason": REASONS[reason[k]]}
 
         until = int(changes.min())
+        row = int(rows[worst])
         return {
-            "ts": at_ms, "partitions": len(rows), "status": STATUSES[status[worst]],
-            "reason": REASONS[reason[worst]],
-            "complete": int(np.count_nonzero(self.complete[rows] == 1.0)) / len(rows), "total_lag": total,
-            "max_lag": aged(most), "problems": [aged(k) for k in np.flatnonzero(status != _OK).tolist()],
+            "ts": at_ms, "partitions": len(rows),
+            "worst": [self.topic[row], self.partition[row], STATUSES[status[worst]], REASONS[reason[worst]]],
+            "complete": int(np.count_nonzero(self.complete[rows] == 1.0)), "total_lag": total,
+            "max_lag": aged(most), "problems": [aged(k) for k in problems],
             "lag_seconds": None if np.isnan(seconds).all() else float(np.nanmax(seconds)),
             "valid_until_ms": None if until == _NEVER else until,
         }
+
+    def _fill(self, texts: Callable[[list[int]], list[str]] | None, rows: Iterable[int]) -> None:
+        """The JSON of `rows` whose text is not held, from `texts`."""
+        missing = [row for row in dict.fromkeys(rows) if self.text[row] is None]
+        if not missing:
+            return
+        if texts is None:
+            raise ValueError(f"{len(missing)} verdicts without their JSON")
+        for row, text in zip(missing, texts(missing), strict=True):
+            self.text[row] = text
 
 
 def summary_record(records: Sequence[Mapping[str, Any]], at_ms: int) -> dict[str, Any]:

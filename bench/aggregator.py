@@ -132,18 +132,16 @@ def main() -> None:
         return
     growth = float("nan")
     with bench_stack(args.spark_conf, args.memory_timeline) as stack:
-        drained = throughput(stack.spark, stack.bootstrap, stack.redis_url, stack.work, "tput", args.series,
-                             args.periods, args.max_offsets)
+        drained = throughput(stack, "tput", args.series, args.periods, args.max_offsets)
         print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "
               f"batches of {args.max_offsets} records")
         if not args.skip_growth:
-            baseline = throughput(stack.spark, stack.bootstrap, stack.redis_url, stack.work, "tput1x",
-                                  args.series, args.periods, args.max_offsets // GROWTH, every=GROWTH)
+            baseline = throughput(stack, "tput1x", args.series, args.periods, args.max_offsets // GROWTH,
+                                  every=GROWTH)
             growth = drained.cpu_per_batch_s / baseline.cpu_per_batch_s
             print(f"driver CPU per batch: {drained.cpu_per_batch_s * 1000:.0f} ms at {GROWTH}x records per "
                   f"series, {baseline.cpu_per_batch_s * 1000:.0f} ms at 1x")
-        samples = freshness(stack.spark, stack.bootstrap, stack.redis_url, stack.work, args.series, args.rate,
-                            args.seconds, args.warm_up)
+        samples = freshness(stack, args.series, args.rate, args.seconds, args.warm_up)
         stack.tree_peak_mb()
     p50, p99 = percentiles(samples)
     print(f"ratio to targets: rps {drained.rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "

@@ -36,20 +36,17 @@ def run(args: argparse.Namespace) -> None:
     """The line over args' shape (--series, --periods, --rate, --seconds, --warm-up, --max-offsets,
     --spark-conf)."""
     with bench_stack(args.spark_conf, args.memory_timeline) as stack:
-        stack.memory.run(f"tput {args.series} series")
-        drained = throughput(stack.spark, stack.bootstrap, stack.redis_url, stack.work, "tput", args.series,
-                             args.periods, args.max_offsets)
+        stack.sampler.run(f"tput {args.series} series")
+        drained = throughput(stack, "tput", args.series, args.periods, args.max_offsets)
         print(f"driver: RSS {DriverLoad.rss_mb('VmRSS'):.0f} MB, peak {DriverLoad.rss_mb():.0f} MB after "
               f"batches of {args.max_offsets} records")
-        stack.memory.run(f"tput1x {args.series // FEWER} series")
-        fewer = throughput(stack.spark, stack.bootstrap, stack.redis_url, stack.work, "tput1x",
-                           args.series // FEWER, args.periods * FEWER, args.max_offsets)
+        stack.sampler.run(f"tput1x {args.series // FEWER} series")
+        fewer = throughput(stack, "tput1x", args.series // FEWER, args.periods * FEWER, args.max_offsets)
         growth = drained.cpu_per_batch_s / fewer.cpu_per_batch_s
         print(f"driver CPU per batch: {drained.cpu_per_batch_s * 1000:.0f} ms at {args.series} series, "
               f"{fewer.cpu_per_batch_s * 1000:.0f} ms at {args.series // FEWER}")
-        stack.memory.run(f"fresh {args.series} series")
-        samples = freshness(stack.spark, stack.bootstrap, stack.redis_url, stack.work, args.series, args.rate,
-                            args.seconds, args.warm_up)
+        stack.sampler.run(f"fresh {args.series} series")
+        samples = freshness(stack, args.series, args.rate, args.seconds, args.warm_up)
         peak_mb = stack.tree_peak_mb()
     p50, p99 = percentiles(samples)
     print(f"ratio to targets: rps {drained.rps / TARGET_RPS:.2f}x of {TARGET_RPS}, "

@@ -4,13 +4,14 @@ The aggregator bench runs every part on one 2-core machine: the Spark JVM (drive
 local mode), the executors' Python workers, the Spark driver's Python process and its merge
 child, Redis, the Kafka broker. What limits a figure is often not one stage but the machine's CPU:
 CpuBudget samples each part's CPU seconds so a span (the steady batches) can be split by part.
+The aggregator benches sample from a process of their own (bench/sampler.py), never from a thread of
+the driver they measure: `driver` is the Spark driver's pid, not necessarily this process's.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import multiprocessing
 import os
 import re
 import threading
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import redis
 
@@ -84,15 +85,31 @@ def command(entry: Path) -> list[bytes]:
 
 
 def children(pid: int) -> list[int]:
-    """Child processes but the JVM (the bench's input producer; in local mode the JVM is a child too, and
-    it runs the executors)."""
+    """Child processes but the JVM (in local mode the JVM is a child too, and it runs the executors), Redis
+    (the bench starts its redis-server from the driver's process) and the bench's sampler: an older
+    aggregator's merge child, the bench's input producer while it runs."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = stat_fields(entry / "stat")
-            if fields and int(fields[1]) == pid and b"java" not in command(entry)[0]:
-                out.append(int(entry.name))
+            if fields and int(fields[1]) == pid and not is_sampler(entry):
+                program = command(entry)[0]
+                if b"java" not in program and b"redis-server" not in program:
+                    out.append(int(entry.name))
     return out
+
+
+# The name the bench's sampling process gives itself (/proc/PID/comm, at most 15 characters): a part of no
+# figure, and told apart from the bench's other Python children (the input producer) by it.
+SAMPLER_COMM = "srm-bench-samp"
+SAMPLER = "bench: sampler"  # its CPU, under a name budget_line neither shows nor counts in a total
+
+
+def is_sampler(entry: Path) -> bool:
+    try:
+        return (entry / "comm").read_text().strip() == SAMPLER_COMM
+    except OSError:
+        return False
 
 
 def descends_from(pid: int, ancestor: int) -> bool:
@@ -115,6 +132,8 @@ def part_of(pid: int, driver: int) -> str | None:
         return "driver"
     if not descends_from(pid, driver):
         return None
+    if is_sampler(Path(f"/proc/{pid}")):
+        return SAMPLER
     argv = command(Path(f"/proc/{pid}"))
     cmd = b" ".join(argv)
     if b"java" in argv[0]:
@@ -125,58 +144,61 @@ def part_of(pid: int, driver: int) -> str | None:
         return "redis"
     if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
         return "python workers"
-    # The driver's own children: the bench's input producer (a pool worker); the aggregator has none.
-    known = any(child.pid == pid for child in multiprocessing.active_children())
-    return "input producer" if known else None
+    # The driver's own Python children but the sampler: the bench's input producer (a pool worker started
+    # by spawn); the aggregator has none.
+    return "input producer" if b"--multiprocessing-fork" in argv else None
 
 
-class BenchThreads:
-    """The bench's own threads in the driver process (polling Redis, sampling CPU), left out of its CPU:
-    the last ticks read of each is kept once it ends, as the process's ticks keep what it used."""
-
-    def __init__(self) -> None:
-        self.tids: set[int] = set()
-        self._ticks: dict[int, int] = {}
-
-    def ticks(self) -> int:
-        for tid in list(self.tids):  # the bench's threads add theirs meanwhile
-            self._ticks[tid] = max(self._ticks.get(tid, 0), ticks(Path(f"/proc/self/task/{tid}/stat")))
-        return sum(self._ticks.values())
-
-
-class CpuBudget:
-    """Samples every EVERY_S, in a thread of its own, each part's CPU seconds (a process that ended keeps
-    what it used); `between(a, b)` is what each part used from time a to time b."""
+class Sampling:
+    """Takes a sample every EVERY_S in a thread of its own, from start() to stop() (a sample that fails is
+    logged and lost, not the figure). Pickled (the bench's sampler gets it from the driver and sends it
+    back with its samples), it leaves its thread and what RUNTIME names behind."""
 
     EVERY_S = 0.5
+    RUNTIME: tuple[str, ...] = ("_stop", "_thread")
 
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, dict[str, float]]] = []
-        self._ticks: dict[tuple[str, int], int] = {}  # (part, pid or JVM thread id) -> ticks
-        self._parts: dict[int, str | None] = {}
-        self._thread_kinds: dict[int, str] = {}  # JVM thread id -> what it does (named once, at start)
-        self.bench_threads = BenchThreads()  # shared with the bench's other CPU clock (bench/aggregator.py)
+    def start(self) -> Self:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True, name=type(self).__name__)
         self._thread.start()
+        return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
     def _run(self) -> None:
-        self.bench_threads.tids.add(threading.get_native_id())
         while not self._stop.is_set():
             try:
-                self.sample()
-            except Exception as error:  # a sample lost, not the whole split
-                LOG.warning("CPU sample failed: %s", error)
+                self.take()
+            except Exception as error:
+                LOG.warning("%s: a sample failed: %s", type(self).__name__, error)
             self._stop.wait(self.EVERY_S)
 
+    def take(self) -> None:
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name not in self.RUNTIME}
+
+
+class CpuBudget(Sampling):
+    """Samples every EVERY_S each part's CPU seconds (a process that ended keeps what it used) of the
+    driver `driver` (by default this process) and its descendants; `between(a, b)` is what each part
+    used from time a to time b."""
+
+    def __init__(self, driver: int | None = None) -> None:
+        self.driver = driver or os.getpid()
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._ticks: dict[tuple[str, int], int] = {}  # (part, pid or JVM thread id) -> ticks
+        self._parts: dict[int, str | None] = {}
+        self._thread_kinds: dict[int, str] = {}  # JVM thread id -> what it does (named once, at start)
+
+    def take(self) -> None:
+        self.sample()
+
     def sample(self) -> None:
-        driver = os.getpid()
+        driver = self.driver
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -187,8 +209,6 @@ class CpuBudget:
             if part is None:
                 continue
             used = ticks(entry / "stat", with_children=part == "redis")
-            if part == "driver":
-                used -= self.bench_threads.ticks()
             self._ticks[(part, pid)] = max(self._ticks.get((part, pid), 0), used)
             if part == "spark JVM":
                 self._jvm_threads(entry)
@@ -263,10 +283,11 @@ class RunPeak:
         return text
 
 
-class TreeMemory:
-    """The aggregator's whole process tree (AGGREGATOR_PARTS: the driver, the JVM that runs the executors
-    in local mode, the executors' Python workers, the sink's children) summed at each sample; `peak_mb`
-    is the greatest sum seen. A sum of each process's own peak (VmHWM) would add peaks that never met.
+class TreeMemory(Sampling):
+    """The aggregator's whole process tree (AGGREGATOR_PARTS: the driver `driver`, the JVM that runs the
+    executors in local mode, the executors' Python workers, the sink's children) summed at each sample;
+    `peak_mb` is the greatest sum seen. A sum of each process's own peak (VmHWM) would add peaks that never
+    met.
 
     A bench names its runs (`run`): each gets its own peak by part (RunPeak), so a figure over several runs
     says which run and which part set it. `probes` read what RSS does not split (the driver's Arrow pool,
@@ -274,48 +295,35 @@ class TreeMemory:
 
     EVERY_S = 0.25
     PROBE_EVERY = 4  # samples: a probe may call into the JVM (py4j), once a second is enough
+    RUNTIME = (*Sampling.RUNTIME, "_probes", "_timeline")
 
-    def __init__(self, probes: dict[str, Callable[[], float]] | None = None,
+    def __init__(self, driver: int, probes: dict[str, Callable[[], float]] | None = None,
                  timeline: Path | None = None) -> None:
+        self.driver = driver
         self.peak_mb = 0.0
         self.peak_parts: dict[str, float] = {}  # each part's share of the peak
         self.runs: dict[str, RunPeak] = {}
-        self._run = "start"
-        self.probes = probes or {}
+        self._run_name = "start"
+        self._probes = probes or {}
         self._readings: dict[str, float] = {}
         self._timeline = timeline.open("w", buffering=1) if timeline else None  # kept if the run is cut
         self._samples = 0
         self._parts: dict[int, str | None] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run_samples, daemon=True)
-
-    def start(self) -> TreeMemory:
-        self._thread.start()
-        return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().stop()
         if self._timeline:
             self._timeline.close()
 
     def run(self, name: str) -> None:
         """What follows is the bench's run `name` (its own peak)."""
-        self._run = name
+        self._run_name = name
 
-    def _run_samples(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._take()
-            except Exception as error:  # a sample lost, not the figure
-                LOG.warning("memory sample failed: %s", error)
-            self._stop.wait(self.EVERY_S)
-
-    def _take(self) -> None:
+    def take(self) -> None:
         workers: dict[int, float] = {}
         parts = self.sample(workers)
         if self._samples % self.PROBE_EVERY == 0:
-            for name, probe in self.probes.items():
+            for name, probe in self._probes.items():
                 try:
                     self._readings[name] = probe()
                 except Exception as error:  # the JVM stopping: the last reading stays
@@ -324,7 +332,7 @@ class TreeMemory:
         total = sum(parts.values())
         if total > self.peak_mb:
             self.peak_mb, self.peak_parts = total, parts
-        run = self.runs.setdefault(self._run, RunPeak())
+        run = self.runs.setdefault(self._run_name, RunPeak())
         if total > run.mb:
             run.mb, run.parts, run.probes = total, parts, dict(self._readings)
             run.workers = sorted(workers.values(), reverse=True)
@@ -333,12 +341,12 @@ class TreeMemory:
         if self._timeline:
             values = " ".join(f"{name}={mb:.0f}" for name, mb in [*parts.items(), *self._readings.items()])
             workers_text = ",".join(f"{mb:.0f}" for mb in sorted(workers.values(), reverse=True))
-            self._timeline.write(f"{time.time():.2f} {self._run} total={total:.0f} {values} "
+            self._timeline.write(f"{time.time():.2f} {self._run_name} total={total:.0f} {values} "
                                  f"workers={workers_text}\n")
 
     def sample(self, workers: dict[int, float] | None = None) -> dict[str, float]:
         """Each part's resident MB now (and each Python worker's, into `workers`)."""
-        driver = os.getpid()
+        driver = self.driver
         parts: dict[str, float] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():

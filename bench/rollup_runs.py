@@ -16,8 +16,11 @@ local[2] Spark, the Spark driver being the bench's own process.
 2. Driver load, measured in the same run (`DriverLoad`): the Arrow bytes the driver process collects from
    Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this process (the Spark
    driver's Python side, where foreachBatch runs) plus its children (an aggregator before had a merge
-   child), over the same span as the records/s, less the bench's own polling thread. The JVM is left
-   out: in local[2] it hosts the executors too.
+   child) but the bench's sampler, over the same span as the records/s. The JVM is left out: in local[2]
+   it hosts the executors too. So is Redis: the bench starts its redis-server from this process, and until
+   2026-11-29 (s32) the driver's CPU, and so `driver_cpu_series_growth`, counted that server's own CPU
+   (not its AOF rewrites) as the driver's: at 100,000 series ~2-3.5 of the 5.6-9.1 CPU s a batch
+   it printed that morning.
 3. Freshness (`freshness`): records are produced live at RATE records/s (ts = now); a probe partition's
    latest value is polled in Redis, freshness = when its new `ts` became readable - that ts. The first
    --warm-up seconds of live input are not counted: the query's first batch with input starts the
@@ -29,8 +32,11 @@ local[2] Spark, the Spark driver being the bench's own process.
    in cores over the measured freshness span: on 2 cores the parts compete, so the limiting stage is often
    the machine, not one part. The freshness line ends with the CPU the hypervisor gave other guests over
    the span (host steal): a run slowed by its host, not by its own parts, shows there.
-Both inputs are produced by a process of its own (in_child): the bench's process is the Spark driver
-and holds only what an aggregator holds.
+Both inputs are produced by a process of its own (in_child), and everything the bench samples (merge
+times, the probe's value, CPU by part, memory) is sampled by one more (bench/sampler.py): the bench's
+process is the Spark driver and runs only what an aggregator runs, but for one thread that reads its
+Arrow pool once a second. Until 2026-11-29 the sampling ran in threads of the driver, which took the
+GIL from the threads they measured at 100,000 series (their CPU was left out of the driver's figure).
 """
 
 from __future__ import annotations
@@ -42,20 +48,18 @@ import multiprocessing
 import os
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import cast
+from typing import Self, cast
 
 import pyarrow as pa
 import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from py4j.java_gateway import JavaObject
 from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.streaming import StreamingQuery
@@ -66,14 +70,15 @@ from aggregator.session import build_session
 from bench.process_cpu import (
     CLOCK_TICKS,
     HOST_STEAL,
-    BenchThreads,
+    SAMPLER,
     CpuBudget,
-    TreeMemory,
+    Sampling,
     budget_line,
     children,
     fixed_work_cpu_ms,
     ticks,
 )
+from bench.sampler import Sampler
 from contract import redis_layout as layout
 from contract.records.raw_metrics import PartitionMetrics
 from contract.replication_policy import metrics_topic
@@ -177,16 +182,12 @@ def produce_live(bootstrap: str, source: str, series: int, rate: int, seconds: i
 
 
 class DriverLoad:
-    """What the driver process takes: Arrow bytes collected from Spark, and CPU (this process and its
-    children but the JVM, less the bench's polling thread)."""
+    """What the driver process takes: Arrow bytes collected from Spark (its CPU: MergeClock)."""
 
     collected_total = 0  # bytes of every table DataFrame.toArrow returned in this process
 
     def __init__(self) -> None:
         self._collected_before = DriverLoad.collected_total
-        self.bench_threads = BenchThreads()  # the bench's threads, left out of the driver's CPU
-        self._children: list[int] = []
-        self._children_at = -1e9
 
     @property
     def collected_bytes(self) -> int:
@@ -206,14 +207,6 @@ class DriverLoad:
         # A deliberate patch of Spark's method, which mypy refuses (and misreads counted's self).
         ClassicDataFrame.toArrow = counted  # type: ignore[method-assign, assignment]
 
-    def cpu_seconds(self) -> float:
-        used = ticks(Path("/proc/self/stat")) - self.bench_threads.ticks()
-        # The children (an older aggregator's merge child) are looked up once a second, not at every sample: a
-        # scan of /proc took 1-2 ms, and the clock samples every 50 ms.
-        if time.monotonic() - self._children_at > 1.0:
-            self._children, self._children_at = children(os.getpid()), time.monotonic()
-        return (used + sum(ticks(Path(f"/proc/{child}/stat")) for child in self._children)) / CLOCK_TICKS
-
     @staticmethod
     def rss_mb(field: str = "VmHWM", pid: int | str = "self") -> float:
         """A process's (the driver's by default) peak (VmHWM) or current (VmRSS) resident memory."""
@@ -222,46 +215,51 @@ class DriverLoad:
         return int(line.split()[1]) / 1024
 
 
-class MergeClock:
+class MergeClock(Sampling):
     """When the query's applied batch id (aggregator.window_writer: merged at every size) reached each
-    value, polled, and the driver's CPU then; when the batch merged at the finest size (10 s windows) did;
-    the driver's CPU every CPU_EVERY_S too."""
+    value, polled every EVERY_S, and the driver's CPU then; when the batch merged at the finest size (10 s
+    windows) did; the driver's CPU every CPU_EVERY_S too. Made in the driver (its pid is the driver's),
+    run by the bench's sampler."""
 
+    EVERY_S = 0.005
     CPU_EVERY_S = 0.05
+    RUNTIME = (*Sampling.RUNTIME, "_client", "_children", "_children_at")
 
-    def __init__(self, client: redis.Redis, query: StreamingQuery, load: DriverLoad) -> None:
+    def __init__(self, redis_url: str, query: StreamingQuery) -> None:
         scope = query_scope(query.name, str(query.id))
         self.key, self.finest_key = layout.applied_batch_key(scope), layout.finest_applied_batch_key(scope)
-        self.client = client
-        self.load = load
+        self.redis_url = redis_url
+        self.driver = os.getpid()
         self.seen: list[tuple[float, int, float]] = []
         self.finest_seen: list[tuple[float, int]] = []
         self.cpu: list[tuple[float, float]] = []  # (time, driver CPU s)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
 
-    def _poll(self) -> None:
-        tid = threading.get_native_id()
-        self.load.bench_threads.tids.add(tid)
-        try:
-            while not self._stop.is_set():
-                raw, finest = cast(list[bytes | None], self.client.mget(self.key, self.finest_key))
-                if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
-                    self.seen.append((time.time(), int(raw), self.load.cpu_seconds()))
-                # Absent, the finest size is where every size is (window_writer._applied).
-                merged = max((int(v) for v in (raw, finest) if v is not None), default=None)
-                if merged is not None and (not self.finest_seen or merged != self.finest_seen[-1][1]):
-                    self.finest_seen.append((time.time(), merged))
-                if not self.cpu or time.time() - self.cpu[-1][0] >= self.CPU_EVERY_S:
-                    self.cpu.append((time.time(), self.load.cpu_seconds()))
-                time.sleep(0.005)
-        finally:
-            self.load.bench_threads.tids.discard(tid)
+    def start(self) -> Self:
+        self._client = redis.Redis.from_url(self.redis_url)
+        self._children: list[int] = []
+        self._children_at = -1e9
+        return super().start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def take(self) -> None:
+        raw, finest = cast(list[bytes | None], self._client.mget(self.key, self.finest_key))
+        if raw is not None and (not self.seen or int(raw) != self.seen[-1][1]):
+            self.seen.append((time.time(), int(raw), self.driver_cpu_s()))
+        # Absent, the finest size is where every size is (window_writer._applied).
+        merged = max((int(v) for v in (raw, finest) if v is not None), default=None)
+        if merged is not None and (not self.finest_seen or merged != self.finest_seen[-1][1]):
+            self.finest_seen.append((time.time(), merged))
+        if not self.cpu or time.time() - self.cpu[-1][0] >= self.CPU_EVERY_S:
+            self.cpu.append((time.time(), self.driver_cpu_s()))
+
+    def driver_cpu_s(self) -> float:
+        """The driver's CPU s: the process and its children (process_cpu.children: not the JVM, Redis or the
+        bench's sampler)."""
+        used = ticks(Path(f"/proc/{self.driver}/stat"))
+        # The children (an older aggregator's merge child) are looked up once a second, not at every sample: a
+        # scan of /proc took 1-2 ms, and the clock samples every 50 ms.
+        if time.monotonic() - self._children_at > 1.0:
+            self._children, self._children_at = children(self.driver), time.monotonic()
+        return (used + sum(ticks(Path(f"/proc/{child}/stat")) for child in self._children)) / CLOCK_TICKS
 
     def cpu_at(self, at: float) -> float:
         """The driver's CPU s at the last sample taken at or before `at`."""
@@ -277,6 +275,27 @@ class MergeClock:
         return next(t for t, merged in self.finest_seen if merged >= at_least)
 
 
+class LatestClock(Sampling):
+    """When each `ts` of a latest value (`field` of the hash `key`) was first readable in Redis (ms),
+    polled every EVERY_S by the bench's sampler."""
+
+    EVERY_S = 0.01
+    RUNTIME = (*Sampling.RUNTIME, "_client")
+
+    def __init__(self, redis_url: str, key: str, field: str) -> None:
+        self.redis_url, self.key, self.field = redis_url, key, field
+        self.seen: dict[int, float] = {}
+
+    def start(self) -> Self:
+        self._client = redis.Redis.from_url(self.redis_url)
+        return super().start()
+
+    def take(self) -> None:
+        raw = cast(bytes | None, self._client.hget(self.key, self.field))
+        if raw is not None:
+            self.seen.setdefault(int(layout.decode_latest(raw)["ts"]), time.time() * 1000)
+
+
 @dataclass
 class Drained:
     rps: float  # to the last batch's windows merged at every size
@@ -286,31 +305,28 @@ class Drained:
     rps_finest: float = float("nan")  # to its 10 s windows merged (and its latest values written before)
 
 
-def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, series: int, periods: int,
-               max_offsets: int, every: int = 1) -> Drained:
+def throughput(stack: BenchStack, source: str, series: int, periods: int, max_offsets: int,
+               every: int = 1) -> Drained:
     """Drains S series x P periods (a report every `every` periods) in batches of `max_offsets`."""
     load = DriverLoad()
-    in_child(produce_backlog, bootstrap, source, series, periods, every)
-    query = start_rollup_query(spark, RollupQuerySpec(
-        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / source),
-        trigger_interval="100 milliseconds", watermark_delay_ms=3_600_000,
-        max_offsets_per_trigger=max_offsets,
+    in_child(produce_backlog, stack.bootstrap, source, series, periods, every)
+    query = start_rollup_query(stack.spark, RollupQuerySpec(
+        target="bench", bootstrap_servers=stack.bootstrap, redis_url=stack.redis_url,
+        checkpoint_dir=str(stack.work / source), trigger_interval="100 milliseconds",
+        watermark_delay_ms=3_600_000, max_offsets_per_trigger=max_offsets,
         topics_pattern=metrics_topic(source).replace(".", r"\.")))
-    client = redis.Redis.from_url(redis_url)
-    budget = CpuBudget()
-    budget.bench_threads = load.bench_threads  # one account of the bench's threads for both clocks
-    budget.start()
-    merges = MergeClock(client, query, load)
+    client = redis.Redis.from_url(stack.redis_url)
     try:
-        query.processAllAvailable()
-        while not windows_merged(client, query.name, str(query.id)):
-            time.sleep(0.01)
-        time.sleep(0.1)  # the clock sees the last merge
-        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        with stack.sampler.watching(merges=MergeClock(stack.redis_url, query), cpu=CpuBudget()) as watched:
+            query.processAllAvailable()
+            # Only to know when to stop: the time of the last merge is the sampler's.
+            while not windows_merged(client, query.name, str(query.id)):
+                time.sleep(0.1)
+            time.sleep(0.1)  # the clock sees the last merge
+            batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     finally:
-        merges.stop()
-        budget.stop()
         query.stop()
+    merges, budget = cast(MergeClock, watched["merges"]), cast(CpuBudget, watched["cpu"])
     rows = sum(p["numInputRows"] for p in batches)
     # Warm-up, reported apart: the first batch pays for JVM code warm-up and for numbering and reading
     # every series.
@@ -347,50 +363,36 @@ def throughput(spark, bootstrap: str, redis_url: str, work: Path, source: str, s
           f"merges of batch {first} and {last}: {between}); driver CPU "
           f"{cpu_per_batch * 1000:.0f} ms per batch, {load.collected_bytes / 1e6:.1f} MB collected "
           f"({bytes_per_record:.1f} B per record)")
+    used = budget.between(began, ended)
     print(f"{source}: CPU s per batch over the same span, by part: "
-          f"{budget_line(budget.between(began, ended), len(steady), 'CPU s')}")
+          f"{budget_line(used, len(steady), 'CPU s')}; the bench's sampler (in none) "
+          f"{used.get(SAMPLER, 0.0) / len(steady):.2f}")
     return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows, finest_rps)
 
 
-def freshness(spark, bootstrap: str, redis_url: str, work: Path, series: int, rate: int,
-              seconds: int, warm_up_s: int) -> list[float]:
+def freshness(stack: BenchStack, series: int, rate: int, seconds: int, warm_up_s: int) -> list[float]:
     source = "fresh"
     topic = metrics_topic(source)
-    query = start_rollup_query(spark, RollupQuerySpec(
-        target="bench", bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=str(work / "fresh"),
-        trigger_interval="200 milliseconds", watermark_delay_ms=10_000,
-        topics_pattern=topic.replace(".", r"\.")))
-    client = redis.Redis.from_url(redis_url)
-    probe_key = layout.partition_latest_key("bench", source, f"{source}.t0")
-    seen: dict[int, float] = {}
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            raw = cast(bytes | None, client.hget(probe_key, "0"))
-            if raw is not None:
-                ts = int(layout.decode_latest(raw)["ts"])
-                seen.setdefault(ts, time.time() * 1000)
-            time.sleep(0.01)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    budget = CpuBudget()
+    query = start_rollup_query(stack.spark, RollupQuerySpec(
+        target="bench", bootstrap_servers=stack.bootstrap, redis_url=stack.redis_url,
+        checkpoint_dir=str(stack.work / "fresh"), trigger_interval="200 milliseconds",
+        watermark_delay_ms=10_000, topics_pattern=topic.replace(".", r"\.")))
+    probe = LatestClock(stack.redis_url, layout.partition_latest_key("bench", source, f"{source}.t0"), "0")
     try:
         time.sleep(5)  # let the query start before timing anything
-        poller.start()
-        budget.bench_threads.tids.add(poller.native_id or 0)
-        budget.start()
-        produced_ts, host_speed = in_child(produce_live, bootstrap, source, series, rate, warm_up_s + seconds)
-        time.sleep(5)
+        with stack.sampler.watching(probe=probe, cpu=CpuBudget()) as watched:
+            produced_ts, host_speed = in_child(produce_live, stack.bootstrap, source, series, rate,
+                                               warm_up_s + seconds)
+            time.sleep(5)
     finally:
-        stop.set()
-        budget.stop()
         query.stop()
+    seen, budget = cast(LatestClock, watched["probe"]).seen, cast(CpuBudget, watched["cpu"])
     measured = (produced_ts[0] / 1000 + warm_up_s, produced_ts[-1] / 1000)
     used = budget.between(*measured)
-    print(f"freshness: cores used while measured, by part: "
-          f"{budget_line(used, measured[1] - measured[0], 'cores')}; host steal "
-          f"{used.get(HOST_STEAL, 0.0) / (measured[1] - measured[0]):.2f} cores")
+    span = measured[1] - measured[0]
+    print(f"freshness: cores used while measured, by part: {budget_line(used, span, 'cores')}; host steal "
+          f"{used.get(HOST_STEAL, 0.0) / span:.2f} cores; the bench's sampler (in none) "
+          f"{used.get(SAMPLER, 0.0) / span:.2f} cores")
     work_ms = sorted(ms for at, ms in host_speed if at >= measured[0] * 1000)
     if work_ms:  # none when nothing was measured past the warm-up (--seconds 0)
         print(f"freshness: a fixed piece of Python work took {statistics.median(work_ms):.2f} ms of CPU at "
@@ -431,39 +433,25 @@ def add_run_options(parser: argparse.ArgumentParser, series: int, periods: int) 
 @dataclass
 class BenchStack:
     """What a bench's runs run on: one broker with the runs' input topics, Redis, the SparkSession, and
-    the aggregator's process tree measured from the session's start (TreeMemory)."""
+    the bench's sampler (bench/sampler.py), which measures the aggregator's process tree from the
+    session's start."""
 
     spark: SparkSession
     bootstrap: str
     redis_url: str
     work: Path
-    memory: TreeMemory
+    sampler: Sampler
 
     def tree_peak_mb(self) -> float:
         """Stops measuring the process tree; prints and returns its peak (summed over its processes), and
         each run's peak by part."""
-        self.memory.stop()
-        shares = ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(self.memory.peak_parts.items(),
+        memory = self.sampler.close()
+        shares = ", ".join(f"{part} {mb:.0f}" for part, mb in sorted(memory.peak_parts.items(),
                                                                        key=lambda item: -item[1]))
-        print(f"aggregator process tree: peak RSS {self.memory.peak_mb:.0f} MB ({shares})")
-        for name, peak in self.memory.runs.items():
+        print(f"aggregator process tree: peak RSS {memory.peak_mb:.0f} MB ({shares})")
+        for name, peak in memory.runs.items():
             print(f"aggregator process tree, {name}: {peak.line()}")
-        return self.memory.peak_mb
-
-
-def memory_probes(spark: SparkSession) -> dict[str, Callable[[], float]]:
-    """What RSS does not split, in MB: the driver's Arrow pool (bytes allocated, not the pages it keeps),
-    and the Spark JVM's heap (committed, used) and what it commits beside it (metaspace, code cache)."""
-    jvm = cast(JavaObject, spark.sparkContext._jvm)
-    bean = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
-
-    def heap() -> JavaObject:
-        return bean.getHeapMemoryUsage()
-
-    return {"driver arrow": lambda: pa.default_memory_pool().bytes_allocated() / 2**20,
-            "JVM heap committed": lambda: heap().getCommitted() / 2**20,
-            "JVM heap used": lambda: heap().getUsed() / 2**20,
-            "JVM non-heap committed": lambda: bean.getNonHeapMemoryUsage().getCommitted() / 2**20}
+        return memory.peak_mb
 
 
 @contextmanager
@@ -486,8 +474,8 @@ def bench_stack(spark_conf: list[str], memory_timeline: Path | None = None) -> I
             admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
         spark = build_session("local[2]", "srm-bench-aggregator", dict(c.split("=", 1) for c in spark_conf))
         DriverLoad.count_collected()
-        memory = TreeMemory(memory_probes(spark), memory_timeline).start()
-        yield BenchStack(spark, bootstrap, server.url, work, memory)
+        with Sampler(spark, memory_timeline) as sampler:
+            yield BenchStack(spark, bootstrap, server.url, work, sampler)
         spark.stop()
     finally:
         server.cleanup()

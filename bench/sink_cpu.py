@@ -6,8 +6,9 @@ reporting --periods times a batch, 1 s apart; the records of a batch split over 
 their key, as the cardinality line's two-partition topic. Per batch:
 - tasks: each Kafka partition's records through PartitionPartials, in this thread (thread_time: what a
   task's Python worker spends on it, without Spark's Arrow transfer), their reports judged over their
-  offset records in the same Redis (offset_records, since s31), and collect (the driver's merge of their
-  answers);
+  offset records in the same Redis (offset_records, since s31), their latest values and verdicts written
+  and their verdicts' summary parts made (task_writes, task_verdicts, since s32), and collect (the driver's
+  merge of their answers);
 - sink: RedisRollupSink.write (subject cap, plan, latest values, verdicts and summaries, the
   MULTI that stages the windows), the merge thread replaced by a stub that only takes the staged windows
   (its own bench is bench/merge_cpu.py), thread_time by stage (the sink's debug lines), and Redis's CPU.
@@ -18,8 +19,10 @@ two is the series growth of each stage.
 --digest prints a digest of every key the sink wrote (latest values, verdicts, summaries, the staged windows
 with their lag-in-seconds samples, indexes, counts), with the clock fixed by --base: two trees' digests
 compare.
-Last line: `task_cpu_s=<s> collect_cpu_s=<s> sink_cpu_s=<s> sink_redis_cpu_s=<s>` a batch, the mean over
-batches 1 on.
+Last line: `task_cpu_s=<s> collect_cpu_s=<s> sink_cpu_s=<s> sink_redis_cpu_s=<s> task_redis_cpu_s=<s>` a
+batch, the mean over batches 1 on (Redis's CPU while the sink writes, and while the tasks run: since s32 the
+tasks write their latest values and verdicts themselves). The tasks run at the sink's clock (before s32 at
+the clock plus 10^7 ms, which leaves every verdict out of its lookback once the tasks summarise them).
 Usage: python bench/sink_cpu.py [--series 100000] [--periods 2] [--batches 5] [--profile] [--profile-tasks]
 [--digest --base MS]
 """
@@ -101,7 +104,7 @@ class StageTimes(logging.Handler):
 
     PATTERNS = {
         "judged": r"reports judged in (\d+) ms", "latest": r"latest values written in (\d+) ms",
-        "verdicts": r"verdicts and summaries in (\d+) ms", "plan": r"\(plan (\d+)", "staged": r"staged (\d+)",
+        "verdicts": r"summaries in (\d+) ms", "plan": r"\(plan (\d+)", "staged": r"staged (\d+)",
     }
 
     def __init__(self) -> None:
@@ -150,7 +153,8 @@ def main() -> None:
     logging.getLogger("aggregator.redis_sink").setLevel(logging.DEBUG)
     # The tasks judge their reports over offset records in this Redis; nothing to wait for (the windows are
     # staged, never merged: StagedOnly).
-    mapper = PartitionPartials("bench", None, now + 10**7, server.url)
+    # The tasks' clock is the sink's (the sink plans each batch with the clock it then summarises at).
+    mapper = PartitionPartials("bench", None, now, server.url)
     profile = cProfile.Profile() if args.profile or args.profile_tasks else None
 
     rows = []
@@ -159,12 +163,14 @@ def main() -> None:
             tables = kafka_columns(args.series, partitions, b, args.periods, base, offsets)
             task_cpu = []
             answers: list[pa.RecordBatch] = []
+            task_redis = redis_cpu_s(client)
             if profile and args.profile_tasks and b >= 2:
                 profile.enable()
             for kafka in tables:
                 t0 = time.thread_time()
                 answers.extend(mapper(iter(kafka.to_batches(max_chunksize=10_000))))
                 task_cpu.append(time.thread_time() - t0)
+            task_redis = redis_cpu_s(client) - task_redis
             t0 = time.thread_time()
             collected = collect(pa.Table.from_batches(answers, schema=PARTS_SCHEMA))
             collect_cpu = time.thread_time() - t0
@@ -179,11 +185,12 @@ def main() -> None:
             r1 = redis_cpu_s(client)
             if profile and args.profile:
                 profile.disable()
-            rows.append((sum(task_cpu), collect_cpu, t1 - t0, r1 - r0))
+            rows.append((sum(task_cpu), collect_cpu, t1 - t0, r1 - r0, task_redis))
             print(f"batch {b}: {collected.records} records, {collected.latest_candidates} latest candidates; "
                   f"tasks CPU {' + '.join(f'{c:.2f}' for c in task_cpu)} s, collect {collect_cpu:.2f} s; "
                   f"sink CPU {t1 - t0:.2f} s (wall {w1 - w0:.2f}; by stage, wall ms: "
-                  f"{', '.join(f'{k} {v:.0f}' for k, v in stages.ms.items())}), Redis CPU {r1 - r0:.2f} s",
+                  f"{', '.join(f'{k} {v:.0f}' for k, v in stages.ms.items())}), Redis CPU {r1 - r0:.2f} s "
+                  f"(the tasks' {task_redis:.2f} s)",
                   flush=True)
         if profile:
             print_profile(profile)
@@ -202,9 +209,9 @@ def main() -> None:
     finally:
         server.stop()
     steady = rows[1:] or rows
-    task, coll, sink_s, redis_s = (statistics.mean(r[i] for r in steady) for i in range(4))
+    task, coll, sink_s, redis_s, task_redis_s = (statistics.mean(r[i] for r in steady) for i in range(5))
     print(f"task_cpu_s={task:.2f} collect_cpu_s={coll:.2f} sink_cpu_s={sink_s:.2f} "
-          f"sink_redis_cpu_s={redis_s:.2f}")
+          f"sink_redis_cpu_s={redis_s:.2f} task_redis_cpu_s={task_redis_s:.2f}")
 
 
 if __name__ == "__main__":

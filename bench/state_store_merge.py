@@ -77,7 +77,8 @@ from aggregator.window_partials import one_array, window_partials, window_starts
 from aggregator.window_writer import WindowWriter
 from bench.merge_cpu import batch_partials
 from bench.process_cpu import CpuBudget
-from bench.rollup_runs import bench_stack, in_child, memory_probes, produce, record, record_key
+from bench.rollup_runs import bench_stack, in_child, produce, record, record_key
+from bench.sampler import jvm_memory_probes
 from contract import redis_layout as layout
 from contract.records.raw_metrics import DERIVED_METRICS
 from contract.replication_policy import metrics_topic
@@ -437,17 +438,16 @@ def run_merge(stack: Any, series: int, store: str, args: argparse.Namespace, db:
     admin = AdminClient({"bootstrap.servers": stack.bootstrap})  # kept: its handle ends with it
     admin.create_topics([NewTopic(metrics_topic(source), 2, 1)])[metrics_topic(source)].result(30)
     in_child(produce_reports, stack.bootstrap, source, series, periods, args.period_ms, base)
-    probes = memory_probes(spark)
+    probes = jvm_memory_probes(spark.sparkContext._jvm)
 
     def memory() -> dict[str, float]:
         heap = {k[4:]: probe() for k, probe in probes.items() if k.startswith("JVM heap")}
-        return {**stack.memory.sample(), **heap}
+        return {**stack.sampler.sample(), **heap}
 
     marks = BatchMarks(CpuBudget(), memory)
-    marks.budget.bench_threads.tids.add(stack.memory._thread.native_id or 0)  # its sampling is the bench's
     checkpoint = stack.work / f"checkpoint-{source}"
     name = f"{store} {series}"
-    stack.memory.run(name)
+    stack.sampler.run(name)
     query = merge_query(spark, stack, source, store, checkpoint, db, args, marks)
     try:
         query.processAllAvailable()

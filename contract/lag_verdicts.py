@@ -21,11 +21,13 @@ Records are JSON objects carrying `ts` (epoch ms, the report evaluated), written
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from contract.lag_evaluation import (
+    _SEVERITY,
     Evaluation,
     EvaluationPolicy,
     OffsetObservation,
@@ -37,8 +39,9 @@ from contract.lag_evaluation import (
     stop_at_ms,
 )
 
-__all__ = ["aged_verdict", "evaluation_of_summary", "evaluation_of_verdicts", "summary_record",
-           "verdict_field", "verdict_of", "verdict_record"]
+__all__ = ["aged_verdict", "combined_summary", "empty_parts", "evaluation_of_summary",
+           "evaluation_of_verdicts", "summary_parts", "summary_record", "verdict_field", "verdict_of",
+           "verdict_record"]
 
 
 def verdict_field(topic: str, partition: int) -> str:
@@ -122,21 +125,70 @@ def summary_record(records: Iterable[Mapping[str, Any]], at_ms: int) -> dict[str
     when nothing is listed but the problems (status, reason, completeness, total lag, the most lagging
     partition, the partitions at WARN or worse), the worst lag in seconds, and `valid_until_ms`, the first
     moment a verdict can change without a newer report (a partition turning STOP or leaving its lookback)."""
+    return combined_summary([summary_parts(records, at_ms)], at_ms)
+
+
+def summary_parts(records: Iterable[Mapping[str, Any]], at_ms: int) -> dict[str, Any]:
+    """What summary_record reads of some of a replication's verdicts (those judged in one place: the
+    aggregator judges a replication's partitions in several tasks), so that the summary of all of them is
+    combined_summary of each part's: the partitions in the lookback, the worst (topic, partition, status,
+    reason, aged to `at_ms`), how many are complete, the total lag, the most lagging partition's record and
+    the problems' (aged, in partition order), the worst lag in seconds and the first moment one can change."""
     kept, verdicts = _judged(records, at_ms)
-    evaluation = combine(verdicts)
+    if not kept:
+        return empty_parts(at_ms)
     aged_records = [{**r, "status": str(p.status), "reason": str(p.reason)}
                     for r, p in zip(kept, verdicts, strict=True)]
-    worst = evaluation.max_lag_partition
-    worst_record = None if worst is None else next(
-        r for r, p in zip(aged_records, verdicts, strict=True) if p is worst)
+    worst = max(range(len(verdicts)), key=lambda k: _SEVERITY[verdicts[k].reason])
+    most = max(range(len(verdicts)), key=lambda k: verdicts[k].current_lag)
     changes = [t for r, p in zip(kept, verdicts, strict=True) for t in _changes_at(r, p)]
     return {
-        "ts": at_ms, "partitions": len(kept), "status": str(evaluation.status),
-        "reason": str(evaluation.reason), "complete": evaluation.complete, "total_lag": evaluation.total_lag,
-        "max_lag": worst_record,
+        "ts": at_ms, "partitions": len(kept),
+        "worst": [str(kept[worst]["topic"]), int(kept[worst]["partition"]), str(verdicts[worst].status),
+                  str(verdicts[worst].reason)],
+        "complete": sum(p.complete == 1.0 for p in verdicts),
+        "total_lag": sum(p.current_lag for p in verdicts),
+        "max_lag": aged_records[most],
         "problems": [r for r, p in zip(aged_records, verdicts, strict=True) if p.status is not Status.OK],
         "lag_seconds": max((s for r in kept if (s := _seconds(r)) is not None), default=None),
         "valid_until_ms": min(changes, default=None),
+    }
+
+
+def empty_parts(at_ms: int) -> dict[str, Any]:
+    """summary_parts of no verdict in the lookback."""
+    return {"ts": at_ms, "partitions": 0, "worst": None, "complete": 0, "total_lag": 0, "max_lag": None,
+            "problems": [], "lag_seconds": None, "valid_until_ms": None}
+
+
+def _partition_order(topic: Any, partition: Any) -> tuple[str, int]:
+    return str(topic), int(partition)
+
+
+def combined_summary(parts: Iterable[Mapping[str, Any]], at_ms: int) -> dict[str, Any]:
+    """summary_record of the verdicts of every part (summary_parts of distinct partitions, each valid at
+    `at_ms`: made at it, or earlier with `valid_until_ms` after it): the worst and the most lagging partition
+    are the first in partition order among the parts' (as over all verdicts at once), the problems merged
+    in that order."""
+    parts = [p for p in parts if p["partitions"]]
+    if not parts:
+        evaluation = combine([])
+        return {"ts": at_ms, "partitions": 0, "status": str(evaluation.status),
+                "reason": str(evaluation.reason), "complete": evaluation.complete,
+                "total_lag": evaluation.total_lag, "max_lag": None, "problems": [], "lag_seconds": None,
+                "valid_until_ms": None}
+    worst = min(parts, key=lambda p: (-_SEVERITY[Reason(p["worst"][3])], _partition_order(*p["worst"][:2])))
+    most = min(parts, key=lambda p: (-int(p["max_lag"]["current_lag"]),
+                                     _partition_order(p["max_lag"]["topic"], p["max_lag"]["partition"])))
+    partitions = sum(int(p["partitions"]) for p in parts)
+    return {
+        "ts": at_ms, "partitions": partitions, "status": worst["worst"][2], "reason": worst["worst"][3],
+        "complete": sum(int(p["complete"]) for p in parts) / partitions,
+        "total_lag": sum(int(p["total_lag"]) for p in parts), "max_lag": most["max_lag"],
+        "problems": list(heapq.merge(*(p["problems"] for p in parts),
+                                     key=lambda r: _partition_order(r["topic"], r["partition"]))),
+        "lag_seconds": max((s for p in parts if (s := p["lag_seconds"]) is not None), default=None),
+        "valid_until_ms": min((t for p in parts if (t := p["valid_until_ms"]) is not None), default=None),
     }
 
 

@@ -471,6 +471,29 @@ def offset_record_keys(target: str, raw_topic: str, kafka_partition: int) -> tup
     return f"{head}:hot", f"{head}:deep"
 
 
+def written_record_key(target: str, raw_topic: str, kafka_partition: int) -> str:
+    """The string in which the task of one Kafka partition of a raw-metrics topic keeps which latest-value
+    and lag-verdict fields it wrote and the `ts` of each (aggregator.task_writes: Arrow IPC, LZ4), so that it
+    writes them newest-wins itself. Working state of the tasks, cleared with the offset records."""
+    return f"{PREFIX}:offrec:{{{_part(target)}|{_part(raw_topic)}}}:{int(kafka_partition)}:written"
+
+
+def verdict_record_key(target: str, raw_topic: str, kafka_partition: int) -> str:
+    """The string in which the task of one Kafka partition of a raw-metrics topic keeps the verdicts of its
+    partitions as the columns their replications' summary reads (aggregator.task_verdicts: Arrow IPC, LZ4;
+    their JSON is the lag_verdicts_key hash's). Working state of the tasks, cleared with the offset
+    records."""
+    return f"{PREFIX}:offrec:{{{_part(target)}|{_part(raw_topic)}}}:{int(kafka_partition)}:verdicts"
+
+
+def verdict_parts_key(target: str) -> str:
+    """Hash: field `<raw-metrics topic>|<Kafka partition>` -> the summary parts (contract.lag_verdicts
+    .summary_parts) of each replication whose partitions that Kafka partition's task judges, as JSON
+    (aggregator.task_verdicts), which the sink combines into each replication's summary (field `lag` of
+    replication_status_key). Working state, cleared with the offset records."""
+    return f"{PREFIX}:offrec:{{{_part(target)}|}}:verdict-parts"
+
+
 OFFSET_RECORD_TTL_MS = INDEX_TTL_MS  # a record no task wrote for that long belongs to no live partition
 
 

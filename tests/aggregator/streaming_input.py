@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming import StreamingQuery
 
-from aggregator import offset_records
+from aggregator import offset_records, redis_sink, task_writes
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import BatchPartials
 from contract import redis_layout as layout
@@ -123,8 +123,10 @@ def judged_as_a_task(sink: RedisRollupSink, batch: BatchPartials) -> BatchPartia
     """Hand-made partials with their partition and group reports judged as the task of one Kafka partition
     judges its own (offset_records), over that partition's offset records in the sink's Redis (one Kafka
     partition a sink)."""
-    keys = layout.offset_record_keys(sink.target or "west", sink.query_name, 0)
+    target = sink.target or "west"
+    keys = layout.offset_record_keys(target, sink.query_name, 0)
     windows, values, verdicts, _ = offset_records.judge_partials(
         sink.client, keys, batch.windows, batch.latest,
-        offset_records.MergeWait(sink.batch_scope, sink.state().batch_id))
+        offset_records.MergeWait(sink.batch_scope, sink.state().batch_id),
+        task_writes.TaskWrites(target, sink.query_name, 0, redis_sink._now_ms()))
     return dataclasses.replace(batch, windows=windows, values=values, verdicts=verdicts)

@@ -135,7 +135,6 @@ def test_a_sink_making_only_the_windows_that_matter_writes_what_one_making_all_d
             write_through(sink, parts, batch_id, now)
         assert snapshot(pruned.client) == snapshot(every.client)
         assert pruned.history.series == every.history.series
-        assert pruned.verdicts.records() == every.verdicts.records()
     assert sum(MADE["pruned"]) < sum(MADE["every"])  # windows were left out: the comparison is worth it
     for sink in (pruned, every):
         sink.client.flushdb()

@@ -85,7 +85,6 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
             kept = list(arrays.client.scan_iter("srm:offrec:*"))
             assert kept
             arrays.client.delete(*kept)
-            arrays.verdicts.clear()
         now = max(r.ts for _, r in records) + 2_000
         monkeypatch.setattr(redis_sink, "_now_ms", lambda now=now: now)  # one clock for both sinks
         parts = kafka_batch(records, offsets)
@@ -102,7 +101,6 @@ def test_a_sink_judging_reports_as_arrays_writes_what_one_judging_each_does(
             write_through(sink, parts, batch_id, now)
             monkeypatch.setattr(partition_lag, "judge_batch", judge)
         assert snapshot(arrays.client) == snapshot(oracle.client)
-        assert arrays.verdicts.records() == oracle.verdicts.records()
     assert fallbacks[1] > 0 and fallbacks[0] < fallbacks[1]  # the arrays judged reports
     for sink in (arrays, oracle):
         sink.client.flushdb()

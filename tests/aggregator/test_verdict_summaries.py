@@ -1,15 +1,12 @@
 """A replication's verdicts as columns (aggregator.verdict_summaries): their summary is the one the pure
-function gives, and a batch's verdicts replace the kept ones as records would (newest ts wins)."""
+function gives, also combined from parts made apart (a task's each)."""
 
 from __future__ import annotations
-
-import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator import verdict_summaries
-from aggregator.partition_verdicts import ReplicationVerdicts
 from aggregator.verdict_summaries import VerdictColumns
 from contract import lag_verdicts
 from contract.redis_layout import encode_latest
@@ -56,25 +53,21 @@ def _columns(records):
 
 
 @settings(max_examples=300, deadline=None)
-@given(batches=st.lists(st.lists(verdicts(), max_size=8), min_size=1, max_size=5),
-       at=st.integers(-10_000, 1_500_000), split=st.integers(0, 8))
-def test_batches_applied_to_columns_keep_what_records_would(batches, at, split):
-    """Each batch (one verdict a partition, in parts of distinct fields as the arrays and the one-at-a-time
-    path give them) replaces a kept verdict when not older; the summary is then the one of the records."""
-    kept = ReplicationVerdicts()
-    expected: dict[str, dict] = {}
-    pair = ("t", "s")
-    for records in batches:
-        unique = list({(r["topic"], r["partition"]): r for r in records}.values())
-        parts = [p for p in (unique[:split], unique[split:]) if p]
-        fresh = VerdictColumns.joined([_columns(p) for p in parts]) if parts else VerdictColumns.empty()
-        updated = kept.updated({pair: fresh})
-        kept.commit(updated)
-        for r in unique:
-            name = lag_verdicts.verdict_field(r["topic"], r["partition"])
-            if name not in expected or int(expected[name]["ts"]) <= int(r["ts"]):
-                expected[name] = r
-        assert kept.records()[pair] == {n: json.loads(encode_latest(r)) for n, r in expected.items()}
-        assert (encode_latest(kept.known[pair].summary(T0 + at))
-                == encode_latest(lag_verdicts.summary_record(list(expected.values()), T0 + at)))
-
+@given(records=st.lists(verdicts(), max_size=14), at=st.integers(-10_000, 1_500_000),
+       tasks=st.lists(st.integers(0, 2), min_size=14, max_size=14),
+       held=st.lists(st.booleans(), min_size=14, max_size=14))
+def test_parts_made_apart_combine_into_the_summary_of_all(records, at, tasks, held):
+    """A replication's partitions judged in several tasks: each task's parts (over columns whose JSON it
+    holds or reads back) combined are the summary over every verdict at once."""
+    unique = list({(r["topic"], r["partition"]): r for r in records}.values())
+    parts = []
+    for task in range(3):
+        mine = [r for k, r in enumerate(unique) if tasks[k] == task]
+        columns = _columns(mine)
+        texts = list(columns.text)
+        for k in range(len(mine)):
+            if not held[k]:
+                columns.text[k] = None
+        parts.append(columns.parts(T0 + at, lambda rows, texts=texts: [texts[r] for r in rows]))
+    assert (encode_latest(lag_verdicts.combined_summary(parts, T0 + at))
+            == encode_latest(lag_verdicts.summary_record(unique, T0 + at)))
