@@ -56,9 +56,13 @@ def number_text(column: pa.ChunkedArray) -> pa.Array:
     if column.null_count:
         return one_array(pc.cast(column, pa.string()))
     values = one_array(column).to_numpy()
-    whole = (np.abs(values) < _PLAIN_BELOW) & (np.trunc(values) == values) \
-        & ~((values == 0) & np.signbit(values))
-    text = pc.cast(pa.array(np.where(whole, values, 0).astype(np.int64)), pa.string())
+    with np.errstate(invalid="ignore"):  # NaN, infinities: not whole, their integer never written
+        ints = values.astype(np.int64)
+    whole = (ints == values) & (np.abs(values) < _PLAIN_BELOW)
+    zero = whole & (ints == 0)
+    if zero.any():
+        whole[zero] = ~np.signbit(values[zero])  # -0.0 is written "-0"
+    text = pc.cast(pa.array(ints), pa.string())
     if whole.all():
         return text
     return pc.replace_with_mask(text, pa.array(~whole), pc.cast(pa.array(values[~whole]), pa.string()))

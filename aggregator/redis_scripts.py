@@ -6,10 +6,12 @@ writer changes them atomically inside a batch's MULTI.
 
 from __future__ import annotations
 
-# Replaces windows by their new absolute values (stored_windows computes them). Runs in the batch's MULTI
-# after the batch-id check. A window is a field of its key's hash (redis_layout.series_key), so replacing
-# one is one HSET: with sorted sets scored by start it was a removal and an add (and a key emptied on the
-# way lost its TTL), ~5 commands a subject and batch where this is 3, and Redis's time goes per command.
+# Replaces windows by their new absolute values (stored_windows computes them) in keys it trims, in the
+# merge part's MULTI (a key not trimmed is written by a plain HSET there: a script's arguments cost Redis
+# twice what the command's do, window_calls). A window is a field of its key's hash
+# (redis_layout.series_key), so replacing one is one HSET: with sorted sets scored by start it was a
+# removal and an add (and a key emptied on the way lost its TTL), ~5 commands a subject and batch where
+# this is 3, and Redis's time goes per command.
 # Retention is trimmed relative to the newest window written (when one is created in a new trim period),
 # not the clock, so a replay of the same input leaves the same fields: the fields of the window's grid from
 # `from` up to the cut-off are deleted (stored_windows._key_changes bounds them by what the key can hold),

@@ -31,13 +31,14 @@ def packed(args: pa.Array, counts: np.ndarray, heads: pa.Array | None = None) ->
     at = np.zeros(len(args), np.int64)
     at[firsts] = np.arange(1, len(firsts) + 1)
     prefixes = pc.take(pa.concat_arrays([pa.array([""]), heads]), pa.array(at))
-    return back_to_back(pc.binary_join_element_wise(prefixes, bulk(args), ""))
+    return back_to_back(bulk(args, prefixes))
 
 
-def bulk(args: pa.Array) -> pa.Array:
-    """Each argument as a RESP bulk string (`$<bytes>`, the argument)."""
+def bulk(args: pa.Array, prefixes: pa.Array | str = "") -> pa.Array:
+    """Each argument as a RESP bulk string (`$<bytes>`, the argument), after its prefix (a command's head
+    before its first argument): one copy of the arguments' bytes."""
     lengths = pc.cast(pc.binary_length(args), pa.string())
-    return pc.binary_join_element_wise("$", lengths, "\r\n", args, "\r\n", "")
+    return pc.binary_join_element_wise(prefixes, "$", lengths, "\r\n", args, "\r\n", "")
 
 
 def back_to_back(text: pa.Array) -> pa.Buffer:

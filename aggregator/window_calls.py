@@ -1,7 +1,7 @@
-"""A merge's Redis calls (redis_scripts.REPLACE_WINDOWS_LUA, one per hash tag), laid out a part at a time and
-packed into Redis's wire format by Arrow.
+"""A merge's Redis commands (an HSET a key, and redis_scripts.REPLACE_WINDOWS_LUA for the keys trimmed, a
+call per hash tag), laid out a part at a time and packed into Redis's wire format by Arrow.
 
-A merge at 100,000 series writes ~330k keys in ~10k calls, ~1.7M arguments. Handed to redis-py as Python
+A merge at 100,000 series writes ~330k keys, ~1.7M arguments. Handed to redis-py as Python
 strings, they cost the merge thread, holding the GIL the sink's thread needs, a Python object an argument
 (Arrow's strings turned into Python ones) and redis-py's packing of each. Here a part's arguments stay one
 Arrow string array, and its calls become the RESP bytes Redis reads (`PartCalls.packed`) by Arrow's kernels,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -34,46 +34,57 @@ Call = tuple[list[str], list[str]]  # KEYS, ARGV of one REPLACE_WINDOWS_LUA call
 
 @dataclass
 class PartCalls:
-    """The REPLACE_WINDOWS_LUA calls of one part of a merge: each call's KEYS then its ARGV, call after call,
-    in one Arrow string array."""
+    """The writes of one part of a merge: an HSET a key not trimmed (its fields and values), then the
+    REPLACE_WINDOWS_LUA calls of the keys trimmed (one a hash tag: its KEYS then its ARGV), each kind command
+    after command in one Arrow string array."""
 
-    args: pa.Array
+    args: pa.Array  # the script calls' KEYS and ARGV
     key_counts: np.ndarray  # a call's KEYS
     arg_counts: np.ndarray  # a call's ARGV
+    writes: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # the HSETs, HSET first
+    write_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # an HSET's arguments
 
     def __len__(self) -> int:
-        return len(self.key_counts)
+        return len(self.write_counts) + len(self.key_counts)
 
     def calls(self) -> list[Call]:
-        """The calls as Python lists (KEYS, ARGV)."""
+        """The script calls as Python lists (KEYS, ARGV)."""
         args = self.args.to_pylist()
         ends = np.cumsum(self.key_counts + self.arg_counts).tolist()
         counts = zip(ends, self.key_counts.tolist(), self.arg_counts.tolist(), strict=True)
         return [(args[end - keys - argv:end - argv], args[end - argv:end]) for end, keys, argv in counts]
 
-    def packed(self, sha: str) -> pa.Buffer:
-        """The calls as EVALSHA commands of script `sha`, in RESP: a command's head (`*<arguments>`, EVALSHA,
-        the script's digest, the number of keys) then each argument as a bulk string (`$<bytes>`, the
-        argument)."""
+    def commands(self, sha: str) -> list[list[str]]:
+        """Every command as a Python list, in the order they are sent: the HSETs, then the EVALSHAs."""
+        writes, counts = self.writes.to_pylist(), self.write_counts.tolist()
+        ends = np.cumsum(counts).tolist()
+        return [writes[end - count:end] for end, count in zip(ends, counts, strict=True)] \
+            + [["EVALSHA", sha, str(len(names)), *names, *argv] for names, argv in self.calls()]
+
+    def packed(self, sha: str) -> list[pa.Buffer]:
+        """The commands in RESP, the HSETs then the script calls as EVALSHA commands of script `sha`: a
+        command's head (`*<arguments>`; EVALSHA, the script's digest and the number of keys) then each
+        argument as a bulk string (`$<bytes>`, the argument)."""
         per_call = self.key_counts + self.arg_counts
         command = f"\r\n$7\r\nEVALSHA\r\n${len(sha)}\r\n{sha}\r\n"
         heads = pc.binary_join_element_wise("*", pc.cast(pa.array(3 + per_call), pa.string()), command,
                                             bulk(pc.cast(pa.array(self.key_counts), pa.string())), "")
-        return packed(self.args, per_call, heads)
+        return [packed(self.writes, self.write_counts), packed(self.args, per_call, heads)]
 
 
 def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1,
                   skip: Sequence[int] = ()) -> Iterator[tuple[int, PartCalls]]:
-    """(part, its REPLACE_WINDOWS_LUA calls) for each part of a merge cut in `parts` (merge_part of the
-    keys' hash tag), in part order, leaving out the parts in `skip` (done already). One call per hash tag
-    (a topic's series), so this also works on Redis Cluster. ARGV: the number of keys trimmed; per key (a
+    """(part, its writes) for each part of a merge cut in `parts` (merge_part of the keys' hash tag), in
+    part order, leaving out the parts in `skip` (done already): an HSET a key not trimmed (its windows' start
+    and member, and the key's newest start, redis_layout.NEWEST_FIELD, when the batch moves it), and one
+    REPLACE_WINDOWS_LUA call per hash tag (a topic's series, so this also works on Redis Cluster) for the
+    keys trimmed, which deletes their old fields. The script's ARGV: the number of keys trimmed; per key (a
     series at one size) its number of fields, then start and member of each window, and the key's newest
     start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
     the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
-    lifetime. Most keys are not trimmed in a batch: a key's head is one entry, not five (the script's own
-    parsing of ARGV is much of Redis's time). Laid out by Arrow and numpy, a part at a time: a merge writes
-    ~330k keys at 100,000 series, and its ARGV as Python strings all at once was ~0.5 GB of the driver's
-    peak; a Python loop over the keys was a third of the merge's own time."""
+    lifetime. Laid out by Arrow and numpy, a part at a time: a merge writes ~330k keys at 100,000 series,
+    and its arguments as Python strings all at once were ~0.5 GB of the driver's peak; a Python loop over
+    the keys was a third of the merge's own time."""
     changed = _changed_rows(updates, keys, parts)
     if changed is None:
         return
@@ -82,7 +93,7 @@ def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1
     for part in range(parts):
         lo, hi = np.searchsorted(part_of, [part, part + 1])
         if part not in skip and hi > lo:
-            yield part, _calls(changed.slice(lo, hi - lo), keys, trims)
+            yield part, _part_calls(changed.slice(lo, hi - lo), keys, trims)
 
 
 def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
@@ -107,6 +118,47 @@ def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) ->
         .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
 
 
+def _part_calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
+                ) -> PartCalls:
+    """The writes of `changed` (_changed_rows of whole hash tags): an HSET a key, and the keys trimmed (few in
+    most merges: a key's first window of a trim period) through the script, which deletes their old fields.
+    A key's windows are one HSET either way, but the script costs Redis twice what the HSET does (each
+    argument made a Lua string, then a Redis one again for its call: at 100,000 series 0.84-1.03 CPU s
+    against 0.47-0.65 for a merge's 110,000 keys, the QUEUED answers ~0.04 s more of the thread)."""
+    key_ids = int64(changed["series"]) * len(layout.WINDOWS) + int64(changed["size"])
+    trimmed = np.isin(key_ids, trims[0]) if len(trims[0]) else np.zeros(len(key_ids), bool)
+    scripts = _calls(changed.filter(pa.array(trimmed)), keys, trims) if trimmed.any() \
+        else PartCalls(pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scripts.writes, scripts.write_counts = _writes(changed, key_ids, np.flatnonzero(~trimmed), keys)
+    return scripts
+
+
+def _writes(changed: pa.Table, key_ids: np.ndarray, rows: np.ndarray, keys: SeriesKeys
+            ) -> tuple[pa.Array, np.ndarray]:
+    """The HSETs writing `rows` of `changed` (runs of keys): each key's name, then field and value of each of
+    its rows; as one array, command after command (HSET first), and each command's number of arguments."""
+    if not len(rows):
+        return pa.array([], pa.string()), np.zeros(0, np.int64)
+    run_of = key_ids[rows]
+    firsts = np.flatnonzero(np.concatenate([[True], run_of[1:] != run_of[:-1]]))
+    counts = np.diff(np.append(firsts, len(rows)))
+    arguments = 2 + 2 * counts
+    command_at = np.concatenate([[0], np.cumsum(arguments)[:-1]])
+    runs = len(firsts)
+    # The source: HSET, the keys' names, every row's field, every row's value.
+    fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
+                        pc.cast(changed["start"], pa.string())).combine_chunks()
+    source = pa.concat_arrays([pa.array(["HSET"]), keys.names().take(pa.array(run_of[firsts])), fields,
+                               changed["member"].combine_chunks()])
+    order = np.zeros(int(arguments.sum()), np.int64)
+    order[command_at + 1] = 1 + np.arange(runs)
+    run = np.repeat(np.arange(runs), counts)
+    pair_at = command_at[run] + 2 + 2 * (np.arange(len(rows)) - firsts[run])
+    order[pair_at] = 1 + runs + rows
+    order[pair_at + 1] = 1 + runs + changed.num_rows + rows
+    return pc.take(source, pa.array(order)), arguments
+
+
 def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
            ) -> PartCalls:
     """The calls writing `changed` (_changed_rows of whole hash tags); `trims`: _trim_rows."""
@@ -121,9 +173,10 @@ def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tu
     offsets = np.concatenate([[0], np.cumsum(HEAD + 2 * counts)])
     fields = pc.if_else(pc.equal(changed["start"], NEWEST_ROW), layout.NEWEST_FIELD,
                         pc.cast(changed["start"], pa.string())).combine_chunks()
-    argv = pc.take(pa.concat_arrays([pc.cast(pa.array(counts), pa.string()), fields,
-                                     changed["member"].combine_chunks()]),
-                   _argv_order(begins, counts, offsets))
+    # Each key's count, then its fields and values, in ARGV order: taken with the rest in _laid_out, so the
+    # members (most of a merge's bytes) are copied once there.
+    argv = [pc.cast(pa.array(counts), pa.string()), fields, changed["member"].combine_chunks()]
+    argv_order = _argv_order(begins, counts, offsets)
     names = keys.names().take(pa.array(run_keys))
     run_tags = int64(changed["tag"]).take(begins)
     # A call per hash tag: its runs (keys) bounds[c]..bounds[c + 1].
@@ -139,21 +192,23 @@ def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tu
             for t in range(firsts[call], firsts[call + 1])
             for arg in (str(trim_runs[t] - a + 1), *trim_args[trim_at[t]])]
     trim_counts = np.diff(first_trims)
-    return _laid_out(names, pc.cast(pa.array(trim_counts), pa.string()), argv, pa.array(tail, pa.string()),
-                     bounds, offsets[bounds], 5 * trim_counts)
+    return _laid_out(names, pc.cast(pa.array(trim_counts), pa.string()), argv, argv_order,
+                     pa.array(tail, pa.string()), bounds, offsets[bounds], 5 * trim_counts)
 
 
-def _laid_out(names: pa.Array, heads: pa.Array, argv: pa.Array, tail: pa.Array, bounds: np.ndarray,
-              argv_bounds: np.ndarray, tail_counts: np.ndarray) -> PartCalls:
+def _laid_out(names: pa.Array, heads: pa.Array, argv: list[pa.Array], argv_order: np.ndarray, tail: pa.Array,
+              bounds: np.ndarray, argv_bounds: np.ndarray, tail_counts: np.ndarray) -> PartCalls:
     """Each call's KEYS (`names`, a run a key: bounds[c]..bounds[c + 1]), then its ARGV: its head (`heads`,
-    the number of keys trimmed), its keys' entries (`argv[argv_bounds[c]:argv_bounds[c + 1]]`), then its
-    trims' (`tail`, tail_counts[c] a call), as one array, call after call."""
+    the number of keys trimmed), its keys' entries (`argv`, arrays one after the other, in `argv_order`:
+    their argv_order[argv_bounds[c]:argv_bounds[c + 1]]), then its trims' (`tail`, tail_counts[c] a call),
+    as one array, call after call."""
     key_counts = np.diff(bounds)
     argv_counts = np.diff(argv_bounds)
+    entries = len(argv_order)
     arg_counts = 1 + argv_counts + tail_counts
     call_starts = np.concatenate([[0], np.cumsum(key_counts + arg_counts)])[:-1]
     calls = np.arange(len(key_counts))
-    # Where each source entry goes: names, heads, argv, tail (concatenated in that order).
+    # Where each source entry goes: names, heads, argv's arrays, tail (concatenated in that order).
     order = np.empty(int((key_counts + arg_counts).sum()), np.int64)
     call_of = np.repeat(calls, key_counts)
     order[call_starts[call_of] + np.arange(len(names)) - bounds[:-1][call_of]] = np.arange(len(names))
@@ -161,12 +216,12 @@ def _laid_out(names: pa.Array, heads: pa.Array, argv: pa.Array, tail: pa.Array, 
     call_of = np.repeat(calls, argv_counts)
     base = len(names) + len(heads)
     at_call = call_starts[call_of] + key_counts[call_of] + 1
-    order[at_call + np.arange(len(argv)) - argv_bounds[:-1][call_of]] = base + np.arange(len(argv))
+    order[at_call + np.arange(entries) - argv_bounds[:-1][call_of]] = base + argv_order
     call_of = np.repeat(calls, tail_counts)
     tail_starts = np.concatenate([[0], np.cumsum(tail_counts)])[:-1]
     order[call_starts[call_of] + key_counts[call_of] + 1 + argv_counts[call_of] + np.arange(len(tail))
-          - tail_starts[call_of]] = base + len(argv) + np.arange(len(tail))
-    args = pc.take(pa.concat_arrays([names, heads, argv, tail]), pa.array(order))
+          - tail_starts[call_of]] = base + entries + np.arange(len(tail))
+    args = pc.take(pa.concat_arrays([names, heads, *argv, tail]), pa.array(order))
     return PartCalls(args, key_counts, arg_counts)
 
 
@@ -182,7 +237,7 @@ def _trim_rows(updates: list[WindowUpdates]) -> tuple[np.ndarray, list[tuple[str
     return np.array([key for key, _, _ in rows], np.int64), args
 
 
-def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> pa.Array:
+def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Indices into [counts (a row a key), fields, values (a row each)] in ARGV order; `offsets`: where each
     key's part starts."""
     keys, rows = len(begins), int(counts.sum())
@@ -193,4 +248,4 @@ def _argv_order(begins: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> 
     pair_at = offsets[run] + HEAD + 2 * (row - begins[run])
     order[pair_at] = keys + row
     order[pair_at + 1] = keys + rows + row
-    return pa.array(order)
+    return order

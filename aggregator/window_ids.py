@@ -39,13 +39,17 @@ class WindowIds:
     """Packs the windows of several tables (series, start[, metric] columns) consistently."""
 
     def __init__(self, tables: Sequence[pa.Table]) -> None:
-        self._series, _ = _codes([int64(t["series"]) for t in tables])
+        self._series, self._series_span = _codes([int64(t["series"]) for t in tables])
         self._starts, self._start_span = _codes([int64(t["start"]) for t in tables])
         self.windows = [s * self._start_span + t for s, t in zip(self._series, self._starts, strict=True)]
 
     def metric_windows(self, at: int, table: pa.Table) -> np.ndarray:
         """Table `at`'s metric windows: ordered by series, start, metric."""
         return self.windows[at] * METRICS + _metrics(table)
+
+    def start_metrics(self, at: int, table: pa.Table) -> np.ndarray:
+        """Table `at`'s metric windows: ordered by start, series, metric (a window: the value // METRICS)."""
+        return (self._starts[at] * self._series_span + self._series[at]) * METRICS + _metrics(table)
 
     def series_metrics(self, at: int, table: pa.Table) -> np.ndarray:
         """Table `at`'s metric windows: ordered by series, metric, start."""

@@ -244,7 +244,7 @@ class WindowWriter:
         assert connection is not None  # bound by WATCH
         try:
             packed = calls.packed(self._replace.sha)
-            connection.send_packed_command([*connection.pack_command("MULTI"), packed,
+            connection.send_packed_command([*connection.pack_command("MULTI"), *packed,
                                             *connection.pack_commands([*then, ("EXEC",)])])
             # MULTI's answer, then each command's QUEUED (an error there aborts the EXEC), then EXEC's.
             for _ in range(len(calls) + len(then) + 1):

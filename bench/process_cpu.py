@@ -85,15 +85,17 @@ def command(entry: Path) -> list[bytes]:
 
 
 def children(pid: int) -> list[int]:
-    """Child processes but the JVM (the bench's input producer; in local mode the JVM is a child too, and
-    it runs the executors) and the bench's sampler."""
+    """Child processes but the JVM (in local mode the JVM is a child too, and it runs the executors), Redis
+    (the bench starts its redis-server from the driver's process) and the bench's sampler: an older
+    aggregator's merge child, the bench's input producer while it runs."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = stat_fields(entry / "stat")
-            if (fields and int(fields[1]) == pid and b"java" not in command(entry)[0]
-                    and not is_sampler(entry)):
-                out.append(int(entry.name))
+            if fields and int(fields[1]) == pid and not is_sampler(entry):
+                program = command(entry)[0]
+                if b"java" not in program and b"redis-server" not in program:
+                    out.append(int(entry.name))
     return out
 
 

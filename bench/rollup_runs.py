@@ -17,7 +17,10 @@ local[2] Spark, the Spark driver being the bench's own process.
    Spark (every DataFrame.toArrow) per raw record read; the driver's CPU is this process (the Spark
    driver's Python side, where foreachBatch runs) plus its children (an aggregator before had a merge
    child) but the bench's sampler, over the same span as the records/s. The JVM is left out: in local[2]
-   it hosts the executors too.
+   it hosts the executors too. So is Redis: the bench starts its redis-server from this process, and until
+   2026-11-29 (s32) the driver's CPU, and so `driver_cpu_series_growth`, counted that server's own CPU
+   (not its AOF rewrites) as the driver's: at 100,000 series ~2-3.5 of the 5.6-9.1 CPU s a batch
+   it printed that morning.
 3. Freshness (`freshness`): records are produced live at RATE records/s (ts = now); a probe partition's
    latest value is polled in Redis, freshness = when its new `ts` became readable - that ts. The first
    --warm-up seconds of live input are not counted: the query's first batch with input starts the
@@ -249,7 +252,8 @@ class MergeClock(Sampling):
             self.cpu.append((time.time(), self.driver_cpu_s()))
 
     def driver_cpu_s(self) -> float:
-        """The driver's CPU s: the process and its children but the JVM and the bench's sampler."""
+        """The driver's CPU s: the process and its children (process_cpu.children: not the JVM, Redis or the
+        bench's sampler)."""
         used = ticks(Path(f"/proc/{self.driver}/stat"))
         # The children (an older aggregator's merge child) are looked up once a second, not at every sample: a
         # scan of /proc took 1-2 ms, and the clock samples every 50 ms.

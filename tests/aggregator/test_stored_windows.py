@@ -172,7 +172,7 @@ def test_subjects_numbered_by_their_columns_as_by_their_tuples():
 
 def test_the_kept_windows_stay_in_window_order_through_merges_and_reads():
     """The merge finds a batch's windows in the kept ones by binary search: they must stay ordered by
-    series, start and metric (and Redis's held windows by series and start) whatever order batches and
+    start, series and metric (and Redis's held windows by series and start) whatever order batches and
     reads come in."""
     store = StoredWindows()
 
@@ -188,7 +188,7 @@ def test_the_kept_windows_stay_in_window_order_through_merges_and_reads():
     store.load("10s", {0: (0, [b"10000;0:3:30:5:15:10:15000"]), 5: (0, [])})
     store.apply(batch((2, LAG, 0), (0, COUNT, 20_000), (1, COUNT, 30_000), (3, COUNT, 10_000)), "10s")
     kept = store.tables["10s"].to_pylist()
-    keys = [(r["series"], r["start"], r["metric"]) for r in kept]
+    keys = [(r["start"], r["series"], r["metric"]) for r in kept]
     assert keys == sorted(keys) and len(set(keys)) == len(keys) == 9
     held = [(r["series"], r["start"]) for r in store.starts["10s"].to_pylist()]
     assert held == sorted(held) == [(0, 10_000), (0, 20_000), (1, 10_000), (1, 30_000), (2, 0), (3, 10_000),

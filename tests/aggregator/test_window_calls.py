@@ -16,13 +16,15 @@ from aggregator.window_calls import calls_by_part
 from contract import redis_layout as layout
 from tests.aggregator.streaming_input import database, snapshot
 
-
-def redis_calls(updates: list[WindowUpdates], keys: SeriesKeys) -> list:
-    """The calls of a merge in one part."""
-    return [call for _, calls in calls_by_part(updates, keys) for call in calls.calls()]
+SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
+def redis_commands(updates: list[WindowUpdates], keys: SeriesKeys) -> list[list[str]]:
+    """The commands of a merge in one part."""
+    return [command for _, calls in calls_by_part(updates, keys) for command in calls.commands(SHA)]
+
+
+def test_redis_calls_write_a_key_not_trimmed_by_hset_and_the_trimmed_through_the_script_by_topic():
     keys = SeriesKeys()
     orders = ("west", "east", "east.orders", 0, "")
     ids = keys.number([orders, ("west", "east", "east.clicks", 0, ""), orders[:3] + (1, "")])
@@ -30,17 +32,19 @@ def test_redis_calls_group_a_topics_keys_and_lay_out_each_window():
     changed = pa.table({"series": pa.array([2, 0, 1], pa.int64()), "start": pa.array([0, 0, 10_000]),
                         "member": ["0:1:9:9:9:9:1", "0:2:2:1:1:1:5", "10000:1:1:1:1:1:10000"],
                         "replaces": [False, True, False]})
-    calls = redis_calls([WindowUpdates("10s", changed, {2: (None, -5), 1: (-20_000, -7)}, {1: 10_000})], keys)
-    orders_keys = [keys.keys[0][0], keys.keys[2][0]]
-    assert [c[0] for c in calls] == [orders_keys, [keys.keys[1][0]]]  # one call per topic (hash tag)
-    # ARGV: the keys trimmed; per key its fields, then each field and value (a window's start and member,
-    # the newest start when it moved); then per key trimmed its place in KEYS, the trim's first grid start
-    # ("*": the hash's own fields), the retention cut-off, the window's size and the lifetime to set.
+    commands = redis_commands([WindowUpdates("10s", changed, {2: (None, -5), 1: (-20_000, -7)}, {1: 10_000})],
+                              keys)
     ttl = str(layout.key_ttl_ms("10s"))
-    assert calls[0][1] == ["1", "1", "0", "0:2:2:1:1:1:5", "1", "0", "0:1:9:9:9:9:1",
-                           "2", "*", "-5", "10000", ttl]
-    assert calls[1][1] == ["1", "2", "10000", "10000:1:1:1:1:1:10000", layout.NEWEST_FIELD, "10000",
-                           "1", "-20000", "-7", "10000", ttl]
+    # A key not trimmed: one HSET of its windows (start, member).
+    assert commands[0] == ["HSET", keys.keys[0][0], "0", "0:2:2:1:1:1:5"]
+    # The keys trimmed: one script call per topic (hash tag). ARGV: the keys trimmed; per key its fields,
+    # then each field and value (a window's start and member, the newest start when it moved); then per key
+    # trimmed its place in KEYS, the trim's first grid start ("*": the hash's own fields), the retention
+    # cut-off, the window's size and the lifetime to set.
+    assert commands[1:] == [
+        ["EVALSHA", SHA, "1", keys.keys[2][0], "1", "1", "0", "0:1:9:9:9:9:1", "1", "*", "-5", "10000", ttl],
+        ["EVALSHA", SHA, "1", keys.keys[1][0], "1", "2", "10000", "10000:1:1:1:1:1:10000",
+         layout.NEWEST_FIELD, "10000", "1", "-20000", "-7", "10000", ttl]]
 
 
 def test_redis_calls_give_each_key_its_windows_in_order():
@@ -51,13 +55,17 @@ def test_redis_calls_give_each_key_its_windows_in_order():
     changed = pa.table({"series": pa.array(series, pa.int64()), "start": pa.array(starts, pa.int64()),
                         "member": [f"m{s}-{t}" for s, t in zip(series, starts, strict=True)],
                         "replaces": pa.array([False] * 5)})
-    ((names, argv),) = redis_calls([WindowUpdates("1m", changed, {}, {}),
-                                    WindowUpdates("1h", changed.slice(1, 1), {ids[0]: (None, 0)}, {})], keys)
-    assert names == [keys.keys[0][1], keys.keys[0][2], keys.keys[1][1], keys.keys[2][1]]
+    commands = redis_commands([WindowUpdates("1m", changed, {}, {}),
+                               WindowUpdates("1h", changed.slice(1, 1), {ids[0]: (None, 0)}, {})], keys)
     ttl_1h = str(layout.key_ttl_ms("1h"))
-    assert argv == ["1", "1", "0", "m0-0", "1", "0", "m0-0", "1", "0", "m1-0",
-                    "3", "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000",
-                    "2", "*", "0", "3600000", ttl_1h]
+    assert commands == [
+        ["HSET", keys.keys[0][1], "0", "m0-0"], ["HSET", keys.keys[1][1], "0", "m1-0"],
+        ["HSET", keys.keys[2][1], "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"],
+        ["EVALSHA", SHA, "1", keys.keys[0][2], "1", "1", "0", "m0-0", "1", "*", "0", "3600000", ttl_1h]]
+
+
+def written_keys(command: list[str]) -> list[str]:
+    return command[1:2] if command[0] == "HSET" else command[3:3 + int(command[2])]
 
 
 def test_a_merge_cut_into_parts_splits_its_calls_by_topic_and_leaves_out_the_parts_done():
@@ -66,18 +74,20 @@ def test_a_merge_cut_into_parts_splits_its_calls_by_topic_and_leaves_out_the_par
     changed = pa.table({"series": pa.array(ids, pa.int64()), "start": pa.array([0] * len(ids), pa.int64()),
                         "member": [f"m{i}" for i in ids], "replaces": pa.array([False] * len(ids))})
     updates = [WindowUpdates("10s", changed, {ids[3]: (None, -5)}, {ids[5]: 0})]
-    whole = redis_calls(updates, keys)
-    parts = {part: calls.calls() for part, calls in calls_by_part(updates, keys, 8)}
+    whole = redis_commands(updates, keys)
+    parts = {part: calls.commands(SHA) for part, calls in calls_by_part(updates, keys, 8)}
     assert 1 < len(parts) <= 8 and list(parts) == sorted(parts)
-    # The calls of one part in one process are those of the merge uncut, each topic's in its tag's part.
-    assert sorted(call for calls in parts.values() for call in calls) == sorted(whole)
-    for part, calls in parts.items():
-        assert all(merge_part(hash_tag(names[0]), 8) == part for names, _ in calls)
-    skipped = {part: calls.calls() for part, calls in calls_by_part(updates, keys, 8, skip=list(parts)[:2])}
+    # The commands of one part in one process are those of the merge uncut, each topic's in its tag's part.
+    assert sorted(command for commands in parts.values() for command in commands) == sorted(whole)
+    for part, commands in parts.items():
+        assert all(merge_part(hash_tag(name), 8) == part
+                   for command in commands for name in written_keys(command))
+    skipped = {part: calls.commands(SHA)
+               for part, calls in calls_by_part(updates, keys, 8, skip=list(parts)[:2])}
     assert skipped == {p: c for p, c in parts.items() if p not in list(parts)[:2]}
 
 
-def test_packed_calls_are_the_evalsha_commands_redis_reads():
+def test_packed_calls_are_the_commands_redis_reads():
     keys = SeriesKeys()
     # Topics whose names are not ASCII: a bulk string's length is in bytes.
     ids = keys.number([("west", "east", f"east.tö{t}", p, "") for t in range(12) for p in range(3)])
@@ -86,14 +96,13 @@ def test_packed_calls_are_the_evalsha_commands_redis_reads():
                         "replaces": pa.array([True] * len(ids))})
     updates = [WindowUpdates("10s", changed, {ids[4]: (None, -5), ids[30]: (-20_000, -7)}, {ids[7]: 10_000}),
                WindowUpdates("1h", changed.slice(3, 9), {}, {})]
-    sha = "0123456789abcdef0123456789abcdef01234567"
     for _, calls in calls_by_part(updates, keys, 3):
         reader = hiredis.Reader(encoding="utf-8")
-        reader.feed(bytes(calls.packed(sha)))
+        reader.feed(b"".join(bytes(b) for b in calls.packed(SHA)))
         commands = []
         while (command := reader.gets()) is not False:
             commands.append(command)
-        assert commands == [["EVALSHA", sha, str(len(names)), *names, *argv] for names, argv in calls.calls()]
+        assert commands == calls.commands(SHA)
         assert len(commands) == len(calls)
 
 
@@ -112,35 +121,41 @@ def mixed_updates(target: str) -> tuple[SeriesKeys, list[WindowUpdates]]:
 
 
 @pytest.mark.integration
-def test_packed_calls_are_the_bytes_redis_py_sends_and_leave_redis_as_its_calls_do(redis_url: str):
+def test_packed_calls_are_the_bytes_redis_py_sends_and_leave_redis_as_the_script_alone_does(redis_url: str):
     target = f"packed{uuid.uuid4().hex[:8]}"
     keys, updates = mixed_updates(target)
-    packed_db, calls_db = database(redis_url, 3), database(redis_url, 4)
+    packed_db, calls_db, script_db = database(redis_url, 3), database(redis_url, 4), database(redis_url, 5)
     sha = cast(str, packed_db.script_load(REPLACE_WINDOWS_LUA))
     # Windows the keys already hold, some of them before the trims' cut-offs.
-    for client in (packed_db, calls_db):
+    for client in (packed_db, calls_db, script_db):
         for key in (k for named in keys.keys for k in named):
             client.hset(key, mapping={"-7200000": "old", "-40000": "old", "-20000": "old", "-10000": "old",
                                       "0": "old", "x": "old", layout.NEWEST_FIELD: "0"})
     connection = packed_db.connection_pool.make_connection()
-    sent = 0
+    scripts = 0
     try:
         for _, calls in calls_by_part(updates, keys, 3):
-            packed = bytes(calls.packed(sha))
-            # The bytes redis-py would send for the same EVALSHA commands.
-            assert packed == b"".join(bytes(chunk) for names, argv in calls.calls()
-                                      for chunk in connection.pack_command("EVALSHA", sha, len(names),
-                                                                           *names, *argv))
+            packed = b"".join(bytes(b) for b in calls.packed(sha))
+            commands = calls.commands(sha)
+            # The bytes redis-py would send for the same commands.
+            assert packed == b"".join(bytes(chunk) for command in commands
+                                      for chunk in connection.pack_command(*command))
             connection.send_packed_command([packed])
-            assert [connection.read_response() for _ in range(len(calls))] == [1] * len(calls)
-            for names, argv in calls.calls():
-                assert calls_db.evalsha(sha, len(names), *names, *argv) == 1
-            sent += len(calls)
+            answers = [connection.read_response() for _ in range(len(calls))]
+            assert answers == [calls_db.execute_command(*command) for command in commands]
+            for command in commands:
+                if command[0] == "HSET":  # as every key was written before: the script, trimming nothing
+                    fields = command[2:]
+                    assert script_db.evalsha(sha, 1, command[1], "0", str(len(fields) // 2), *fields) == 1
+                else:
+                    assert script_db.execute_command(*command) == 1
+                    scripts += 1
     finally:
         connection.disconnect()
-    assert sent == 12  # a call a topic
-    by_packed, by_calls = (snapshot(c, match=f"*{target}*") for c in (packed_db, calls_db))
-    assert by_packed == by_calls and len(by_packed) == 2 * 36 * len(layout.WINDOWS)
+    assert scripts == 3  # a call a topic with a key trimmed (topics 1, 2 and 10)
+    by_packed, by_calls, by_script = (snapshot(c, match=f"*{target}*")
+                                      for c in (packed_db, calls_db, script_db))
+    assert by_packed == by_calls == by_script and len(by_packed) == 2 * 36 * len(layout.WINDOWS)
     # The calls did write and trim: a window replaced, the grid and "*" trims' fields gone.
     trimmed = dict(cast(dict, calls_db.hgetall(keys.keys[30][0])))
     assert b"-20000" not in trimmed and b"-10000" not in trimmed and trimmed[b"-40000"] == b"old"
