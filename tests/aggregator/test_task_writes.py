@@ -46,8 +46,9 @@ def admitted_everything(rows: pa.Table) -> list[tuple[str, str, str] | None]:
 
 
 def admit(client: redis.Redis, table: pa.Table) -> None:
-    for _, _, name in admitted_everything(table):
-        client.zadd(layout.subjects_key("west", "east"), {name: 0})
+    for admitted in admitted_everything(table):
+        assert admitted is not None
+        client.zadd(layout.subjects_key("west", "east"), {admitted[2]: 0})
 
 
 def test_newest_wins_over_the_record_and_over_redis(client: redis.Redis):
@@ -80,7 +81,7 @@ def test_a_replayed_batch_leaves_redis_as_it_was(client: redis.Redis):
     batch = rows(*((key, str(p), 100 + p, f'{{"ts":{100 + p}}}') for p in range(50)))
     admit(client, batch)
     write_own(client, writes, batch, admitted_everything)
-    before = client.hgetall(key)
+    before = cast(dict, client.hgetall(key))
     write_own(client, writes, rows((key, "7", 300, '{"ts":300}')), admitted_everything)
     write_own(client, writes, batch, admitted_everything)  # replayed after a newer one: nothing rolls back
     after = client.hgetall(key)
