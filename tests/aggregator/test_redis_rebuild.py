@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from aggregator import rebuild
 from aggregator.query import RollupQuerySpec, start_rollup_query
-from aggregator.redis_sink import windows_merged
+from aggregator.redis_sink import query_scope, windows_merged
 from aggregator.supervisor import QuerySupervisor
 from contract import redis_layout as layout
 from contract.records.raw_metrics import LatencySummary, PartitionMetrics, RawMetrics, ReplicationMetrics
@@ -78,8 +78,10 @@ def supervise_until(supervisor: QuerySupervisor, client: redis.Redis, source: st
         supervisor.check()
         query = supervisor.queries["rollup_east"]
         seen.update(total=total(client, source), rebuilds=supervisor.rebuilds.get("rollup_east"),
-                    windows_merged=windows_merged(client, query.name, str(query.id)))
-        return seen["total"] == expected and seen["rebuilds"] == 1 and bool(seen["windows_merged"])
+                    windows_merged=windows_merged(client, query.name, str(query.id)),
+                    spark_committed=spark_committed(client, query))
+        return seen["total"] == expected and seen["rebuilds"] == 1 and bool(seen["windows_merged"]) \
+            and bool(seen["spark_committed"])
 
     # The 1 h window read here comes from a merge at every size, which the merge thread makes at every third
     # merge or once the batches stop for merge_thread.QUIET_S: after a rebuild's replay on a machine at load
@@ -89,6 +91,17 @@ def supervise_until(supervisor: QuerySupervisor, client: redis.Redis, source: st
     except AssertionError as exc:
         raise AssertionError(f"{exc}: last seen {seen}, expected total {expected}, one rebuild, "
                              "windows merged") from None
+
+
+def spark_committed(client: redis.Redis, query) -> bool:
+    """Whether Spark's checkpoint has committed the last batch the sink committed to Redis. The sink commits
+    before Spark writes the batch's commit file: a query stopped between the two leaves a checkpoint with no
+    committed batch, which a restart on an empty Redis rightly replays from the start instead of rebuilding
+    (seen once at load ~15: "rebuild at start" never came). Spark reports a batch's progress after its
+    commit file."""
+    raw = client.hget(layout.batch_key(query_scope(query.name, str(query.id))), "batch_id")
+    progress = query.lastProgress
+    return raw is not None and progress is not None and int(progress["batchId"]) >= int(cast(bytes, raw))
 
 
 def supervise(spark, spec: RollupQuerySpec) -> QuerySupervisor:
