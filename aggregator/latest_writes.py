@@ -123,7 +123,7 @@ class LatestWriter:
             values = [v for at in range(0, len(names), FIELDS_PER_HSET) for v in next(stored)]
             for name, raw in zip(names, values, strict=True):
                 self.slot[(key, name)] = first + len(ts)
-                held_ts, held_digest = _held(raw)
+                held_ts, held_digest = stored_stamp(raw)
                 ts.append(held_ts)
                 digest.append(held_digest)
         self.ts = np.concatenate([self.ts, np.array(ts, np.int64)])
@@ -186,7 +186,7 @@ def pexpire_commands(keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return pc.take(parts, pa.array(place)), np.full(n, 3, np.int64)
 
 
-def _held(raw: bytes | None) -> tuple[int, int]:
+def stored_stamp(raw: bytes | None) -> tuple[int, int]:
     """(ts, digest) of a stored value; one that does not decode, or has no integer ts, is replaced by any
     value (as one Redis does not hold)."""
     if raw is None:

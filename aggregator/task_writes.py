@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from aggregator.latest_writes import EXPIRY_RENEWAL_MS, NOTHING, _held, hset_commands, pexpire_commands
+from aggregator.latest_writes import EXPIRY_RENEWAL_MS, NOTHING, hset_commands, pexpire_commands, stored_stamp
 from aggregator.resp_commands import execute_in_multi, packed
 from contract import redis_layout as layout
 
@@ -226,6 +226,6 @@ def _read_unknown(client: redis.Redis, rows: pa.Table, subjects: Subjects) -> tu
     stored: dict[tuple[str, str], bytes | None] = {}
     for (key, fields), values in zip(by_key.items(), answers[len(replications):], strict=True):
         stored.update(zip(((key, f) for f in fields), values, strict=True))
-    held = np.array([_held(stored[(k, f)])[0] for k, f in zip(keys, names, strict=True)], np.int64)
+    held = np.array([stored_stamp(stored[(k, f)])[0] for k, f in zip(keys, names, strict=True)], np.int64)
     admitted = np.array([s is not None and scores.get((s[:2], s[2])) is not None for s in named], bool)
     return held, admitted
