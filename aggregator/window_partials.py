@@ -1,7 +1,9 @@
 """One micro-batch's flat rows (raw_records.flat_table) -> partial 10 s windows and latest records.
 
-Vectorized on Arrow (C++ hash aggregation): per-record Python work would cost more than the batch, and
-Spark's sort-based aggregation over a hundred aggregates took seconds for 25k records.
+Vectorized on Arrow and numpy: per-record Python work would cost more than the batch, and Spark's
+sort-based aggregation over a hundred aggregates took seconds for 25k records. A record's own windows are
+runs of the records sorted by subject, window and ts, aggregated by numpy over the runs (_runs_aggregated);
+the levels above, and batches with reports sharing a ts, by Arrow's hash aggregation.
 
 Each record is kept at several levels, with n/sum/min/max/last per metric: a counter or gauge value is
 one sample of itself, a latency summary is `count` samples with `sum = avg * count`.
