@@ -7,8 +7,9 @@ raw-metrics topic (a partition's reports all come to one). So each task keeps it
 as the columns a summary reads (verdict_summaries.TABLE_SCHEMA without the JSON, which the lag_verdicts_key
 hash holds), in one string a Kafka partition (redis_layout.verdict_record_key: Arrow IPC, LZ4), read and
 written whole every batch: the batch's verdicts replace their rows where Redis now holds them (task_writes
-wrote them, newest wins), and a row whose newest observation left its lookback goes (no summary reads it
-again; a newer verdict brings it back). From those rows, at the batch's clock, it makes each replication's
+wrote them, newest wins). Rows stay as the verdict hash keeps its fields: a summary reads those still in
+their lookback, and a replication whose verdicts all left it is summarised all the same (no partition), as
+the driver did while it kept every verdict. From those rows, at the batch's clock, it makes each replication's
 summary parts (lag_verdicts.summary_parts: partitions, the worst and most lagging one, counts, total lag,
 the problems' records, the first moment one can change), and leaves them in one hash of its target
 (redis_layout.verdict_parts_key, a field a Kafka partition). The sink reads that hash and combines each
@@ -38,14 +39,13 @@ import pyarrow.compute as pc
 import redis
 
 from aggregator.subject_cap import member
-from aggregator.verdict_summaries import END, LOOKBACK, TABLE_SCHEMA, VerdictColumns
+from aggregator.verdict_summaries import TABLE_SCHEMA, VerdictColumns
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
 
 RECORD_SCHEMA = pa.schema([*(f for f in TABLE_SCHEMA if f.name != "text"), pa.field("pending", pa.bool_())])
 RECORD_IPC = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
-_NONE = -(2**62)  # verdict_summaries' absent observation
 Pair = tuple[str, str]
 
 
@@ -95,9 +95,8 @@ def encode_record(record: pa.Table) -> bytes:
 def keep_and_summarise(client: redis.Redis, place: VerdictPlace, now_ms: int, fresh: pa.Table,
                        applied: np.ndarray, pending: np.ndarray) -> int:
     """One task's verdicts: its record with the batch's `fresh` verdicts (TABLE_SCHEMA) that Redis now holds
-    (`applied`) or that wait for the cap (`pending`) in place, rows out of their lookback at `now_ms`
-    dropped; then its summary parts at `now_ms`, left in the target's hash. Returns the record's bytes, read
-    and written."""
+    (`applied`) or that wait for the cap (`pending`) in place; then its summary parts at `now_ms`, left in the
+    target's hash. Returns the record's bytes, read and written."""
     raw = cast(bytes | None, client.get(place.record_key))
     try:
         record = decode_record(raw)
@@ -110,7 +109,7 @@ def keep_and_summarise(client: redis.Redis, place: VerdictPlace, now_ms: int, fr
     record = pa.concat_tables([
         record.filter(pc.invert(pc.is_in(_ids(record), value_set=_ids(taken)))),
         taken.drop_columns(["text"]).append_column("pending", now_pending).cast(RECORD_SCHEMA)])
-    record = _in_lookback(record.combine_chunks(), now_ms)
+    record = record.combine_chunks()
     texts = dict(zip(_ids(taken).to_pylist(), taken["text"].to_pylist(), strict=True))
     parts = parts_of(client, record, now_ms, texts)
     blob = encode_record(record)
@@ -140,16 +139,6 @@ def _admitted(client: redis.Redis, record: pa.Table) -> pa.Table:
     keep[at[~admitted]] = False
     return record.set_column(record.schema.get_field_index("pending"), "pending",
                              pa.array(np.zeros(record.num_rows, bool))).filter(pa.array(keep))
-
-
-def _in_lookback(record: pa.Table, now_ms: int) -> pa.Table:
-    """The rows a summary at `now_ms` or later still reads (lag_verdicts: a newest observation inside the
-    lookback, or none)."""
-    if not record.num_rows:
-        return record
-    ints = record["ints"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, 7)
-    end = ints[:, END]
-    return record.filter(pa.array((end == _NONE) | (end >= now_ms - ints[:, LOOKBACK])))
 
 
 def parts_of(client: redis.Redis, record: pa.Table, at_ms: int, texts: Mapping[str, str] | None = None

@@ -11,7 +11,8 @@ kernels it runs), Redis's CPU (INFO cpu), wall time and the process's peak RSS d
 as the merge thread does when its merges come faster than merge_thread.COARSE_INTERVAL_S; --gil-probe runs
 a pure-Python thread beside the merge, as the sink's thread is, and prints how much of the merge's wall time
 the probe could not run (the merge holding the GIL; on a busy host, the CPU taken too). --profile prints
-cProfile's view of batches 2 on, the merges at every size and those at the finest only apart; --digest a
+cProfile's view (by the thread's CPU time: the merge's own work, not its waits on Redis) of batches 2 on,
+the merges at every size and those at the finest only apart; --digest a
 digest of every window hash at the end (--base fixes the clock, so that two trees' digests compare).
 
 Last line: `merge_python_cpu_s=<s> merge_redis_cpu_s=<s> merge_wall_s=<s>` (and with --gil-probe
@@ -130,7 +131,9 @@ def main() -> None:
         - 60_000
     partitions = [zlib.crc32(record_key(SOURCE, s)) % 2 for s in range(args.series)]
     writer = WindowWriter(client, "merge-cpu")
-    profiles = {True: cProfile.Profile(), False: cProfile.Profile()} if args.profile else None
+    # By the thread's CPU time: the merge's own work, not its waits on Redis.
+    profiles = {True: cProfile.Profile(time.thread_time), False: cProfile.Profile(time.thread_time)} \
+        if args.profile else None
     probe = GilProbe() if args.gil_probe else None
 
     rows = []

@@ -46,8 +46,9 @@ def admitted_everything(rows: pa.Table) -> list[tuple[str, str, str] | None]:
 
 
 def admit(client: redis.Redis, table: pa.Table) -> None:
-    for _, _, name in admitted_everything(table):
-        client.zadd(layout.subjects_key("west", "east"), {name: 0})
+    for admitted in admitted_everything(table):
+        assert admitted is not None
+        client.zadd(layout.subjects_key("west", "east"), {admitted[2]: 0})
 
 
 def test_newest_wins_over_the_record_and_over_redis(client: redis.Redis):
@@ -80,7 +81,7 @@ def test_a_replayed_batch_leaves_redis_as_it_was(client: redis.Redis):
     batch = rows(*((key, str(p), 100 + p, f'{{"ts":{100 + p}}}') for p in range(50)))
     admit(client, batch)
     write_own(client, writes, batch, admitted_everything)
-    before = client.hgetall(key)
+    before = cast(dict, client.hgetall(key))
     write_own(client, writes, rows((key, "7", 300, '{"ts":300}')), admitted_everything)
     write_own(client, writes, batch, admitted_everything)  # replayed after a newer one: nothing rolls back
     after = client.hgetall(key)
@@ -171,3 +172,16 @@ def test_parts_of_two_tasks_combine_and_a_silent_one_turns_stop(client: redis.Re
         task_verdicts.stored_parts(client, target, T0 + 40_000)[(target, "east")], T0 + 40_000)
     assert summary == lag_verdicts.summary_record(later + second, T0 + 40_000)
     assert summary["reason"] == "STOP" and [p["topic"] for p in summary["problems"]] == ["a", "b"]
+
+
+def test_a_replication_whose_verdicts_left_their_lookback_is_still_summarised(client: redis.Redis):
+    """As the driver summarised every replication it kept: no partition in the lookback, a summary all the
+    same (NOTFOUND, none), not the last one left standing."""
+    target = f"w{uuid.uuid4().hex[:6]}"
+    place = VerdictPlace(target, RAW, 0)
+    fresh = table(target, [verdict("a", 0, T0, 5, T0)])
+    task_verdicts.keep_and_summarise(client, place, T0 + 1_000, fresh, np.ones(1, bool), np.zeros(1, bool))
+    none = fresh.slice(0, 0)  # a later batch without a report of it
+    task_verdicts.keep_and_summarise(client, place, T0 + 500_000, none, np.ones(0, bool), np.zeros(0, bool))
+    parts = task_verdicts.stored_parts(client, target, T0 + 500_000)[(target, "east")]
+    assert lag_verdicts.combined_summary(parts, T0 + 500_000) == lag_verdicts.summary_record([], T0 + 500_000)
