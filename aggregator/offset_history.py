@@ -78,6 +78,9 @@ class OffsetHistory:
         self.blocks: list[_Block] = []
         self.complete_from = np.full(0, NOTHING, np.int64)
         self.newest = np.full(0, -1, np.int64)
+        # A bound on the windows a row holds: none older than this (NOTHING: none held). Gathers of a row's
+        # older windows stop there: a row kept from a task's hot record holds ~12 of a lag table's 61.
+        self.lowest = np.full(0, NOTHING, np.int64)
 
     def clear(self) -> None:
         """Forgets every row (a batch that failed, Redis state lost, its query ended): the next reads fill
@@ -88,7 +91,8 @@ class OffsetHistory:
 
     @property
     def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.blocks) + self.complete_from.nbytes + self.newest.nbytes
+        return (sum(b.nbytes for b in self.blocks) + self.complete_from.nbytes + self.newest.nbytes
+                + self.lowest.nbytes)
 
     def row_of(self, keys: Iterable[PartitionKey]) -> np.ndarray:
         """Each partition's row; a partition met for the first time gets an empty one."""
@@ -107,10 +111,11 @@ class OffsetHistory:
         while len(self.blocks) * BLOCK_ROWS < needed:
             self.blocks.append(_Block(self.slots))
         have = len(self.complete_from)
-        if needed > have:  # 16 bytes a row: these two are copied as they grow
+        if needed > have:  # 24 bytes a row: these three are copied as they grow
             more = needed - have
             self.complete_from = np.concatenate([self.complete_from, np.full(more, NOTHING, np.int64)])
             self.newest = np.concatenate([self.newest, np.full(more, -1, np.int64)])
+            self.lowest = np.concatenate([self.lowest, np.full(more, NOTHING, np.int64)])
 
     def _by_block(self, rows: np.ndarray) -> Iterator[tuple[_Block, np.ndarray | slice, np.ndarray]]:
         """(block, positions in `rows`, rows within the block) of each block `rows` reach."""
@@ -142,6 +147,7 @@ class OffsetHistory:
         for block, _, local in self._by_block(rows):
             block.reset(local)
         self.newest[rows] = -1
+        self.lowest[rows] = NOTHING
         self.complete_from[rows] = low
         for at in range(0, len(rows), LOAD_ROWS):
             self._read(client, rows[at:at + LOAD_ROWS], low[at:at + LOAD_ROWS])
@@ -187,6 +193,7 @@ class OffsetHistory:
         final = np.ones(len(rows), bool)
         final[:-1] = (rows[1:] != rows[:-1]) | (slot[1:] != slot[:-1])
         rows, slot, number, at, last = rows[final], slot[final], number[final], at[final], last[final]
+        np.minimum.at(self.lowest, rows, number)  # a window older than its slot's is counted: still a bound
         for block, at_rows, local in self._by_block(rows):
             newer = block.merge(m, local, slot[at_rows], number[at_rows], at[at_rows], last[at_rows])
             np.maximum.at(self.newest, rows[at_rows][newer], number[at_rows][newer])
@@ -223,8 +230,11 @@ class OffsetHistory:
         held = np.empty(number.shape, np.int32)
         last = np.empty(number.shape)
         for block, at, local in self._by_block(rows):
-            held[at] = block.window[local[:, None], slot[at]]
-            last[at] = block.read(local[:, None], slot[at], METRIC[metric])
+            # Flat cells taken from the raveled arrays: a take over one index, where indexing by (rows,
+            # slots) broadcast the two index arrays for each array read.
+            cell = local[:, None] * self.slots + slot[at]
+            held[at] = block.window.reshape(-1).take(cell)
+            last[at] = block.read_cells(cell, local[:, None], METRIC[metric])
         present = (held == number) & ~np.isnan(last)
         return number, last, present
 
@@ -274,9 +284,14 @@ class _Block:
 
     def read(self, rows: np.ndarray, slot: np.ndarray, m: int) -> np.ndarray:
         """The lasts of metric `m` at (rows, slot) (broadcast together), NaN where none."""
-        delta = self.delta[rows, slot, m]
+        return self.read_cells(rows * self.window.shape[1] + slot, rows, m)
+
+    def read_cells(self, cell: np.ndarray, rows: np.ndarray, m: int) -> np.ndarray:
+        """read's lasts at the cells `cell` (row * slots + slot) of `rows` (broadcast with `cell`)."""
+        delta = self.delta.reshape(-1).take(cell * len(METRICS) + m)
         out = np.where(delta == NO_DELTA, np.nan, (self.base[rows, m] + delta).astype(np.float64))
         if self.wide:
+            slot = cell % self.window.shape[1]
             every_row = np.broadcast_to(rows, out.shape)
             at = np.nonzero(np.isin(every_row, np.fromiter(self.wide, np.int64, len(self.wide))))
             if len(at[0]):

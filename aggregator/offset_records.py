@@ -231,6 +231,7 @@ class TaskHistory(OffsetHistory):
             block.based[local] = record.based[index]
         self.newest[rows] = record.newest
         self.complete_from[rows] = record.floor
+        self.lowest[rows] = np.where(held, number, NOTHING).min(axis=1)
 
     def hot_equivalent(self, windows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per kept row, as if it held only its newest `windows` windows: the first window it would hold

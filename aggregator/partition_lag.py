@@ -283,13 +283,23 @@ def _end_offsets(history: OffsetHistory, rows: np.ndarray, ts: np.ndarray, high:
 def _older_end_offsets(history: OffsetHistory, rows: np.ndarray, high: np.ndarray, low: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Over the table's windows before the NEWEST_WINDOWS: each row's highest end offset (-inf: none), and
-    whether all are exact in float64."""
-    number, last, present = history.gather("source_end_offset", rows, high - NEWEST_WINDOWS,
-                                           TABLE_WINDOWS - NEWEST_WINDOWS)
-    present &= number >= low[:, None]
-    offsets = np.trunc(last)
-    return (np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf),
-            np.all(~present | (np.abs(offsets) < lag_arrays.EXACT_BELOW), axis=1))
+    whether all are exact in float64. A row is read from the oldest window it may hold on (a row kept from
+    a task's hot record holds a few of the table's 55 older windows), rows of a like reach together."""
+    top = high - NEWEST_WINDOWS
+    reach = np.maximum(np.maximum(low, history.lowest[rows]), top - (TABLE_WINDOWS - NEWEST_WINDOWS) + 1)
+    need = top - reach + 1  # windows each row may hold there (<= 0: none)
+    highest, exact = np.full(len(rows), -math.inf), np.ones(len(rows), bool)
+    for part in (np.flatnonzero((need > 0) & (need <= NEWEST_WINDOWS + 2)),
+                 np.flatnonzero(need > NEWEST_WINDOWS + 2)):
+        if not len(part):
+            continue
+        number, last, present = history.gather("source_end_offset", rows[part], top[part],
+                                               int(need[part].max()))
+        present &= number >= low[part, None]
+        offsets = np.trunc(last)
+        highest[part] = np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf)
+        exact[part] = np.all(~present | (np.abs(offsets) < lag_arrays.EXACT_BELOW), axis=1)
+    return highest, exact
 
 
 def _verdicts(history: OffsetHistory, current: np.ndarray, periods: np.ndarray, rows: np.ndarray,

@@ -94,6 +94,10 @@ def test_a_gather_reads_what_a_float64_ring_holds(seed: int, monkeypatch: pytest
             assert present.tolist() == (held & ~np.isnan(expected)).tolist()
             assert [str(x) for x in got[present]] == [str(x) for x in expected[present]]
         wide = max(wide, sum(len(b.wide) for b in history.blocks))
+        # No row holds a window older than its `lowest` (where gathers of older windows stop).
+        for r in rows.tolist():
+            held = history.blocks[r // offset_history.BLOCK_ROWS].window[r % offset_history.BLOCK_ROWS]
+            assert (held[held >= 0] >= history.lowest[r]).all()
     assert history.nbytes > 0
 
 
