@@ -535,11 +535,7 @@ def judged_rows(judged: Judged) -> tuple[pa.Table, pa.Table, list[pa.Table]]:
     """What a task sends the driver of its judging: its latest values (VALUES_SCHEMA), its verdicts
     (verdict_summaries.TABLE_SCHEMA) and its lag-in-seconds samples as partial windows (each report its own
     partition-level partial: a subject has one report a batch)."""
-    values = judged.latest_columns
-    values.add_values(judged.latest)  # those derived a report at a time
-    value_rows = pa.table([pa.array(values.keys, pa.string()), pa.array(values.names, pa.string()),
-                           pa.array(values.ts, pa.int64()), pa.array(values.encoded, pa.string())],
-                          schema=VALUES_SCHEMA)
+    value_rows = judged.latest_rows().cast(VALUES_SCHEMA)
     verdicts = [part.table(target, source) for (target, source), parts in judged.verdicts.items()
                 for part in parts]
     verdict_rows = pa.concat_tables(verdicts) if verdicts else verdict_summaries.TABLE_SCHEMA.empty_table()

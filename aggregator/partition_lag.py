@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,9 @@ LatestValue = tuple[str, str, dict[str, Any]]
 # A lag table's windows: the exporter's 60 points before the report's window, and its own (a group's
 # table, without the report's end offset, reads it).
 TABLE_WINDOWS = DEFAULT_TABLE_CAPACITY + 1
+# A task's latest values of partitions and groups: hash key, field, the value's ts and its JSON.
+LATEST_SCHEMA = pa.schema([("key", pa.string()), ("field", pa.string()), ("ts", pa.int64()),
+                           ("json", pa.string())])
 
 
 @dataclass
@@ -47,10 +50,19 @@ class Judged:
     # The partitions' verdicts per replication (their records and JSON as columns), one part a path.
     verdicts: dict[tuple[str, str], list[VerdictColumns]] = field(default_factory=dict)
     fallback: int = 0  # reports derived a report at a time
-    # What the arrays derive, as columns: the values already JSON, the lag-in-seconds samples as partial
-    # windows.
-    latest_columns: LatestColumns = field(default_factory=LatestColumns)
+    # What the arrays derive, as columns: the values already JSON (LATEST_SCHEMA), the lag-in-seconds
+    # samples as partial windows.
+    latest_tables: list[pa.Table] = field(default_factory=list)
     sample_tables: list[pa.Table] = field(default_factory=list)
+
+    def latest_rows(self) -> pa.Table:
+        """Every latest value judged (LATEST_SCHEMA): the arrays' then those derived a report at a time."""
+        one = LatestColumns()
+        one.add_values(self.latest)
+        alone = pa.table([pa.array(one.keys, pa.string()), pa.array(one.names, pa.string()),
+                          pa.array(one.ts, pa.int64()), pa.array(one.encoded, pa.string())],
+                         schema=LATEST_SCHEMA)
+        return pa.concat_tables([*self.latest_tables, alone])
 
 
 def _number(value: Any) -> float:
@@ -98,6 +110,8 @@ class _Reports:
         self.target, self.source, self.topic = (table[c].to_pylist() for c in ("target", "source", "topic"))
         self.group = pc.fill_null(table["group"], "").to_pylist()  # a subject's: "" for a partition
         self.partition = one_array(pc.cast(table["partition"], pa.int64()))
+        self.names = {c: one_array(table[c] if c != "group" else pc.fill_null(table[c], ""))
+                      for c in ("target", "source", "topic", "group")}  # as Arrow: the values' columns
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -339,20 +353,37 @@ _REASON_JSON = _JSON_TEXT(json_column(_REASON))
 _REASON_CODES = verdict_summaries.reason_codes(_REASON)  # lag_arrays' codes -> the kept columns'
 _STATUS_CODES = verdict_summaries.status_codes(_STATUS)
 _STATUS_JSON = _JSON_TEXT(json_column(_STATUS))
-partition_key = lru_cache(maxsize=1 << 16)(layout.partition_latest_key)
-group_key = lru_cache(maxsize=1 << 16)(layout.group_latest_key)
 
 
-def _fields(topic: list[str], numbers: pa.Array) -> list[str]:
+def _fields(topic: pa.Array, numbers: pa.Array) -> pa.Array:
     """A group's latest field, a partition's verdict field (the same text: redis_layout.group_latest_field,
     lag_verdicts.verdict_field) of each (topic, partition number)."""
-    return pc.binary_join_element_wise(_JSON_TEXT(topic), pc.cast(numbers, pa.string()), "|").to_pylist()
+    return pc.binary_join_element_wise(topic, pc.cast(numbers, pa.string()), "|")
 
 
-def _repeated_json(values: list[Any]) -> pa.Array:
+def _repeated_json(values: pa.Array) -> pa.Array:
     """The JSON of values of which there are few distinct ones (topics): each rendered once."""
-    encoded = _JSON_TEXT(values).dictionary_encode()
+    encoded = pc.dictionary_encode(values)
     return _JSON_TEXT(json_column(encoded.dictionary.to_pylist())).take(encoded.indices)
+
+
+def _named(name: Callable[..., str], *columns: pa.Array) -> pa.Array:
+    """name(*row) of each row of string `columns` (a hash key of its target, source and topic or group),
+    called once a distinct row: a batch's 50,000 partitions name a few thousand hashes."""
+    n = len(columns[0])
+    if any(c.null_count for c in columns):  # no report has one (raw_records' rules): named a row at a time
+        rows = zip(*(c.to_pylist() for c in columns), strict=True)
+        return pa.array([name(*row) for row in rows], pa.string())
+    code = np.zeros(n, np.int64)
+    for column in columns:
+        encoded = pc.dictionary_encode(column)
+        if len(encoded.dictionary) and int(code.max(initial=0)) >= (1 << 62) // len(encoded.dictionary):
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)  # ranks: the product fits again
+        code = code * len(encoded.dictionary) + encoded.indices.to_numpy()
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    distinct = [c.take(pa.array(first)).to_pylist() for c in columns]
+    return pa.array([name(*row) for row in zip(*distinct, strict=True)], pa.string()).take(
+        pa.array(inverse.reshape(-1)))
 
 
 def _add_columns(judged: Judged, at: np.ndarray, reports: _Reports, periods: np.ndarray, ts: np.ndarray,
@@ -361,38 +392,39 @@ def _add_columns(judged: Judged, at: np.ndarray, reports: _Reports, periods: np.
     values' JSON, their lag-in-seconds samples, and the partitions' verdicts (records and JSON)."""
     if not len(at):
         return
-    rows, taken = at.tolist(), pa.array(at, pa.int64())
-    target, source, topic, group = ([column[i] for i in rows] for column in (reports.target, reports.source,
-                                                                            reports.topic, reports.group))
+    taken = pa.array(at, pa.int64())
+    target, source, topic, group = (reports.names[c].take(taken)
+                                    for c in ("target", "source", "topic", "group"))
     numbers = reports.partition.take(taken)
-    partition = pc.cast(numbers, pa.string()).to_pylist()
     ts_at, secs = ts[at], seconds[at]
-    ts_list = ts_at.tolist()
     secs_list: list[float | None] = [None if x != x else x for x in secs.tolist()]  # NaN: none
     columns = {"ts": int_json(ts_at), "lag_seconds": _JSON_TEXT(json_column(secs_list))}
     if verdicts is None:
         for name, column in (("downstream_offset", "group_downstream_offset"), ("group_lag", "group_lag"),
                              ("upstream_offset", "group_upstream_offset")):
             columns[name] = reports.json(column, taken)
-        judged.latest_columns.add(map(group_key, target, source, group), _fields(topic, numbers), ts_list,
-                                  json_rows(_GROUP_VALUE, columns))
+        key, names = _named(layout.group_latest_key, target, source, group), _fields(topic, numbers)
+        text = json_rows(_GROUP_VALUE, columns)
     else:
         for name in ("records_lag", "source_end_offset", "target_offset", "upstream_offset"):
             columns[name] = reports.json(name, taken)
-        judged.latest_columns.add(map(partition_key, target, source, topic), partition, ts_list,
-                                  json_rows(_PARTITION_VALUE, columns))
+        key = _named(layout.partition_latest_key, target, source, topic)
+        names = pc.cast(numbers, pa.string())
+        text = json_rows(_PARTITION_VALUE, columns)
+    judged.latest_tables.append(pa.table([key, names, pa.array(ts_at, pa.int64()), text],
+                                         schema=LATEST_SCHEMA))
     sampled = np.flatnonzero(~np.isnan(secs))
     if len(sampled):
-        some = sampled.tolist()
+        some = pa.array(sampled)
         judged.sample_tables.append(lag_seconds_columns(
-            "partition" if verdicts is not None else "group", [target[k] for k in some],
-            [source[k] for k in some], [topic[k] for k in some], numbers.take(pa.array(sampled)),
-            [group[k] for k in some], ts_at[sampled], secs[sampled], one_a_subject=True))  # one a subject
+            "partition" if verdicts is not None else "group", target.take(some), source.take(some),
+            topic.take(some), numbers.take(some), group.take(some), ts_at[sampled], secs[sampled],
+            one_a_subject=True))  # one a subject
     if verdicts is not None:
         _add_verdicts(judged, at, target, source, topic, numbers, periods, ts_at, secs, columns, verdicts)
 
 
-def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: list[str], topic: list[str],
+def _add_verdicts(judged: Judged, at: np.ndarray, target: pa.Array, source: pa.Array, topic: pa.Array,
                   partition: pa.Array, periods: np.ndarray, ts: np.ndarray, seconds: np.ndarray,
                   value_json: Mapping[str, pa.Array], v: lag_arrays.Verdicts) -> None:
     """The partitions' verdicts (lag_verdicts.verdict_record, of those with an observation) as JSON and as
@@ -401,8 +433,8 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: lis
     if not observed.any():
         return
     keep = np.flatnonzero(observed)
-    at, taken, keep_list = at[keep], pa.array(keep), keep.tolist()
-    topic, target, source = ([c[k] for k in keep_list] for c in (topic, target, source))
+    at, taken = at[keep], pa.array(keep)
+    topic, target, source = (c.take(taken) for c in (topic, target, source))
     numbers = partition.take(taken)
     policies = _Policies(periods[at])
     counts, count_of = np.unique(v.count[at], return_inverse=True)
@@ -423,13 +455,14 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: list[str], source: lis
     ints = np.column_stack([ts[keep], current, start[:, 0], end[:, 0], policies.lookback,
                             policies.stop_after_ms, policies.allowed_lag]).astype(np.int64)
     columns = VerdictColumns(
-        _fields(topic, numbers), text, topic, numbers.to_pylist(), ints, _STATUS_CODES[reason],
-        _REASON_CODES[reason], counts[count_of] / intervals, seconds[keep],
+        _fields(topic, numbers).to_pylist(), text.to_pylist(), topic.to_pylist(), numbers.to_pylist(), ints,
+        _STATUS_CODES[reason], _REASON_CODES[reason], counts[count_of] / intervals, seconds[keep],
         np.abs(ints[:, 1:]).max(axis=1) >= verdict_summaries.EXACT_BELOW)
-    if target.count(target[0]) == len(target) and source.count(source[0]) == len(source):
-        judged.verdicts.setdefault((target[0], source[0]), []).append(columns)
+    one_pair = all(pc.all(pc.equal(c, c[0])).as_py() for c in (target, source))
+    if one_pair:
+        judged.verdicts.setdefault((target[0].as_py(), source[0].as_py()), []).append(columns)
         return
-    pairs = list(zip(target, source, strict=True))
+    pairs = list(zip(target.to_pylist(), source.to_pylist(), strict=True))
     for pair in dict.fromkeys(pairs):
         mine = columns.taken([k for k, p in enumerate(pairs) if p == pair])
         judged.verdicts.setdefault(pair, []).append(mine)
