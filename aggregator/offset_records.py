@@ -52,10 +52,10 @@ import redis
 
 from aggregator import latest_values, partition_lag, task_verdicts, task_writes, verdict_summaries
 from aggregator.batch_plan import offset_partials, offset_reports
-from aggregator.lag_arrays import EXACT_BELOW, lag_seconds
+from aggregator.lag_arrays import EXACT_BELOW
 from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.offset_history import METRICS, NO_DELTA, NOTHING, WINDOW_MS, OffsetHistory, window_number
-from aggregator.partition_lag import NEWEST_WINDOWS, Judged, _ceil_window, _end_offsets, _Policies, _Reports
+from aggregator.partition_lag import NEWEST_WINDOWS, Judged, _ceil_window, _Policies, _Reports
 from aggregator.subject_cap import member
 from aggregator.window_partials import latest_schema
 from contract import redis_layout as layout
@@ -380,10 +380,12 @@ def _extract(history: TaskHistory, rows: np.ndarray, since: np.ndarray, held_fro
 
 
 def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor: np.ndarray,
-                 bound: np.ndarray, bound_abs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 bound: np.ndarray, bound_abs: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, partition_lag.NewestPass]:
     """Which reports a history exact from window `floor` (a row each) answers as the whole history would, the
-    end offsets below `floor` not above `bound` (nor further from 0 than `bound_abs`); and the low window each
-    report reads (partition_lag.judge_batch's)."""
+    end offsets below `floor` not above `bound` (nor further from 0 than `bound_abs`); the low window each
+    report reads (partition_lag.judge_batch's); and their lag in seconds' newest-windows pass, which
+    judge_batch reuses."""
     ts, is_partition = given.ts, given.is_partition
     policies = _Policies(given.periods)
     high = window_number(ts)
@@ -391,13 +393,8 @@ def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor:
     low_verdict = np.where(is_partition, _ceil_window(ts - policies.lookback), low_lag)
     # Lag in seconds: settled over the newest windows (partition_lag._lag_seconds' first pass), with no
     # older end offset above their least.
-    end = np.where(is_partition, given.numbers("source_end_offset"), math.nan)
-    lag = np.where(is_partition, given.numbers("records_lag"), given.numbers("group_lag"))
-    upstream = np.where(is_partition, math.nan, given.numbers("group_upstream_offset"))
-    position = np.trunc(np.where(is_partition, end - lag, upstream))
-    offsets, times, valid = _end_offsets(history, rows, ts, high, low_lag, end, NEWEST_WINDOWS)
-    got = lag_seconds(offsets, times, valid, position, lag, ts)
-    least = np.where(valid & np.isfinite(offsets), offsets, math.inf).min(axis=1)
+    got = partition_lag.NewestPass.of(history, given, rows, high, low_lag)
+    least = got.least
     row_floor = floor[rows]
     # The ring's end offsets below the newest windows, down to the floor (judge_batch reads them down to the
     # table's low: what the ring holds below the floor is the batch's, its older ones are in the bound).
@@ -419,7 +416,7 @@ def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor:
     number, _, present = history.gather("upstream_offset", rows, high, width)
     count = (present & (number >= from_[:, None])).sum(axis=1)
     verdict_ok = ~is_partition | (row_floor <= low_verdict) | (count >= intervals)
-    return lag_ok & verdict_ok, np.minimum(low_lag, low_verdict)
+    return lag_ok & verdict_ok, np.minimum(low_lag, low_verdict), got
 
 
 
@@ -478,8 +475,8 @@ def judge(client: redis.Redis, keys: tuple[str, str], reports: pa.Table, partial
     floor = np.full(n, NOTHING, np.int64)
     floor[:history.kept] = history.held_floor
     # A report the newest HOT_WINDOWS windows settle, or whose row's record (deep) holds all it reads.
-    by_hot, low = _answered_by(history, given, rows, floor_h, bound, bound_abs) if len(rows) else \
-        (np.zeros(0, bool), np.zeros(0, np.int64))
+    by_hot, low, newest = _answered_by(history, given, rows, floor_h, bound, bound_abs) if len(rows) else \
+        (np.zeros(0, bool), np.zeros(0, np.int64), None)
     answered = by_hot | (floor[rows] <= low)
     high = window_number(given.ts)
     cold = ~answered & (low > high - TASK_SLOTS)
@@ -497,7 +494,10 @@ def judge(client: redis.Redis, keys: tuple[str, str], reports: pa.Table, partial
     loaded[:len(history.loaded)] = history.loaded[:n]
     held_from = np.where(loaded | (floor >= NOTHING), since, floor)  # the oldest window the ring got
     np.minimum.at(history.complete_from, rows[warm], low[warm])  # what the task holds for them is exact
-    judged = partition_lag.judge_batch(reports, history, partials, client, wait_for_merge)
+    # The precheck's pass holds for the rows not read since.
+    stale = history.loaded[rows] if len(history.loaded) else np.zeros(len(rows), bool)
+    precheck = None if newest is None else partition_lag.Precheck(given, rows, newest, stale)
+    judged = partition_lag.judge_batch(reports, history, partials, client, wait_for_merge, precheck)
     # A row whose reports all had their answer in the newest HOT_WINDOWS windows is kept hot; the others
     # deep (their older windows then come from the record, not the stored windows, until they catch up).
     was_deep = np.zeros(n, bool)

@@ -170,33 +170,84 @@ def _ceil_window(ms: np.ndarray) -> np.ndarray:
     return -np.floor_divide(-ms, WINDOW_MS)
 
 
+@dataclass
+class NewestPass:
+    """_lag_seconds' first pass, each report over its NEWEST_WINDOWS: its answer there (lag_arrays
+    .lag_seconds' seconds, exact and local) and the least end offset those windows hold (inf: none)."""
+
+    seconds: np.ndarray
+    exact: np.ndarray
+    local: np.ndarray
+    least: np.ndarray
+
+    @classmethod
+    def of(cls, history: OffsetHistory, reports: _Reports, rows: np.ndarray, high: np.ndarray,
+           low: np.ndarray) -> NewestPass:
+        n = len(rows)
+        out = cls(np.full(n, math.nan), np.zeros(n, bool), np.zeros(n, bool), np.full(n, math.inf))
+        out._derive(history, reports, rows, high, low, np.arange(n))
+        return out
+
+    def _derive(self, history: OffsetHistory, reports: _Reports, rows: np.ndarray, high: np.ndarray,
+                low: np.ndarray, which: np.ndarray) -> None:
+        """Derives the reports at `which` again (their rows re-read since)."""
+        end, lag, position = _positions(reports)
+        ts = reports.ts
+        for part in _chunks(len(which), NEWEST_WINDOWS + 1):
+            at = which[part]
+            offsets, times, valid = _end_offsets(history, rows[at], ts[at], high[at], low[at], end[at],
+                                                 NEWEST_WINDOWS)
+            got = lag_arrays.lag_seconds(offsets, times, valid, position[at], lag[at], ts[at])
+            self.seconds[at], self.exact[at], self.local[at] = got.seconds, got.exact, got.local
+            self.least[at] = np.where(valid & np.isfinite(offsets), offsets, math.inf).min(axis=1)
+
+
+@dataclass
+class Precheck:
+    """What a task's precheck of its reports (offset_records) derived before judge_batch: the reports as
+    columns, their rows, and their NewestPass; `stale`: the reports whose rows were read from Redis since
+    (their NewestPass is derived again)."""
+
+    reports: _Reports
+    rows: np.ndarray
+    newest: NewestPass
+    stale: np.ndarray
+
+
 def judge_batch(reports: pa.Table, history: OffsetHistory, partials: Mapping[str, pa.Table],
-                client: redis.Redis, before_read: Callable[[], None]) -> Judged:
+                client: redis.Redis, before_read: Callable[[], None], precheck: Precheck | None = None
+                ) -> Judged:
     """Latest values of the partition and group `reports` (batch_plan.offset_reports: the newest record
     of each subject), and the partitions' verdicts (without summaries). `partials`: the batch's history
     rows of METRICS (batch_plan.offset_partials), merged into `history` here; `before_read` is called before
-    any read of Redis (the task waits there for the merge of the batches before its own: MergeWait)."""
+    any read of Redis (the task waits there for the merge of the batches before its own: MergeWait).
+    `precheck`: what a precheck of the same `reports` over the same history already derived."""
     judged = Judged()
     if not reports.num_rows:
         history.merge_rows(partials)
         return judged
-    given = _Reports(reports)
+    given = precheck.reports if precheck is not None else _Reports(reports)
     is_partition, ts, periods = given.is_partition, given.ts, given.periods
     lookback = _Policies(periods).lookback
     high = window_number(ts)
     low_lag = _ceil_window(ts - latest_values.HISTORY_SPAN_MS)
     low_verdict = np.where(is_partition, _ceil_window(ts - lookback), low_lag)
     low = np.minimum(low_lag, low_verdict)
-    rows = history.row_of(given.partition_keys())
+    rows = precheck.rows if precheck is not None else history.row_of(given.partition_keys())
     missing = ~history.covered(rows, low) & (low > high - history.slots)  # a read the ring can hold
     if missing.any():
         before_read()
         history.load(client, rows[missing], low[missing])
     history.merge_rows(partials)
     covered = history.covered(rows, low)
+    newest = None
+    if precheck is not None:
+        newest = precheck.newest
+        stale = precheck.stale | (np.isin(rows, rows[missing]) if missing.any() else False)
+        newest._derive(history, given, rows, high, low_lag, np.flatnonzero(stale))
 
     seconds, exact, verdicts = _judged_arrays(history, given, periods, is_partition, rows, ts, high,
-                                              low_lag, low_verdict)
+                                              low_lag, low_verdict, newest)
     exact &= verdicts.exact | ~is_partition
     fast = covered & exact
     _add_columns(judged, np.flatnonzero(fast & is_partition), given, periods, ts, seconds, verdicts)
@@ -228,10 +279,10 @@ def _chunks(rows: int, width: int) -> Iterator[slice]:
 
 def _judged_arrays(history: OffsetHistory, reports: _Reports, periods: np.ndarray,
                    is_partition: np.ndarray, rows: np.ndarray, ts: np.ndarray, high: np.ndarray,
-                   low_lag: np.ndarray, low_verdict: np.ndarray
+                   low_lag: np.ndarray, low_verdict: np.ndarray, newest: NewestPass | None = None
                    ) -> tuple[np.ndarray, np.ndarray, lag_arrays.Verdicts]:
     """Lag in seconds (and whether exact) and verdicts of every report."""
-    seconds, exact = _lag_seconds(history, reports, is_partition, rows, ts, high, low_lag)
+    seconds, exact = _lag_seconds(history, reports, is_partition, rows, ts, high, low_lag, newest)
     width = int(min(max(int((high - low_verdict).max()) + 1, 1), history.slots))
     current = reports.numbers("records_lag")
     parts = [_verdicts(history, current[at], periods[at], rows[at], ts[at], high[at], low_verdict[at],
@@ -243,33 +294,35 @@ def _judged_arrays(history: OffsetHistory, reports: _Reports, periods: np.ndarra
     return seconds, exact, joined
 
 
+def _positions(reports: _Reports) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each report's end offset (NaN: a group's), lag, and the position its lag in seconds asks the table
+    for (a partition's end offset less its lag, a group's upstream offset)."""
+    is_partition = reports.is_partition
+    end = np.where(is_partition, reports.numbers("source_end_offset"), math.nan)
+    lag = np.where(is_partition, reports.numbers("records_lag"), reports.numbers("group_lag"))
+    upstream = np.where(is_partition, math.nan, reports.numbers("group_upstream_offset"))
+    return end, lag, np.trunc(np.where(is_partition, end - lag, upstream))
+
+
 def _lag_seconds(history: OffsetHistory, reports: _Reports, is_partition: np.ndarray,
-                 rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 rows: np.ndarray, ts: np.ndarray, high: np.ndarray, low: np.ndarray,
+                 newest: NewestPass | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Lag in seconds of every report, as latest_values.partition_latest / group_latest derive it: over
     the NEWEST_WINDOWS first, and over the whole table (TABLE_WINDOWS) for the rows whose answer those
     do not settle. A row's answer over its newest windows is its answer over the table when it reads
     nothing older (lag_arrays.LagSeconds.local) and no older window's end offset is above the newest
     windows' least, nor past what float64 holds exactly: the table keeps then the same points from the
-    newest windows on, and finds the same pair."""
-    end = np.where(is_partition, reports.numbers("source_end_offset"), math.nan)
-    lag = np.where(is_partition, reports.numbers("records_lag"), reports.numbers("group_lag"))
-    upstream = np.where(is_partition, math.nan, reports.numbers("group_upstream_offset"))
-    position = np.trunc(np.where(is_partition, end - lag, upstream))
-    seconds, exact = np.full(len(rows), math.nan), np.zeros(len(rows), bool)
+    newest windows on, and finds the same pair. `newest`: the first pass already derived (NewestPass)."""
+    end, lag, position = _positions(reports)
+    if newest is None:
+        newest = NewestPass.of(history, reports, rows, high, low)
+    seconds, exact = newest.seconds.copy(), newest.exact.copy()
     settled = np.zeros(len(rows), bool)
-    for at in _chunks(len(rows), NEWEST_WINDOWS + 1):
-        offsets, times, valid = _end_offsets(history, rows[at], ts[at], high[at], low[at], end[at],
-                                             NEWEST_WINDOWS)
-        got = lag_arrays.lag_seconds(offsets, times, valid, position[at], lag[at], ts[at])
-        seconds[at], exact[at] = got.seconds, got.exact
-        least = np.where(valid & np.isfinite(offsets), offsets, math.inf).min(axis=1)
-        settled[at] = got.local
-        local = np.flatnonzero(got.local)
-        for part in _chunks(len(local), TABLE_WINDOWS - NEWEST_WINDOWS):
-            mine = local[part] + at.start
-            highest, older_exact = _older_end_offsets(history, rows[mine], high[mine], low[mine])
-            settled[mine] = (highest <= least[local[part]]) & older_exact
+    local = np.flatnonzero(newest.local)
+    for part in _chunks(len(local), TABLE_WINDOWS - NEWEST_WINDOWS):
+        mine = local[part]
+        highest, older_exact = _older_end_offsets(history, rows[mine], high[mine], low[mine])
+        settled[mine] = (highest <= newest.least[mine]) & older_exact
     whole = np.flatnonzero(~settled)
     for part in _chunks(len(whole), TABLE_WINDOWS + 1):
         mine = whole[part]
