@@ -536,9 +536,7 @@ def judged_rows(judged: Judged) -> tuple[pa.Table, pa.Table, list[pa.Table]]:
     (verdict_summaries.TABLE_SCHEMA) and its lag-in-seconds samples as partial windows (each report its own
     partition-level partial: a subject has one report a batch)."""
     value_rows = judged.latest_rows().cast(VALUES_SCHEMA)
-    verdicts = [part.table(target, source) for (target, source), parts in judged.verdicts.items()
-                for part in parts]
-    verdict_rows = pa.concat_tables(verdicts) if verdicts else verdict_summaries.TABLE_SCHEMA.empty_table()
+    verdict_rows = judged.verdict_rows()
     samples = [lag_seconds_partials(judged.samples)] if judged.samples else []
     return value_rows, verdict_rows, samples + judged.sample_tables
 

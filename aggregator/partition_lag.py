@@ -47,13 +47,22 @@ LATEST_SCHEMA = pa.schema([("key", pa.string()), ("field", pa.string()), ("ts", 
 class Judged:
     latest: list[LatestValue] = field(default_factory=list)
     samples: list[LagSample] = field(default_factory=list)
-    # The partitions' verdicts per replication (their records and JSON as columns), one part a path.
+    # The verdicts derived a report at a time per replication (their records and JSON as columns).
     verdicts: dict[tuple[str, str], list[VerdictColumns]] = field(default_factory=dict)
     fallback: int = 0  # reports derived a report at a time
     # What the arrays derive, as columns: the values already JSON (LATEST_SCHEMA), the lag-in-seconds
     # samples as partial windows.
     latest_tables: list[pa.Table] = field(default_factory=list)
     sample_tables: list[pa.Table] = field(default_factory=list)
+    verdict_tables: list[pa.Table] = field(default_factory=list)  # verdict_summaries.TABLE_SCHEMA
+
+    def verdict_rows(self) -> pa.Table:
+        """Every verdict judged (verdict_summaries.TABLE_SCHEMA): the arrays', then those derived a report at
+        a time."""
+        alone = [part.table(target, source) for (target, source), parts in self.verdicts.items()
+                 for part in parts]
+        tables = [*self.verdict_tables, *alone]
+        return pa.concat_tables(tables) if tables else verdict_summaries.TABLE_SCHEMA.empty_table()
 
     def latest_rows(self) -> pa.Table:
         """Every latest value judged (LATEST_SCHEMA): the arrays' then those derived a report at a time."""
@@ -507,18 +516,16 @@ def _add_verdicts(judged: Judged, at: np.ndarray, target: pa.Array, source: pa.A
         "ts": value_json["ts"].take(taken)})
     ints = np.column_stack([ts[keep], current, start[:, 0], end[:, 0], policies.lookback,
                             policies.stop_after_ms, policies.allowed_lag]).astype(np.int64)
-    columns = VerdictColumns(
-        _fields(topic, numbers).to_pylist(), text.to_pylist(), topic.to_pylist(), numbers.to_pylist(), ints,
-        _STATUS_CODES[reason], _REASON_CODES[reason], counts[count_of] / intervals, seconds[keep],
-        np.abs(ints[:, 1:]).max(axis=1) >= verdict_summaries.EXACT_BELOW)
-    one_pair = all(pc.all(pc.equal(c, c[0])).as_py() for c in (target, source))
-    if one_pair:
-        judged.verdicts.setdefault((target[0].as_py(), source[0].as_py()), []).append(columns)
-        return
-    pairs = list(zip(target.to_pylist(), source.to_pylist(), strict=True))
-    for pair in dict.fromkeys(pairs):
-        mine = columns.taken([k for k, p in enumerate(pairs) if p == pair])
-        judged.verdicts.setdefault(pair, []).append(mine)
+    judged.verdict_tables.append(pa.table({
+        "target": target, "source": source, "field": _fields(topic, numbers), "text": text, "topic": topic,
+        "partition": numbers,
+        "ints": pa.FixedSizeListArray.from_arrays(pa.array(ints.reshape(-1), pa.int64()), 7),
+        "status": pa.array(_STATUS_CODES[reason], pa.int8()),
+        "reason": pa.array(_REASON_CODES[reason], pa.int8()),
+        "complete": pa.array(counts[count_of] / intervals, pa.float64()),
+        "seconds": pa.array(seconds[keep], pa.float64()),
+        "inexact": pa.array(np.abs(ints[:, 1:]).max(axis=1) >= verdict_summaries.EXACT_BELOW, pa.bool_())},
+        schema=verdict_summaries.TABLE_SCHEMA))
 
 
 def _integers(column: np.ndarray) -> np.ndarray:
