@@ -116,18 +116,18 @@ class _Reports:
         self.is_partition = pc.equal(table["kind"], "partition").to_numpy(zero_copy_only=False)
         self.ts = pc.cast(table["ts"], pa.int64()).to_numpy()
         self.periods = _periods(table["period_ms"])
-        self.target, self.source, self.topic = (table[c].to_pylist() for c in ("target", "source", "topic"))
-        self.group = pc.fill_null(table["group"], "").to_pylist()  # a subject's: "" for a partition
         self.partition = one_array(pc.cast(table["partition"], pa.int64()))
+        # A subject's names; its group "" for a partition.
         self.names = {c: one_array(table[c] if c != "group" else pc.fill_null(table[c], ""))
-                      for c in ("target", "source", "topic", "group")}  # as Arrow: the values' columns
+                      for c in ("target", "source", "topic", "group")}
 
     def __len__(self) -> int:
         return self.table.num_rows
 
     def partition_keys(self) -> list[tuple[str, str, str, int]]:
         """(target, source, topic, partition) of each report (offset_history's keys)."""
-        return list(zip(self.target, self.source, self.topic, self.partition.to_pylist(), strict=True))
+        return list(zip(*(self.names[c].to_pylist() for c in ("target", "source", "topic")),
+                        self.partition.to_pylist(), strict=True))
 
     def numbers(self, name: str) -> np.ndarray:
         """_number of each report's field `name`, as float64: NaN for none."""
