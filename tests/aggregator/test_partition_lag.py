@@ -59,7 +59,7 @@ def live_batches(seed: int, count: int = 14) -> list[list[tuple[int, RawMetrics]
     return out
 
 
-def one_at_a_time(history, records, is_partition, rows, ts, high, low):
+def one_at_a_time(history, records, is_partition, rows, ts, high, low, newest=None):
     """No report derived by the arrays: every one by the pure functions."""
     return np.full(len(rows), np.nan), np.zeros(len(rows), bool)
 
