@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.member_text import VALUES, member_column
+from aggregator.member_text import VALUES, member_text, window_bounds
 from aggregator.window_ids import (
     METRICS,
     WindowIds,
@@ -222,14 +222,39 @@ def _grouped(table: pa.Table) -> pa.Table:
 
 @dataclass
 class WindowUpdates:
-    """One window size's changed windows: new member, whether it replaces a stored one (false when the
-    window is new), and per key the trim when the batch created a window there in a new trim period."""
+    """One window size's changed windows: whether each replaces a stored one (false when the window is new),
+    its member, and per key the trim when the batch created a window there in a new trim period.
+
+    The members are made when asked for (`members`), from the merged values (`values`, every metric of each
+    changed window, a window's rows bounds[w]..bounds[w + 1]): a merge asks for them a part at a time, just
+    before it sends the part, so a merge at every size at 100,000 series does not hold ~330k members (~165
+    MB) and their copies at once. Made with `changed` holding a member column instead, the members are
+    those."""
 
     window: str
-    changed: pa.Table  # series, start, member, replaces
+    changed: pa.Table  # series, start, replaces (a row a window); member, when made with it
     # series -> (first start of the grid to delete, None: the key's own fields; drop windows before this)
     trims: dict[int, tuple[int | None, int]]
     newest: dict[int, int]  # series -> the key's newest window start, where the batch moves it on
+    values: pa.Table | None = None  # SCHEMA: every metric of the changed windows, window after window
+    bounds: np.ndarray | None = None  # each changed window's first row in `values`, and their count last
+
+    def members(self, rows: np.ndarray | None = None) -> pa.Array:
+        """The members of the changed windows `rows` (all of them by default), in that order."""
+        if self.values is None or self.bounds is None:
+            members = one_array(self.changed["member"])
+            return members if rows is None else members.take(pa.array(rows, pa.int64()))
+        if rows is None:
+            return member_text(self.values, self.bounds)
+        lows, highs = self.bounds[rows], self.bounds[rows + 1]
+        return member_text(self.values.take(pa.array(ranges(lows, highs))),
+                           np.concatenate([[0], np.cumsum(highs - lows)]))
+
+    def with_members(self) -> pa.Table:
+        """`changed` with each window's member."""
+        if "member" in self.changed.column_names:
+            return self.changed
+        return self.changed.append_column("member", self.members())
 
 
 @dataclass
@@ -316,10 +341,11 @@ class StoredWindows:
         olds = find(region_keys, partial_keys)
         merged = _merged(partials, take_or_null(region, olds)).cast(SCHEMA)
         rows, keys = _interleaved(region_keys, olds, partial_keys)
-        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        # Every metric of a touched window is here (its subject is covered): its member is made whole (when
+        # asked for: WindowUpdates.members).
         if len(rows) == merged.num_rows:  # every kept row from the batch's oldest start on was merged into
-            merged_region = merged
-            fresh = member_column(merged, partial_keys)
+            merged_region = touched_values = merged
+            touched_keys = partial_keys
         else:
             merged_region = pa.concat_tables([region.select(SCHEMA.names).cast(SCHEMA), merged]).take(rows)
             fresh_windows = distinct(partial_keys // METRICS)
@@ -327,9 +353,11 @@ class StoredWindows:
             touched = ranges(np.searchsorted(windows, fresh_windows, "left"),
                              np.searchsorted(windows, fresh_windows, "right"))
             if len(touched) == merged.num_rows:  # the windows touched hold no metric kept alone
-                fresh = member_column(merged, partial_keys)
+                touched_values, touched_keys = merged, partial_keys
             else:
-                fresh = member_column(merged_region.take(touched), keys[touched])
+                touched_values, touched_keys = merged_region.take(touched), keys[touched]
+        bounds = window_bounds(touched_keys)
+        fresh = touched_values.select(["series", "start"]).take(pa.array(bounds[:-1]))
         # Each touched window as the held ones are packed (series, start), in the order of `fresh`.
         packed = partial_keys // METRICS
         fresh_held = partial_windows[np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]]))] \
@@ -348,7 +376,8 @@ class StoredWindows:
                                            highest)
         self.starts[window] = _from_floor(starts.take(starts_order), floor_of)
         loaded = self.loaded_newest.pop(window, {})
-        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded))
+        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded),
+                             touched_values, bounds)
 
     def _cover(self, newest: pa.Table, window: str) -> np.ndarray:
         """Each merged subject (`newest`: series, start_max) covered from its newest window less keep_ms on;
