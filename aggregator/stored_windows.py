@@ -339,7 +339,10 @@ class StoredWindows:
                 partial_windows[order]
             partial_starts = partial_starts[order]
         olds = find(region_keys, partial_keys)
-        merged = _merged(partials, take_or_null(region, olds)).cast(SCHEMA)
+        # A batch that touches every kept window from its oldest start on, and no other (a live target's
+        # batch within its windows: all its series report each metric), finds them row for row: no copy.
+        same = len(olds) == region.num_rows and bool(np.all(olds == np.arange(len(olds))))
+        merged = _merged(partials, region if same else take_or_null(region, olds)).cast(SCHEMA)
         rows, keys = _interleaved(region_keys, olds, partial_keys)
         # Every metric of a touched window is here (its subject is covered): its member is made whole (when
         # asked for: WindowUpdates.members).
