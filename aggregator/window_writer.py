@@ -187,9 +187,12 @@ class WindowWriter:
             self.stored.clear()
         fresh, series = self.number(pa.concat_tables([w for _, w in todo]), self.series_keys) if todo \
             else (None, 0)
-        coarse = self._coarse(pipe, applied, finest, fresh) if every_size else None
+        # Each size's partials, then the batches' rows are let go (at 100,000 series ~0.3 GB for the coarser
+        # sizes' rows of three batches) before the merge's kept windows and calls are made.
+        sized = self._sized(fresh, self._coarse(pipe, applied, finest, fresh) if every_size else None)
         numbered = time.monotonic()
-        updates = self._updates(fresh, coarse)
+        updates = self._updates(sized)
+        del sized
         merged = time.monotonic()
         applied_key = layout.applied_batch_key(self.scope)
         watched = [applied_key, self._finest_key, merging_key]
@@ -296,20 +299,28 @@ class WindowWriter:
                                f"({_sizes(cut_off[3])}), not {group[0]}..{group[1]} ({_sizes(group[2])})")
         return set(cut_off[2])
 
-    def _updates(self, fresh: pa.Table | None, coarse: pa.Table | None) -> list[WindowUpdates]:
-        """Partials merged with the stored windows (read from Redis first where they are not kept): `fresh`
-        at the finest size, `coarse` at the others."""
+    def _sized(self, fresh: pa.Table | None, coarse: pa.Table | None) -> dict[str, pa.Table]:
+        """Each size's partials: `fresh` at the finest size, `coarse` at the others (none where None)."""
+        sized = {}
+        for window, size in layout.WINDOWS.items():
+            numbered = fresh if size == layout.FINEST_WINDOW else coarse
+            if numbered is not None:
+                sized[window] = self.size(numbered, window)
+        return sized
+
+    def _updates(self, sized: dict[str, pa.Table]) -> list[WindowUpdates]:
+        """Each size's partials merged with the stored windows (read from Redis first where they are not
+        kept)."""
         updates = []
         for i, window in enumerate(layout.WINDOWS):
-            finest = layout.WINDOWS[window] == layout.FINEST_WINDOW
-            numbered = fresh if finest else coarse
-            if numbered is None:
+            partials = sized.pop(window, None)
+            if partials is None:
                 continue
-            partials = self.size(numbered, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
                 self._load(missing, window, i)
             updates.append(self.stored.apply(partials, window))
+            del partials
         return updates
 
     def _load(self, missing: dict[int, int], window: str, size_index: int) -> None:
