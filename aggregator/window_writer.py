@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import cast
+from typing import Any, cast
 
+import hiredis
 import numpy as np
 import pyarrow as pa
 import redis
@@ -250,9 +251,7 @@ class WindowWriter:
             connection.send_packed_command([*connection.pack_command("MULTI"), *packed,
                                             *connection.pack_commands([*then, ("EXEC",)])])
             # MULTI's answer, then each command's QUEUED (an error there aborts the EXEC), then EXEC's.
-            for _ in range(len(calls) + len(then) + 1):
-                connection.read_response()
-            executed = connection.read_response()
+            executed = transaction_answers(connection, len(calls) + len(then))
         except BaseException:
             connection.disconnect()  # answers may be left unread
             raise
@@ -333,6 +332,53 @@ class WindowWriter:
         self.stored.load(window, {series: (low - earlier, held)
                                   for (series, low), held in zip(missing.items(), members, strict=True)},
                          dict(zip(missing, newest, strict=True)))
+
+
+_QUEUED = b"+QUEUED\r\n"
+_READ = 1 << 20
+
+
+def transaction_answers(connection: redis.connection.AbstractConnection, queued: int) -> Any:
+    """EXEC's answer to a MULTI of `queued` commands just sent on `connection`, after MULTI's OK and each
+    command's QUEUED; raises the first error Redis answered as it queued them. The OK and QUEUED answers are
+    read off the socket in bulk and compared with what they are when all went well: ~330k of them a merge at
+    every size at 100,000 series, and redis-py's read_response, one Python call an answer, held the GIL the
+    sink's thread needs for ~1 us each. EXEC's answer is parsed by hiredis, as redis-py parses it. This
+    reads redis-py's connection under its API (its socket, and that its hiredis reader holds nothing): a
+    connection read otherwise (no hiredis, data buffered) is read an answer at a time, as before."""
+    sock, parser = getattr(connection, "_sock", None), getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if sock is None or not isinstance(reader, hiredis.Reader) or reader.has_data():
+        for _ in range(queued + 1):
+            connection.read_response()
+        return connection.read_response()
+    expected = b"+OK\r\n" + _QUEUED * queued
+    data, as_expected = bytearray(), True
+    while as_expected and len(data) < len(expected):
+        chunk = _received(sock)
+        as_expected = chunk[:len(expected) - len(data)] == expected[len(data):len(data) + len(chunk)]
+        data += chunk
+    answers = hiredis.Reader(protocolError=redis.exceptions.InvalidResponse,
+                             replyError=redis.exceptions.ResponseError)
+    left = 0 if data.startswith(expected) else queued + 1  # answers before EXEC's to look at one by one
+    answers.feed(bytes(data[len(expected):]) if not left else bytes(data))
+    while True:
+        answer = answers.gets()
+        if answer is False:
+            answers.feed(_received(sock))
+        elif isinstance(answer, redis.exceptions.ResponseError):
+            raise answer
+        elif left:
+            left -= 1
+        else:
+            return answer
+
+
+def _received(sock: Any) -> bytes:
+    chunk = sock.recv(_READ)
+    if not chunk:
+        raise redis.ConnectionError("Redis closed the connection during a merge's transaction")
+    return chunk
 
 
 def _coarse_order(table: pa.Table) -> np.ndarray:
