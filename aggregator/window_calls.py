@@ -96,25 +96,27 @@ def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1
 
 def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
     """Every field a merge writes, without its member: series, start (NEWEST_ROW for a key's newest start),
-    size, `row` (the window's row in its size's updates; for a key's newest start, -1 - its new newest
-    start), with its hash tag's number and its part, ordered by part, tag, series, size and start."""
+    size, `row` (the window's row in its size's updates; -1 for a key's newest start, which is `newest`),
+    with its hash tag's number and its part, ordered by part, tag, series, size and start."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
-    series, starts, size, row = [], [], [], []
+    series, starts, size, row, newest = [], [], [], [], []
     for u in updates:
         count = u.changed.num_rows
         series.append(int64(u.changed["series"]))
         starts.append(int64(u.changed["start"]))
         size.append(np.full(count, sizes[u.window], np.int64))
         row.append(np.arange(count, dtype=np.int64))
+        newest.append(np.zeros(count, np.int64))
         # The key's newest start, as one more field of its HSET: sorted after its windows.
         series.append(np.fromiter(u.newest, np.int64, len(u.newest)))
         starts.append(np.full(len(u.newest), NEWEST_ROW, np.int64))
         size.append(np.full(len(u.newest), sizes[u.window], np.int64))
-        row.append(-1 - np.fromiter(u.newest.values(), np.int64, len(u.newest)))
+        row.append(np.full(len(u.newest), -1, np.int64))
+        newest.append(np.fromiter(u.newest.values(), np.int64, len(u.newest)))
     if not series or not sum(len(s) for s in series):
         return None
     columns = {"series": np.concatenate(series), "start": np.concatenate(starts),
-               "size": np.concatenate(size), "row": np.concatenate(row)}
+               "size": np.concatenate(size), "row": np.concatenate(row), "newest": np.concatenate(newest)}
     tags = np.asarray(keys.tags, np.int64)[columns["series"]]
     part = (np.asarray(keys.tag_crcs, np.int64) % parts)[tags]
     order = np.lexsort((columns["start"], columns["size"], columns["series"], tags, part))
@@ -137,7 +139,7 @@ def _with_members(changed: pa.Table, updates: list[WindowUpdates]) -> pa.Table:
             at[mine] = made + np.arange(len(mine))
             made += len(mine)
     newest = np.flatnonzero(row < 0)
-    pieces.append(pc.cast(pa.array(-1 - row[newest]), pa.string()))
+    pieces.append(pc.cast(pa.array(int64(changed["newest"])[newest]), pa.string()))
     at[newest] = made + np.arange(len(newest))
     members = pa.concat_arrays([p.cast(pa.string()) for p in pieces if len(p)]) if len(at) \
         else pa.array([], pa.string())
@@ -184,7 +186,6 @@ def _writes(changed: pa.Table, key_ids: np.ndarray, rows: np.ndarray, keys: Seri
     order[pair_at] = 1 + runs + rows
     order[pair_at + 1] = 1 + runs + changed.num_rows + rows
     return pc.take(source, pa.array(order)), arguments
-
 
 
 def _calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]
