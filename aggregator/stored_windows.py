@@ -166,7 +166,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     keys = WindowIds([table]).series_metrics(0, table)
     last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
     if not _in_order(keys, last_ts, last):
-        order = np.lexsort((last, last_ts, keys))
+        order = partials_order(table, keys)
         table, keys = table.take(order), keys[order]
     firsts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) \
         else np.zeros(0, np.int64)
@@ -181,6 +181,42 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
                      "min": np.fmin.reduceat(values["min"], firsts) if len(firsts) else values["min"],
                      "max": np.fmax.reduceat(values["max"], firsts) if len(firsts) else values["max"],
                      "last": out["last"], "last_ts": out["last_ts"]})
+
+
+def partials_order(table: pa.Table, keys: np.ndarray | None = None) -> np.ndarray:
+    """The order of partials (series, metric, start, last, last_ts: a batch's or several batches') by
+    series, metric and start, then last ts and last, as np.lexsort of those gives it (stable); `keys`: the
+    rows packed by WindowIds.series_metrics, when the caller has them. A batch's rows come by series, metric
+    and start, and a window's last ts lies in it: one stable sort of (series, metric, last ts) packed into an
+    int64 puts the rows (several batches' runs) together in a pass, where the lexsort sorted them three
+    times over (~4.3M rows for the coarser sizes of a merge at every size at 100,000 series), and only rows
+    of equal last ts are then put in order by their last. Where the windows do not follow their last ts
+    (checked), or the key does not fit an int64: the lexsort."""
+    if keys is None:
+        keys = WindowIds([table]).series_metrics(0, table)
+    last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
+    order = _by_last_ts(table, keys, last_ts, last) if len(keys) else None
+    return np.lexsort((last, last_ts, keys)) if order is None else order
+
+
+def _by_last_ts(table: pa.Table, keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray
+                ) -> np.ndarray | None:
+    """partials_order by (series, metric, last ts) packed, then last; None where that is not its order."""
+    group = int64(table["series"]) * METRICS + int64(table["metric"])
+    ts = last_ts - last_ts.min()
+    span = int(ts.max()) + 1
+    if group.min() < 0 or int(group.max()) >= (1 << 62) // span:
+        return None
+    packed = group * span + ts
+    order = np.argsort(packed, kind="stable")
+    if not np.all(np.diff(keys[order]) >= 0):  # a window's rows out of its last ts' order
+        return None
+    ordered = packed[order]
+    ties = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(ties):
+        rows = np.unique(np.concatenate([ties, ties + 1]))
+        order[rows] = order[rows][np.lexsort((last[order[rows]], ordered[rows]))]
+    return order
 
 
 def _in_order(keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray) -> bool:

@@ -29,10 +29,8 @@ import redis
 
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, size_partials
+from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, partials_order, size_partials
 from aggregator.window_calls import PartCalls, calls_by_part
-from aggregator.window_ids import METRICS, WindowIds, int64
-from aggregator.window_partials import one_array
 from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
@@ -286,7 +284,7 @@ class WindowWriter:
         # By series, metric, start, then last ts and last: size_partials's order at every coarser size too (a
         # window's last ts lies in it), so neither sorts the batches' rows again (two sorts of ~2M rows a
         # merge at 100,000 series).
-        return table.take(_coarse_order(table))
+        return table.take(partials_order(table))
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int, bool]) -> set[int]:
         """The parts of a merge of `group` (first, last batch, at every size) already in Redis."""
@@ -379,39 +377,6 @@ def _received(sock: Any) -> bytes:
     if not chunk:
         raise redis.ConnectionError("Redis closed the connection during a merge's transaction")
     return chunk
-
-
-def _coarse_order(table: pa.Table) -> np.ndarray:
-    """The order of several batches' numbered partials by series, metric and start, then last ts and last,
-    as np.lexsort of those gives it (stable). Each batch's rows come by series, metric and start, and a
-    window's last ts lies in it: one stable sort of (series, metric, last ts) packed into an int64 puts the
-    batches' runs together in a pass, where the lexsort sorted ~4.3M rows three times over at 100,000
-    series, and only rows of equal last ts are then put in order by their last. Where the windows do not
-    follow their last ts (checked), or the key does not fit an int64: the lexsort."""
-    keys = WindowIds([table]).series_metrics(0, table)
-    last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
-    order = _by_last_ts(table, keys, last_ts, last) if len(keys) else None
-    return np.lexsort((last, last_ts, keys)) if order is None else order
-
-
-def _by_last_ts(table: pa.Table, keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray
-                ) -> np.ndarray | None:
-    """_coarse_order by (series, metric, last ts) packed, then last; None where that is not its order."""
-    group = int64(table["series"]) * METRICS + int64(table["metric"])
-    ts = last_ts - last_ts.min()
-    span = int(ts.max()) + 1
-    if group.min() < 0 or int(group.max()) >= (1 << 62) // span:
-        return None
-    packed = group * span + ts
-    order = np.argsort(packed, kind="stable")
-    if not np.all(np.diff(keys[order]) >= 0):  # a window's rows out of its last ts' order
-        return None
-    ordered = packed[order]
-    ties = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if len(ties):
-        rows = np.unique(np.concatenate([ties, ties + 1]))
-        order[rows] = order[rows][np.lexsort((last[order[rows]], ordered[rows]))]
-    return order
 
 
 def _merging(raw: dict) -> tuple[int, int, frozenset[int], bool] | None:

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from aggregator.member_text import number_text
-from aggregator.stored_windows import size_partials
+from aggregator.stored_windows import partials_order, size_partials
 from aggregator.window_ids import WindowIds
 from aggregator.window_partials import ALL_METRICS, partials_schema
-from aggregator.window_writer import WindowWriter, _coarse_order, stage
+from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
 from tests.aggregator.merge_oracle import OracleWriter
 from tests.aggregator.merge_oracle import size_partials as oracle_size_partials
@@ -183,7 +183,7 @@ def test_batches_partials_are_put_in_the_coarser_sizes_order_as_a_lexsort_puts_t
                           "last": rng.choice([0.0, -0.0, 1.5, float("nan"), 7.0, -3.0], n)})
         keys = WindowIds([table]).series_metrics(0, table)
         expected = np.lexsort((table["last"].to_numpy(), table["last_ts"].to_numpy(), keys))
-        assert np.array_equal(_coarse_order(table), expected)
+        assert np.array_equal(partials_order(table), expected)
 
 
 def rows(table: pa.Table) -> dict[tuple, str]:
