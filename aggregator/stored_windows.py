@@ -154,6 +154,19 @@ def merge_part(tag: str, parts: int) -> int:
     return zlib.crc32(tag.encode()) % parts
 
 
+def in_window_order(numbered: pa.Table) -> pa.Table:
+    """Numbered partials (series, metric, start, values, last_ts) in the order size_partials merges them at
+    every size (partials_order): themselves when they are in it already, or have null values (which
+    size_partials merges by Arrow's group_by). A merge at the finest size only keeps its batches' rows in
+    this order for the next merge at every size, which then only merges their runs."""
+    if any(numbered[c].null_count for c in VALUES):
+        return numbered
+    keys = WindowIds([numbered]).series_metrics(0, numbered)
+    if _in_order(keys, int64(numbered["last_ts"]), one_array(numbered["last"]).to_numpy()):
+        return numbered
+    return numbered.take(partials_order(numbered, keys))
+
+
 def size_partials(finest: pa.Table, window: str) -> pa.Table:
     """Partial finest windows (series, metric, start, values, last_ts) merged per window of `window` size,
     series and metric: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""

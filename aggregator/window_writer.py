@@ -29,7 +29,14 @@ import redis
 
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, partials_order, size_partials
+from aggregator.stored_windows import (
+    SeriesKeys,
+    StoredWindows,
+    WindowUpdates,
+    in_window_order,
+    partials_order,
+    size_partials,
+)
 from aggregator.window_calls import PartCalls, calls_by_part
 from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
@@ -186,6 +193,8 @@ class WindowWriter:
             self.stored.clear()
         fresh, series = self.number(pa.concat_tables([w for _, w in todo]), self.series_keys) if todo \
             else (None, 0)
+        if fresh is not None:  # as size_partials takes them, and as kept for the next merge at every size
+            fresh = in_window_order(fresh)
         # Each size's partials, then the batches' rows are let go (at 100,000 series ~0.3 GB for the coarser
         # sizes' rows of three batches) before the merge's kept windows and calls are made.
         sized = self._sized(fresh, self._coarse(pipe, applied, finest, fresh) if every_size else None)
@@ -283,7 +292,7 @@ class WindowWriter:
             return table.take(np.argsort(table["series"].to_numpy(), kind="stable"))
         # By series, metric, start, then last ts and last: size_partials's order at every coarser size too (a
         # window's last ts lies in it), so neither sorts the batches' rows again (two sorts of ~2M rows a
-        # merge at 100,000 series).
+        # merge at 100,000 series). Each merge's rows are in it already (in_window_order): their runs merged.
         return table.take(partials_order(table))
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int, bool]) -> set[int]:
