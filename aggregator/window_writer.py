@@ -365,15 +365,16 @@ def transaction_answers(connection: redis.connection.AbstractConnection, queued:
         chunk = _received(sock)
         as_expected = chunk[:len(expected) - len(data)] == expected[len(data):len(data) + len(chunk)]
         data += chunk
+    # Errors made as redis-py makes them (its parser's classes and messages).
     answers = hiredis.Reader(protocolError=redis.exceptions.InvalidResponse,
-                             replyError=redis.exceptions.ResponseError)
+                             replyError=getattr(parser, "parse_error", redis.exceptions.ResponseError))
     left = 0 if data.startswith(expected) else queued + 1  # answers before EXEC's to look at one by one
     answers.feed(bytes(data[len(expected):]) if not left else bytes(data))
     while True:
         answer = answers.gets()
         if answer is False:
             answers.feed(_received(sock))
-        elif isinstance(answer, redis.exceptions.ResponseError):
+        elif isinstance(answer, Exception):
             raise answer
         elif left:
             left -= 1
