@@ -81,16 +81,19 @@ class WriteStats:
     bytes: int = 0  # the record's bytes, read and written
 
 
-def newest_of_fields(rows: pa.Table) -> pa.Table:
-    """One row a field (key, field): its newest ts, of equal ones the later row."""
+def newest_of_fields(rows: pa.Table, ids: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """One row a field (key, field; `ids`: field_ids of the rows): its newest ts, of equal ones the later
+    row; with their ids."""
     if rows.num_rows < 2:
-        return rows
-    ids = pc.dictionary_encode(field_ids(rows)).indices.to_numpy(zero_copy_only=False)
-    if len(np.unique(ids)) == len(ids):
-        return rows
-    order = np.lexsort((np.arange(len(ids)), rows["ts"].to_numpy(), ids))
-    last = np.flatnonzero(np.append(ids[order][1:] != ids[order][:-1], True))
-    return rows.take(pa.array(np.sort(order[last])))
+        return rows, ids
+    encoded = pc.dictionary_encode(ids)
+    if len(encoded.dictionary) == len(ids):
+        return rows, ids
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.lexsort((np.arange(len(codes)), rows["ts"].to_numpy(), codes))
+    last = np.flatnonzero(np.append(codes[order][1:] != codes[order][:-1], True))
+    at = pa.array(np.sort(order[last]))
+    return rows.take(at), ids.take(at)
 
 
 def decode_record(raw: bytes | None) -> pa.Table:
@@ -101,13 +104,13 @@ def decode_record(raw: bytes | None) -> pa.Table:
                     schema=RECORD_SCHEMA).combine_chunks()
 
 
-def encode_record(record: pa.Table) -> bytes:
+def encode_record(record: pa.Table) -> pa.Buffer:
     table = pa.table({"key": record["key"].combine_chunks().dictionary_encode(), "field": record["field"],
                       "ts": record["ts"], "renewed": record["renewed"]})
     out = pa.BufferOutputStream()
     with pa.ipc.new_stream(out, table.schema, options=RECORD_IPC) as writer:
         writer.write_table(table)
-    return cast(bytes, out.getvalue().to_pybytes())
+    return out.getvalue()
 
 
 def field_ids(table: pa.Table) -> pa.Array:
@@ -122,7 +125,8 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
     one MULTI. Returns the rows of subjects not admitted yet (for the driver to screen and write), the
     fields written (`<key>\\x00<field>`) and what it did."""
     stats = WriteStats()
-    rows = newest_of_fields(rows.combine_chunks())
+    rows = rows.combine_chunks()
+    rows, ids = newest_of_fields(rows, field_ids(rows))
     if not rows.num_rows:
         return ROWS_SCHEMA.empty_table(), pa.array([], pa.string()), stats
     raw = cast(bytes | None, client.get(writes.key))
@@ -134,7 +138,7 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
         record = RECORD_SCHEMA.empty_table()
     # Forgotten by event time, as a report's windows are (a rebuild reads hours-old reports).
     record = record.filter(pc.greater_equal(record["ts"], pc.max(rows["ts"]).as_py() - FORGET_MS))
-    at = pc.fill_null(pc.index_in(field_ids(rows), value_set=field_ids(record)), -1).to_numpy()
+    at = pc.fill_null(pc.index_in(ids, value_set=field_ids(record)), -1).to_numpy()
     known = at >= 0
     safe_at = np.where(known, at, 0)
 
@@ -171,32 +175,35 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
                                                        written_rows["json"])
         args.append(hset_args)
         counts.append(hset_counts)
-        least = record.filter(pc.is_in(record["key"], value_set=hashes)).group_by("key", use_threads=False) \
-            .aggregate([("renewed", "min")])
-        due = least.filter(pc.less_equal(least["renewed_min"], writes.now_ms - EXPIRY_RENEWAL_MS))["key"]
+        # (a hash is due when any of its fields' rows is: most batches none is, and this is one pass)
+        stale = pc.less_equal(record["renewed"], writes.now_ms - EXPIRY_RENEWAL_MS)
+        due = pa.array([], pa.string())
+        if pc.any(stale).as_py():
+            candidates = pc.unique(record["key"].filter(stale))
+            due = candidates.filter(pc.is_in(candidates, value_set=hashes))
         if len(due):
-            expiry_args, expiry_counts = pexpire_commands(due.combine_chunks())
+            expiry_args, expiry_counts = pexpire_commands(due)
             args.append(expiry_args)
             counts.append(expiry_counts)
             now = pa.scalar(writes.now_ms, pa.int64())
             record = record.set_column(3, "renewed", pc.if_else(pc.is_in(record["key"], value_set=due), now,
                                                                 record["renewed"]))
     blob = encode_record(record)
-    stats.bytes += len(blob)
+    stats.bytes += blob.size
     commands = packed(pa.concat_arrays(args), np.concatenate(counts)) if args else pa.py_buffer(b"")
     # The record's SET after the HSETs, in their MULTI: its value is binary, packed apart.
-    set_record = b"".join(_resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS)))
-    execute_in_multi(client, pa.py_buffer(commands.to_pybytes() + set_record),
-                     sum(len(c) for c in counts) + 1)
-    return rows.filter(pa.array(deferred)), field_ids(written_rows), stats
+    set_record = _resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS))
+    execute_in_multi(client, [commands, *set_record], sum(len(c) for c in counts) + 1)
+    return rows.filter(pa.array(deferred)), ids.filter(pa.array(written)), stats
 
 
-def _resp(*args: str | bytes) -> list[bytes]:
-    """One command in RESP."""
-    parts = [b"*%d\r\n" % len(args)]
+def _resp(*args: str | pa.Buffer) -> list[bytes | pa.Buffer]:
+    """One command in RESP, in parts (a binary argument is not copied)."""
+    parts: list[bytes | pa.Buffer] = [b"*%d\r\n" % len(args)]
     for arg in args:
-        data = arg if isinstance(arg, bytes) else arg.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts += [b"$%d\r\n" % data.size if isinstance(data, pa.Buffer) else b"$%d\r\n" % len(data), data,
+                  b"\r\n"]
     return parts
 
 
