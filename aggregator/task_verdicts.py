@@ -130,10 +130,16 @@ def _admitted(client: redis.Redis, record: pa.Table) -> pa.Table:
     rows = record.take(pa.array(at))
     members = [(t, s, member(topic, p, None)) for t, s, topic, p in zip(
         *(rows[c].to_pylist() for c in ("target", "source", "topic", "partition")), strict=True)]
-    pipe = client.pipeline(transaction=False)
+    # One ZMSCORE a replication: a query's first batch leaves every verdict pending.
+    by_replication: dict[Pair, dict[str, float | None]] = {}
     for target, source, name in members:
-        pipe.zscore(layout.subjects_key(target, source), name)
-    admitted = np.array([score is not None for score in pipe.execute()], bool)
+        by_replication.setdefault((target, source), {})[name] = None
+    pipe = client.pipeline(transaction=False)
+    for (target, source), names in by_replication.items():
+        pipe.zmscore(layout.subjects_key(target, source), list(names))
+    for names, scores in zip(by_replication.values(), pipe.execute(), strict=True):
+        names.update(dict(zip(list(names), scores, strict=True)))
+    admitted = np.array([by_replication[(t, s)][name] is not None for t, s, name in members], bool)
     keep = np.ones(record.num_rows, bool)
     keep[at[~admitted]] = False
     return record.set_column(record.schema.get_field_index("pending"), "pending",

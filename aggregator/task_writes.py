@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
 from aggregator.latest_writes import EXPIRY_RENEWAL_MS, NOTHING, hset_commands, pexpire_commands, stored_stamp
-from aggregator.resp_commands import execute_in_multi, packed
+from aggregator.resp_commands import execute, execute_in_multi, packed
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -209,30 +210,57 @@ def _resp(*args: str | pa.Buffer) -> list[bytes | pa.Buffer]:
 
 def _read_unknown(client: redis.Redis, rows: pa.Table, subjects: Subjects) -> tuple[np.ndarray, np.ndarray]:
     """Fields the record does not hold: the ts Redis holds of each (NOTHING: none), and whether its subject
-    was admitted by the cap in an earlier batch."""
+    was admitted by the cap in an earlier batch. A query's first batches meet every field so (its first
+    batch's go to the driver, its second's are not in the record yet): one HMGET a hash, packed by Arrow, and
+    one ZMSCORE a replication."""
     named = subjects(rows)
-    by_replication: dict[tuple[str, str], list[str]] = {}
+    by_replication: dict[tuple[str, str], dict[str, float | None]] = {}
     for subject in named:
         if subject is not None:
-            by_replication.setdefault(subject[:2], []).append(subject[2])
-    keys, names = rows["key"].to_pylist(), rows["field"].to_pylist()
-    by_key: dict[str, list[str]] = {}
-    for key, name in zip(keys, names, strict=True):
-        by_key.setdefault(key, []).append(name)
+            by_replication.setdefault(subject[:2], {})[subject[2]] = None
     pipe = client.pipeline(transaction=False)
-    replications = list(by_replication.items())
-    for (target, source), members in replications:
-        members = list(dict.fromkeys(members))
-        by_replication[(target, source)] = members
-        pipe.zmscore(layout.subjects_key(target, source), members)
-    for key, fields in by_key.items():
-        pipe.hmget(key, fields)
-    answers = pipe.execute()
-    scores = {(pair, m): s for (pair, members), got in zip(by_replication.items(), answers, strict=False)
-              for m, s in zip(members, got, strict=True)}
-    stored: dict[tuple[str, str], bytes | None] = {}
-    for (key, fields), values in zip(by_key.items(), answers[len(replications):], strict=True):
-        stored.update(zip(((key, f) for f in fields), values, strict=True))
-    held = np.array([stored_stamp(stored[(k, f)])[0] for k, f in zip(keys, names, strict=True)], np.int64)
-    admitted = np.array([s is not None and scores.get((s[:2], s[2])) is not None for s in named], bool)
-    return held, admitted
+    for (target, source), members in by_replication.items():
+        pipe.zmscore(layout.subjects_key(target, source), list(members))
+    answers = pipe.execute() if by_replication else []
+    for members, scores in zip(by_replication.values(), answers, strict=True):
+        members.update(dict(zip(list(members), scores, strict=True)))
+    admitted = np.array([s is not None and by_replication[s[:2]][s[2]] is not None for s in named], bool)
+    return _stored_ts(client, rows["key"], rows["field"]), admitted
+
+
+def _stored_ts(client: redis.Redis, keys: pa.ChunkedArray, fields: pa.ChunkedArray) -> np.ndarray:
+    """The ts of the value Redis holds at each (key, field) (NOTHING: none, or one latest_writes.stored_stamp
+    would not take)."""
+    by_key = pc.dictionary_encode(keys.combine_chunks())
+    code = by_key.indices.to_numpy()
+    order = np.argsort(code, kind="stable")  # a hash's fields together
+    code = code[order]
+    firsts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+    commands, n = len(firsts), len(code)
+    # HMGET <key> <field> ...: the source entries are "HMGET", each command's key, the fields in order.
+    place = np.empty(2 * commands + n, np.int64)
+    starts = firsts + 2 * np.arange(commands)
+    place[starts], place[starts + 1] = 0, 1 + np.arange(commands)
+    first = np.zeros(n, bool)
+    first[firsts] = True
+    place[np.arange(n) + 2 * np.cumsum(first)] = 1 + commands + np.arange(n)
+    source = pa.concat_arrays([pa.array(["HMGET"]), by_key.dictionary.take(pa.array(code[firsts])),
+                               fields.combine_chunks().take(pa.array(order))])
+    args, counts = pc.take(source, pa.array(place)), np.diff(np.append(starts, len(place)))
+    answers = execute(client, packed(args, counts), commands)
+    held = np.full(n, NOTHING, np.int64)
+    held[order] = [_ts_of(raw) for answer in answers for raw in answer]
+    return held
+
+
+def _ts_of(raw: bytes | None) -> int:
+    """latest_writes.stored_stamp's ts, by orjson where it reads an integer ts (the values this project
+    writes): the rest as stored_stamp reads them."""
+    if raw is None:
+        return NOTHING
+    try:
+        value = orjson.loads(raw)
+        ts = value.get("ts") if isinstance(value, dict) else None
+    except orjson.JSONDecodeError:
+        ts = None
+    return ts if type(ts) is int else stored_stamp(raw)[0]
