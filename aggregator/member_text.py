@@ -32,17 +32,29 @@ def member_column(windows: pa.Table, metric_windows: np.ndarray | None = None) -
     else:
         order = np.argsort(metric_windows)
         ordered, metric_windows = windows.take(order), metric_windows[order]
-    metrics = pc.take(_METRIC_TEXT, ordered["metric"])
-    values = (number_text(ordered[c]) for c in VALUES)
-    segments = pc.binary_join_element_wise(metrics, *values, pc.cast(ordered["last_ts"], pa.string()), ":")
+    bounds = window_bounds(metric_windows)
+    heads = ordered.select(["series", "start"]).take(bounds[:-1])
+    return heads.append_column("member", member_text(ordered, bounds))
+
+
+def window_bounds(metric_windows: np.ndarray) -> np.ndarray:
+    """The first row of each window's run in rows packed by WindowIds (a window's rows together), and the
+    row count last."""
     packed = metric_windows // METRICS
     firsts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]])) if len(packed) \
         else np.zeros(0, np.int64)
-    runs = pa.ListArray.from_arrays(pa.array(np.append(firsts, len(packed)), pa.int32()),
-                                    one_array(segments))
-    heads = ordered.take(firsts)
-    member = pc.binary_join_element_wise(pc.cast(heads["start"], pa.string()), pc.binary_join(runs, ";"), ";")
-    return pa.table({"series": heads["series"], "start": heads["start"], "member": member})
+    return np.append(firsts, len(packed))
+
+
+def member_text(windows: pa.Table, bounds: np.ndarray) -> pa.Array:
+    """The member of each window of `windows` (one metric a row, a window's rows bounds[w]..bounds[w + 1],
+    in metric order), in window order."""
+    metrics = pc.take(_METRIC_TEXT, windows["metric"])
+    values = (number_text(windows[c]) for c in VALUES)
+    segments = pc.binary_join_element_wise(metrics, *values, pc.cast(windows["last_ts"], pa.string()), ":")
+    runs = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), one_array(segments))
+    starts = pc.cast(one_array(windows["start"]).take(pa.array(bounds[:-1])), pa.string())
+    return pc.binary_join_element_wise(starts, pc.binary_join(runs, ";"), ";")
 
 
 _METRIC_TEXT = pa.array([str(i) for i in range(METRICS)])

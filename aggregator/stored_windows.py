@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aggregator.member_text import VALUES, member_column
+from aggregator.member_text import VALUES, member_text, window_bounds
 from aggregator.window_ids import (
     METRICS,
     WindowIds,
@@ -154,6 +154,19 @@ def merge_part(tag: str, parts: int) -> int:
     return zlib.crc32(tag.encode()) % parts
 
 
+def in_window_order(numbered: pa.Table) -> pa.Table:
+    """Numbered partials (series, metric, start, values, last_ts) in the order size_partials merges them at
+    every size (partials_order): themselves when they are in it already, or have null values (which
+    size_partials merges by Arrow's group_by). A merge at the finest size only keeps its batches' rows in
+    this order for the next merge at every size, which then only merges their runs."""
+    if any(numbered[c].null_count for c in VALUES):
+        return numbered
+    keys = WindowIds([numbered]).series_metrics(0, numbered)
+    if _in_order(keys, int64(numbered["last_ts"]), one_array(numbered["last"]).to_numpy()):
+        return numbered
+    return numbered.take(partials_order(numbered, keys))
+
+
 def size_partials(finest: pa.Table, window: str) -> pa.Table:
     """Partial finest windows (series, metric, start, values, last_ts) merged per window of `window` size,
     series and metric: n and sum add up, min/max, `last` the one of greatest (last ts, value)."""
@@ -166,7 +179,7 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
     keys = WindowIds([table]).series_metrics(0, table)
     last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
     if not _in_order(keys, last_ts, last):
-        order = np.lexsort((last, last_ts, keys))
+        order = partials_order(table, keys)
         table, keys = table.take(order), keys[order]
     firsts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) \
         else np.zeros(0, np.int64)
@@ -181,6 +194,42 @@ def size_partials(finest: pa.Table, window: str) -> pa.Table:
                      "min": np.fmin.reduceat(values["min"], firsts) if len(firsts) else values["min"],
                      "max": np.fmax.reduceat(values["max"], firsts) if len(firsts) else values["max"],
                      "last": out["last"], "last_ts": out["last_ts"]})
+
+
+def partials_order(table: pa.Table, keys: np.ndarray | None = None) -> np.ndarray:
+    """The order of partials (series, metric, start, last, last_ts: a batch's or several batches') by
+    series, metric and start, then last ts and last, as np.lexsort of those gives it (stable); `keys`: the
+    rows packed by WindowIds.series_metrics, when the caller has them. A batch's rows come by series, metric
+    and start, and a window's last ts lies in it: one stable sort of (series, metric, last ts) packed into an
+    int64 puts the rows (several batches' runs) together in a pass, where the lexsort sorted them three
+    times over (~4.3M rows for the coarser sizes of a merge at every size at 100,000 series), and only rows
+    of equal last ts are then put in order by their last. Where the windows do not follow their last ts
+    (checked), or the key does not fit an int64: the lexsort."""
+    if keys is None:
+        keys = WindowIds([table]).series_metrics(0, table)
+    last_ts, last = int64(table["last_ts"]), one_array(table["last"]).to_numpy()
+    order = _by_last_ts(table, keys, last_ts, last) if len(keys) else None
+    return np.lexsort((last, last_ts, keys)) if order is None else order
+
+
+def _by_last_ts(table: pa.Table, keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray
+                ) -> np.ndarray | None:
+    """partials_order by (series, metric, last ts) packed, then last; None where that is not its order."""
+    group = int64(table["series"]) * METRICS + int64(table["metric"])
+    ts = last_ts - last_ts.min()
+    span = int(ts.max()) + 1
+    if group.min() < 0 or int(group.max()) >= (1 << 62) // span:
+        return None
+    packed = group * span + ts
+    order = np.argsort(packed, kind="stable")
+    if not np.all(np.diff(keys[order]) >= 0):  # a window's rows out of its last ts' order
+        return None
+    ordered = packed[order]
+    ties = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(ties):
+        rows = np.unique(np.concatenate([ties, ties + 1]))
+        order[rows] = order[rows][np.lexsort((last[order[rows]], ordered[rows]))]
+    return order
 
 
 def _in_order(keys: np.ndarray, last_ts: np.ndarray, last: np.ndarray) -> bool:
@@ -222,14 +271,39 @@ def _grouped(table: pa.Table) -> pa.Table:
 
 @dataclass
 class WindowUpdates:
-    """One window size's changed windows: new member, whether it replaces a stored one (false when the
-    window is new), and per key the trim when the batch created a window there in a new trim period."""
+    """One window size's changed windows: whether each replaces a stored one (false when the window is new),
+    its member, and per key the trim when the batch created a window there in a new trim period.
+
+    The members are made when asked for (`members`), from the merged values (`values`, every metric of each
+    changed window, a window's rows bounds[w]..bounds[w + 1]): a merge asks for them a part at a time, just
+    before it sends the part, so a merge at every size at 100,000 series does not hold ~330k members (~165
+    MB) and their copies at once. Made with `changed` holding a member column instead, the members are
+    those."""
 
     window: str
-    changed: pa.Table  # series, start, member, replaces
+    changed: pa.Table  # series, start, replaces (a row a window); member, when made with it
     # series -> (first start of the grid to delete, None: the key's own fields; drop windows before this)
     trims: dict[int, tuple[int | None, int]]
     newest: dict[int, int]  # series -> the key's newest window start, where the batch moves it on
+    values: pa.Table | None = None  # SCHEMA: every metric of the changed windows, window after window
+    bounds: np.ndarray | None = None  # each changed window's first row in `values`, and their count last
+
+    def members(self, rows: np.ndarray | None = None) -> pa.Array:
+        """The members of the changed windows `rows` (all of them by default), in that order."""
+        if self.values is None or self.bounds is None:
+            members = one_array(self.changed["member"])
+            return members if rows is None else members.take(pa.array(rows, pa.int64()))
+        if rows is None:
+            return member_text(self.values, self.bounds)
+        lows, highs = self.bounds[rows], self.bounds[rows + 1]
+        return member_text(self.values.take(pa.array(ranges(lows, highs))),
+                           np.concatenate([[0], np.cumsum(highs - lows)]))
+
+    def with_members(self) -> pa.Table:
+        """`changed` with each window's member."""
+        if "member" in self.changed.column_names:
+            return self.changed
+        return self.changed.append_column("member", self.members())
 
 
 @dataclass
@@ -314,12 +388,16 @@ class StoredWindows:
                 partial_windows[order]
             partial_starts = partial_starts[order]
         olds = find(region_keys, partial_keys)
-        merged = _merged(partials, take_or_null(region, olds)).cast(SCHEMA)
+        # A batch that touches every kept window from its oldest start on, and no other (a live target's
+        # batch within its windows: all its series report each metric), finds them row for row: no copy.
+        same = len(olds) == region.num_rows and bool(np.all(olds == np.arange(len(olds))))
+        merged = _merged(partials, region if same else take_or_null(region, olds)).cast(SCHEMA)
         rows, keys = _interleaved(region_keys, olds, partial_keys)
-        # Every metric of a touched window is here (its subject is covered): its member is made whole.
+        # Every metric of a touched window is here (its subject is covered): its member is made whole (when
+        # asked for: WindowUpdates.members).
         if len(rows) == merged.num_rows:  # every kept row from the batch's oldest start on was merged into
-            merged_region = merged
-            fresh = member_column(merged, partial_keys)
+            merged_region = touched_values = merged
+            touched_keys = partial_keys
         else:
             merged_region = pa.concat_tables([region.select(SCHEMA.names).cast(SCHEMA), merged]).take(rows)
             fresh_windows = distinct(partial_keys // METRICS)
@@ -327,9 +405,11 @@ class StoredWindows:
             touched = ranges(np.searchsorted(windows, fresh_windows, "left"),
                              np.searchsorted(windows, fresh_windows, "right"))
             if len(touched) == merged.num_rows:  # the windows touched hold no metric kept alone
-                fresh = member_column(merged, partial_keys)
+                touched_values, touched_keys = merged, partial_keys
             else:
-                fresh = member_column(merged_region.take(touched), keys[touched])
+                touched_values, touched_keys = merged_region.take(touched), keys[touched]
+        bounds = window_bounds(touched_keys)
+        fresh = touched_values.select(["series", "start"]).take(pa.array(bounds[:-1]))
         # Each touched window as the held ones are packed (series, start), in the order of `fresh`.
         packed = partial_keys // METRICS
         fresh_held = partial_windows[np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]]))] \
@@ -348,7 +428,8 @@ class StoredWindows:
                                            highest)
         self.starts[window] = _from_floor(starts.take(starts_order), floor_of)
         loaded = self.loaded_newest.pop(window, {})
-        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded))
+        return WindowUpdates(window, updates, *_key_changes(updates, stored, newest, window, loaded),
+                             touched_values, bounds)
 
     def _cover(self, newest: pa.Table, window: str) -> np.ndarray:
         """Each merged subject (`newest`: series, start_max) covered from its newest window less keep_ms on;

@@ -25,9 +25,6 @@ from contract import redis_layout as layout
 
 HEAD = 1  # ARGV entries of a key's head in REPLACE_WINDOWS_LUA: its number of fields
 NEWEST_ROW = np.iinfo(np.int64).max  # the start of a key's newest-window field in _changed_rows
-CHANGED = pa.schema([pa.field("series", pa.int64()), pa.field("start", pa.int64()),
-                     pa.field("member", pa.string())])
-CHANGED_SIZED = pa.schema([*CHANGED, pa.field("size", pa.int64())])
 
 Call = tuple[list[str], list[str]]  # KEYS, ARGV of one REPLACE_WINDOWS_LUA call
 
@@ -82,9 +79,10 @@ def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1
     series at one size) its number of fields, then start and member of each window, and the key's newest
     start (redis_layout.NEWEST_FIELD) when the batch moves it; then per key trimmed its position in KEYS,
     the trim's first start ("*": the hash's own fields), the cut-off, the window's size and the key's
-    lifetime. Laid out by Arrow and numpy, a part at a time: a merge writes ~330k keys at 100,000 series,
-    and its arguments as Python strings all at once were ~0.5 GB of the driver's peak; a Python loop over
-    the keys was a third of the merge's own time."""
+    lifetime. Laid out by Arrow and numpy, a part at a time, and the part's members made then
+    (WindowUpdates.members): a merge writes ~330k keys at 100,000 series, and its arguments as Python
+    strings all at once were ~0.5 GB of the driver's peak, its members on Arrow ~165 MB and as much again
+    for each copy made of them in order; a Python loop over the keys was a third of the merge's own time."""
     changed = _changed_rows(updates, keys, parts)
     if changed is None:
         return
@@ -93,29 +91,60 @@ def calls_by_part(updates: list[WindowUpdates], keys: SeriesKeys, parts: int = 1
     for part in range(parts):
         lo, hi = np.searchsorted(part_of, [part, part + 1])
         if part not in skip and hi > lo:
-            yield part, _part_calls(changed.slice(lo, hi - lo), keys, trims)
+            yield part, _part_calls(_with_members(changed.slice(lo, hi - lo), updates), keys, trims)
 
 
 def _changed_rows(updates: list[WindowUpdates], keys: SeriesKeys, parts: int) -> pa.Table | None:
-    """Every field a merge writes (series, start, member, size; NEWEST_ROW for a key's newest start) with
-    its hash tag's number and its part, ordered by part, tag, series, size and start."""
+    """Every field a merge writes, without its member: series, start (NEWEST_ROW for a key's newest start),
+    size, `row` (the window's row in its size's updates; -1 for a key's newest start, which is `newest`),
+    with its hash tag's number and its part, ordered by part, tag, series, size and start."""
     sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
-    tables = [u.changed.select(["series", "start", "member"]).cast(CHANGED)
-              .append_column("size", pa.repeat(sizes[u.window], u.changed.num_rows))
-              for u in updates if u.changed.num_rows]
-    # The keys' newest starts, as one more field of the key's HSET: sorted after its windows.
-    tables += [pa.table({"series": pa.array(list(u.newest), pa.int64()),
-                         "start": pa.repeat(pa.scalar(NEWEST_ROW, pa.int64()), len(u.newest)),
-                         "member": pc.cast(pa.array(list(u.newest.values()), pa.int64()), pa.string()),
-                         "size": pa.repeat(sizes[u.window], len(u.newest))}).cast(CHANGED_SIZED)
-               for u in updates if u.newest]
-    if not tables:
+    series, starts, size, row, newest = [], [], [], [], []
+    for u in updates:
+        count = u.changed.num_rows
+        series.append(int64(u.changed["series"]))
+        starts.append(int64(u.changed["start"]))
+        size.append(np.full(count, sizes[u.window], np.int64))
+        row.append(np.arange(count, dtype=np.int64))
+        newest.append(np.zeros(count, np.int64))
+        # The key's newest start, as one more field of its HSET: sorted after its windows.
+        series.append(np.fromiter(u.newest, np.int64, len(u.newest)))
+        starts.append(np.full(len(u.newest), NEWEST_ROW, np.int64))
+        size.append(np.full(len(u.newest), sizes[u.window], np.int64))
+        row.append(np.full(len(u.newest), -1, np.int64))
+        newest.append(np.fromiter(u.newest.values(), np.int64, len(u.newest)))
+    if not series or not sum(len(s) for s in series):
         return None
-    changed = pa.concat_tables([t.cast(CHANGED_SIZED) for t in tables])
-    tags = np.asarray(keys.tags, np.int64)[int64(changed["series"])]
-    tag_parts = np.asarray(keys.tag_crcs, np.int64) % parts
-    return changed.append_column("tag", pa.array(tags)).append_column("part", pa.array(tag_parts[tags])) \
-        .sort_by([(c, "ascending") for c in ("part", "tag", "series", "size", "start")]).combine_chunks()
+    columns = {"series": np.concatenate(series), "start": np.concatenate(starts),
+               "size": np.concatenate(size), "row": np.concatenate(row), "newest": np.concatenate(newest)}
+    tags = np.asarray(keys.tags, np.int64)[columns["series"]]
+    part = (np.asarray(keys.tag_crcs, np.int64) % parts)[tags]
+    order = np.lexsort((columns["start"], columns["size"], columns["series"], tags, part))
+    return pa.table({**{name: column[order] for name, column in columns.items()}, "tag": tags[order],
+                     "part": part[order]})
+
+
+def _with_members(changed: pa.Table, updates: list[WindowUpdates]) -> pa.Table:
+    """`changed` (_changed_rows of a part) with each field's value: a window's member (made now, those of
+    each size at once) or a key's newest start."""
+    size, row = int64(changed["size"]), int64(changed["row"])
+    sizes = {w: i for i, w in enumerate(layout.WINDOWS)}
+    pieces: list[pa.Array] = []
+    at = np.empty(len(row), np.int64)
+    made = 0
+    for u in updates:
+        mine = np.flatnonzero((size == sizes[u.window]) & (row >= 0))
+        if len(mine):
+            pieces.append(u.members(row[mine]))
+            at[mine] = made + np.arange(len(mine))
+            made += len(mine)
+    newest = np.flatnonzero(row < 0)
+    pieces.append(pc.cast(pa.array(int64(changed["newest"])[newest]), pa.string()))
+    at[newest] = made + np.arange(len(newest))
+    members = pa.concat_arrays([p.cast(pa.string()) for p in pieces if len(p)]) if len(at) \
+        else pa.array([], pa.string())
+    in_order = bool(np.all(at == np.arange(len(at))))
+    return changed.append_column("member", members if in_order else members.take(pa.array(at)))
 
 
 def _part_calls(changed: pa.Table, keys: SeriesKeys, trims: tuple[np.ndarray, list[tuple[str, str, str, str]]]

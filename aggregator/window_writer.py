@@ -20,18 +20,24 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import cast
+from typing import Any, cast
 
+import hiredis
 import numpy as np
 import pyarrow as pa
 import redis
 
 from aggregator.batch_plan import numbered_partials
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, StoredWindows, WindowUpdates, size_partials
+from aggregator.stored_windows import (
+    SeriesKeys,
+    StoredWindows,
+    WindowUpdates,
+    in_window_order,
+    partials_order,
+    size_partials,
+)
 from aggregator.window_calls import PartCalls, calls_by_part
-from aggregator.window_ids import WindowIds, int64
-from aggregator.window_partials import one_array
 from aggregator.window_reads import read_windows
 from contract import redis_layout as layout
 
@@ -187,9 +193,14 @@ class WindowWriter:
             self.stored.clear()
         fresh, series = self.number(pa.concat_tables([w for _, w in todo]), self.series_keys) if todo \
             else (None, 0)
-        coarse = self._coarse(pipe, applied, finest, fresh) if every_size else None
+        if fresh is not None:  # as size_partials takes them, and as kept for the next merge at every size
+            fresh = in_window_order(fresh)
+        # Each size's partials, then the batches' rows are let go (at 100,000 series ~0.3 GB for the coarser
+        # sizes' rows of three batches) before the merge's kept windows and calls are made.
+        sized = self._sized(fresh, self._coarse(pipe, applied, finest, fresh) if every_size else None)
         numbered = time.monotonic()
-        updates = self._updates(fresh, coarse)
+        updates = self._updates(sized)
+        del sized
         merged = time.monotonic()
         applied_key = layout.applied_batch_key(self.scope)
         watched = [applied_key, self._finest_key, merging_key]
@@ -247,9 +258,7 @@ class WindowWriter:
             connection.send_packed_command([*connection.pack_command("MULTI"), *packed,
                                             *connection.pack_commands([*then, ("EXEC",)])])
             # MULTI's answer, then each command's QUEUED (an error there aborts the EXEC), then EXEC's.
-            for _ in range(len(calls) + len(then) + 1):
-                connection.read_response()
-            executed = connection.read_response()
+            executed = transaction_answers(connection, len(calls) + len(then))
         except BaseException:
             connection.disconnect()  # answers may be left unread
             raise
@@ -283,9 +292,8 @@ class WindowWriter:
             return table.take(np.argsort(table["series"].to_numpy(), kind="stable"))
         # By series, metric, start, then last ts and last: size_partials's order at every coarser size too (a
         # window's last ts lies in it), so neither sorts the batches' rows again (two sorts of ~2M rows a
-        # merge at 100,000 series).
-        keys = WindowIds([table]).series_metrics(0, table)
-        return table.take(np.lexsort((one_array(table["last"]).to_numpy(), int64(table["last_ts"]), keys)))
+        # merge at 100,000 series). Each merge's rows are in it already (in_window_order): their runs merged.
+        return table.take(partials_order(table))
 
     def _parts_done(self, pipe: redis.client.Pipeline, group: tuple[int, int, bool]) -> set[int]:
         """The parts of a merge of `group` (first, last batch, at every size) already in Redis."""
@@ -297,20 +305,28 @@ class WindowWriter:
                                f"({_sizes(cut_off[3])}), not {group[0]}..{group[1]} ({_sizes(group[2])})")
         return set(cut_off[2])
 
-    def _updates(self, fresh: pa.Table | None, coarse: pa.Table | None) -> list[WindowUpdates]:
-        """Partials merged with the stored windows (read from Redis first where they are not kept): `fresh`
-        at the finest size, `coarse` at the others."""
+    def _sized(self, fresh: pa.Table | None, coarse: pa.Table | None) -> dict[str, pa.Table]:
+        """Each size's partials: `fresh` at the finest size, `coarse` at the others (none where None)."""
+        sized = {}
+        for window, size in layout.WINDOWS.items():
+            numbered = fresh if size == layout.FINEST_WINDOW else coarse
+            if numbered is not None:
+                sized[window] = self.size(numbered, window)
+        return sized
+
+    def _updates(self, sized: dict[str, pa.Table]) -> list[WindowUpdates]:
+        """Each size's partials merged with the stored windows (read from Redis first where they are not
+        kept)."""
         updates = []
         for i, window in enumerate(layout.WINDOWS):
-            finest = layout.WINDOWS[window] == layout.FINEST_WINDOW
-            numbered = fresh if finest else coarse
-            if numbered is None:
+            partials = sized.pop(window, None)
+            if partials is None:
                 continue
-            partials = self.size(numbered, window)
             missing = self.stored.uncovered(partials, window)
             if missing:
                 self._load(missing, window, i)
             updates.append(self.stored.apply(partials, window))
+            del partials
         return updates
 
     def _load(self, missing: dict[int, int], window: str, size_index: int) -> None:
@@ -323,6 +339,54 @@ class WindowWriter:
         self.stored.load(window, {series: (low - earlier, held)
                                   for (series, low), held in zip(missing.items(), members, strict=True)},
                          dict(zip(missing, newest, strict=True)))
+
+
+_QUEUED = b"+QUEUED\r\n"
+_READ = 1 << 20
+
+
+def transaction_answers(connection: redis.connection.AbstractConnection, queued: int) -> Any:
+    """EXEC's answer to a MULTI of `queued` commands just sent on `connection`, after MULTI's OK and each
+    command's QUEUED; raises the first error Redis answered as it queued them. The OK and QUEUED answers are
+    read off the socket in bulk and compared with what they are when all went well: ~330k of them a merge at
+    every size at 100,000 series, and redis-py's read_response, one Python call an answer, held the GIL the
+    sink's thread needs for ~1 us each. EXEC's answer is parsed by hiredis, as redis-py parses it. This
+    reads redis-py's connection under its API (its socket, and that its hiredis reader holds nothing): a
+    connection read otherwise (no hiredis, data buffered) is read an answer at a time, as before."""
+    sock, parser = getattr(connection, "_sock", None), getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if sock is None or not isinstance(reader, hiredis.Reader) or reader.has_data():
+        for _ in range(queued + 1):
+            connection.read_response()
+        return connection.read_response()
+    expected = b"+OK\r\n" + _QUEUED * queued
+    data, as_expected = bytearray(), True
+    while as_expected and len(data) < len(expected):
+        chunk = _received(sock)
+        as_expected = chunk[:len(expected) - len(data)] == expected[len(data):len(data) + len(chunk)]
+        data += chunk
+    # Errors made as redis-py makes them (its parser's classes and messages).
+    answers = hiredis.Reader(protocolError=redis.exceptions.InvalidResponse,
+                             replyError=getattr(parser, "parse_error", redis.exceptions.ResponseError))
+    left = 0 if data.startswith(expected) else queued + 1  # answers before EXEC's to look at one by one
+    answers.feed(bytes(data[len(expected):]) if not left else bytes(data))
+    while True:
+        answer = answers.gets()
+        if answer is False:
+            answers.feed(_received(sock))
+        elif isinstance(answer, Exception):
+            raise answer
+        elif left:
+            left -= 1
+        else:
+            return answer
+
+
+def _received(sock: Any) -> bytes:
+    chunk = sock.recv(_READ)
+    if not chunk:
+        raise redis.ConnectionError("Redis closed the connection during a merge's transaction")
+    return chunk
 
 
 def _merging(raw: dict) -> tuple[int, int, frozenset[int], bool] | None:

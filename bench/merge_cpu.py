@@ -8,7 +8,9 @@ time, in this thread. Per batch: the merge's CPU in this thread (thread_time: it
 kernels it runs), Redis's CPU (INFO cpu), wall time and the process's peak RSS during the merge.
 
 --coarse-every K merges the 1 min and 1 h windows at every Kth merge only (the others at the finest size),
-as the merge thread does when its merges come faster than merge_thread.COARSE_INTERVAL_S; --gil-probe runs
+as the merge thread does when its merges come faster than merge_thread.COARSE_INTERVAL_S; --group G makes
+each of the --batches merges take G batches together (the merge thread's merges of batches that come
+quickly: the default line's live query, ~10 batches a merge at 0.5 s a batch); --gil-probe runs
 a pure-Python thread beside the merge, as the sink's thread is, and prints how much of the merge's wall time
 the probe could not run (the merge holding the GIL; on a busy host, the CPU taken too). --profile prints
 cProfile's view (by the thread's CPU time: the merge's own work, not its waits on Redis) of batches 2 on,
@@ -19,7 +21,7 @@ Last line: `merge_python_cpu_s=<s> merge_redis_cpu_s=<s> merge_wall_s=<s>` (and 
 `merge_gil_held_s=<s>`) a batch, the mean over batches 1 on (batch 0 merges into an empty Redis); the line
 before gives the same means for the merges at every size and at the finest only apart.
 Usage: python bench/merge_cpu.py [--series 100000] [--batches 7] [--periods 2] [--period-ms 1000]
-[--coarse-every 1] [--gil-probe] [--profile] [--digest --base MS]
+[--coarse-every 1] [--group 1] [--gil-probe] [--profile] [--digest --base MS]
 """
 
 from __future__ import annotations
@@ -118,6 +120,9 @@ def main() -> None:
                         help="event time between periods (5000: a live target's reports, a new 10 s window "
                              "every other period, the merge's kept windows filling up)")
     parser.add_argument("--coarse-every", type=int, default=1)
+    parser.add_argument("--group", type=int, default=1,
+                        help="batches a merge takes together (--batches merges of --group batches each), "
+                             "as the merge thread merges batches that come quickly")
     parser.add_argument("--gil-probe", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--digest", action="store_true")
@@ -127,7 +132,7 @@ def main() -> None:
     server = RedisServer().start()
     client = redis.Redis.from_url(server.url)
     now = int(time.time() * 1000)
-    base = (args.base or now) // 10_000 * 10_000 - args.batches * args.periods * args.period_ms \
+    base = (args.base or now) // 10_000 * 10_000 - args.batches * args.group * args.periods * args.period_ms \
         - 60_000
     partitions = [zlib.crc32(record_key(SOURCE, s)) % 2 for s in range(args.series)]
     writer = WindowWriter(client, "merge-cpu")
@@ -139,7 +144,9 @@ def main() -> None:
     rows = []
     try:
         for b in range(args.batches):
-            windows = batch_partials(args.series, partitions, b, args.periods, base, now, args.period_ms)
+            group = [(i, batch_partials(args.series, partitions, i, args.periods, base, now, args.period_ms))
+                     for i in range(b * args.group, (b + 1) * args.group)]
+            windows = pa.concat_tables([w for _, w in group])
             every_size = b % args.coarse_every == 0 or b == args.batches - 1
             profile = profiles[every_size] if profiles and b >= 2 else None
             if profile:
@@ -148,7 +155,7 @@ def main() -> None:
             rss_before = peak_rss_mb()
             probed = probe.count if probe else 0
             r0, t0, w0 = redis_cpu_s(client), time.thread_time(), time.monotonic()
-            writer.apply_all([(b, windows)], every_size=every_size)
+            writer.apply_all(group, every_size=every_size)
             t1, w1 = time.thread_time(), time.monotonic()
             r1 = redis_cpu_s(client)
             if profile:
@@ -159,7 +166,8 @@ def main() -> None:
                 held = f", probe held off {held_s:.2f} s of {w1 - w0:.2f}"
             rows.append((t1 - t0, r1 - r0, w1 - w0, held_s, every_size))
             sizes = "every size" if every_size else "finest only"
-            print(f"batch {b} ({sizes}): {windows.num_rows} partial rows, "
+            named = f"batch {b}" if args.group == 1 else f"merge {b} (batches {group[0][0]}-{group[-1][0]})"
+            print(f"{named} ({sizes}): {windows.num_rows} partial rows, "
                   f"merge CPU {t1 - t0:.2f} s, Redis CPU {r1 - r0:.2f} s, wall {w1 - w0:.2f} s{held}, "
                   f"RSS {rss_before:.0f} MB, peak in the merge {peak_rss_mb():.0f} MB", flush=True)
         memory = cast(dict, client.info("memory"))["used_memory_human"]

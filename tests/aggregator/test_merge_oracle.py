@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from aggregator.member_text import number_text
-from aggregator.stored_windows import size_partials
+from aggregator.stored_windows import partials_order, size_partials
+from aggregator.window_ids import WindowIds
 from aggregator.window_partials import ALL_METRICS, partials_schema
 from aggregator.window_writer import WindowWriter, stage
 from contract import redis_layout as layout
@@ -167,6 +168,22 @@ def test_partials_merge_per_size_as_arrow_grouped_them():
         "last_ts": pa.array(starts + rng.integers(0, 3, n))})
     for window in layout.WINDOWS:
         assert rows(size_partials(finest, window)) == rows(oracle_size_partials(finest, window))
+
+
+def test_batches_partials_are_put_in_the_coarser_sizes_order_as_a_lexsort_puts_them():
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        n = int(rng.integers(1, 300))
+        start = HOUR + rng.integers(0, 8, n) * 10_000
+        # Last ts in its window mostly (the packed sort); anywhere at times (the lexsort it falls back to).
+        offset = rng.choice([0, 1, 9_999], n) if trial % 4 else rng.integers(-15_000, 15_000, n)
+        table = pa.table({"series": rng.integers(0, 20, n), "metric": rng.integers(0, 4, n), "start": start,
+                          "last_ts": start + offset,
+                          # Ties of last ts broken by the value: NaN and -0.0 among them.
+                          "last": rng.choice([0.0, -0.0, 1.5, float("nan"), 7.0, -3.0], n)})
+        keys = WindowIds([table]).series_metrics(0, table)
+        expected = np.lexsort((table["last"].to_numpy(), table["last_ts"].to_numpy(), keys))
+        assert np.array_equal(partials_order(table), expected)
 
 
 def rows(table: pa.Table) -> dict[tuple, str]:

@@ -35,7 +35,7 @@ def values(table: pa.Table) -> list[tuple]:
 
 def members(updates) -> dict[int, tuple[str, bool]]:
     """start -> (member, whether it replaces a stored window)"""
-    return {r["start"]: (r["member"], r["replaces"]) for r in updates.changed.to_pylist()}
+    return {r["start"]: (r["member"], r["replaces"]) for r in updates.with_members().to_pylist()}
 
 
 def test_partials_roll_up_per_window_size_with_the_newest_last():

@@ -7,11 +7,12 @@ import uuid
 from typing import cast
 
 import hiredis
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from aggregator.redis_scripts import REPLACE_WINDOWS_LUA
-from aggregator.stored_windows import SeriesKeys, WindowUpdates, hash_tag, merge_part
+from aggregator.stored_windows import SCHEMA, SeriesKeys, WindowUpdates, hash_tag, merge_part
 from aggregator.window_calls import calls_by_part
 from contract import redis_layout as layout
 from tests.aggregator.streaming_input import database, snapshot
@@ -62,6 +63,30 @@ def test_redis_calls_give_each_key_its_windows_in_order():
         ["HSET", keys.keys[0][1], "0", "m0-0"], ["HSET", keys.keys[1][1], "0", "m1-0"],
         ["HSET", keys.keys[2][1], "10000", "m2-10000", "20000", "m2-20000", "30000", "m2-30000"],
         ["EVALSHA", SHA, "1", keys.keys[0][2], "1", "1", "0", "m0-0", "1", "*", "0", "3600000", ttl_1h]]
+
+
+def test_members_made_from_merged_values_are_written_as_given_ones():
+    keys = SeriesKeys()
+    ids = keys.number([("west", "east", "east.orders", p, "") for p in range(3)])
+    # Two windows of one key (before 1970: starts below zero work too) and one of another, every metric of
+    # each a row (the merged values a WindowUpdates makes members of), and a key's newest start moved.
+    windows = ((ids[2], -20_000), (ids[2], -10_000), (ids[0], 0))
+    values = pa.Table.from_pylist([
+        {"series": s, "metric": m, "start": start, "n": 1.0, "sum": 2.5, "min": -1.0, "max": 3.0,
+         "last": float(m), "last_ts": start + 5} for s, start in windows for m in (0, 3)], schema=SCHEMA)
+    changed = pa.table({"series": pa.array([s for s, _ in windows], pa.int64()),
+                        "start": pa.array([t for _, t in windows], pa.int64()),
+                        "replaces": [True, False, True]})
+    lazy = WindowUpdates("10s", changed, {}, {ids[2]: -10_000}, values, np.array([0, 2, 4, 6]))
+    made = lazy.with_members()
+    assert made["member"].to_pylist() == ["-20000;0:1:2.5:-1:3:0:-19995;3:1:2.5:-1:3:3:-19995",
+                                          "-10000;0:1:2.5:-1:3:0:-9995;3:1:2.5:-1:3:3:-9995",
+                                          "0;0:1:2.5:-1:3:0:5;3:1:2.5:-1:3:3:5"]
+    given = WindowUpdates("10s", made, {}, {ids[2]: -10_000})
+    assert redis_commands([lazy], keys) == redis_commands([given], keys) == [
+        ["HSET", keys.keys[0][0], "0", made["member"][2].as_py()],
+        ["HSET", keys.keys[2][0], "-20000", made["member"][0].as_py(), "-10000", made["member"][1].as_py(),
+         layout.NEWEST_FIELD, "-10000"]]
 
 
 def written_keys(command: list[str]) -> list[str]:

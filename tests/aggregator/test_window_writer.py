@@ -8,6 +8,7 @@ import uuid
 from typing import cast
 
 import pytest
+import redis
 
 from aggregator.redis_sink import RedisRollupSink, windows_merged
 from aggregator.window_partials import of_windows
@@ -16,6 +17,7 @@ from aggregator.window_writer import (
     decode_partials,
     encode_partials,
     stage,
+    transaction_answers,
 )
 from contract import redis_layout as layout
 from tests.aggregator.streaming_input import snapshot
@@ -278,3 +280,42 @@ def test_a_merge_at_every_size_cut_off_part_way_is_finished_on_restart(redis_url
     restarted = WindowWriter(cut.client, cut.batch_scope)
     restarted.recover(2)
     assert renamed(cut, prefixes[1]) == renamed(whole, prefixes[0])
+
+
+def test_a_transactions_answers_read_in_bulk_are_redis_pys_answers(redis_url: str):
+    client = redis.Redis.from_url(redis_url)
+    key = f"answers{uuid.uuid4().hex[:8]}"
+    # Enough commands that their QUEUED answers come in many reads; then one Redis refuses as it queues.
+    many = [("HSET", f"{key}:{i % 7}", str(i), "x" * 600) for i in range(40_000)]
+    for commands, refused in ((many, False), ([*many[:5], ("HSET", key), *many[5:9]], True)):
+        answers = []
+        for bulk in (True, False):
+            client.delete(*(f"{key}:{i}" for i in range(7)))  # each run's HSETs answer alike
+            connection = client.connection_pool.get_connection()
+            try:
+                connection.send_packed_command(connection.pack_commands([("MULTI",), *commands, ("EXEC",)]))
+                if bulk:
+                    answers.append(transaction_answers(connection, len(commands)))
+                else:
+                    for _ in range(len(commands) + 1):
+                        connection.read_response()
+                    answers.append(connection.read_response())
+            except redis.ResponseError as exc:
+                answers.append(str(exc))
+                connection.disconnect()
+            finally:
+                client.connection_pool.release(connection)
+        assert answers[0] == answers[1]
+        assert isinstance(answers[0], str) == refused
+    assert answers[0].startswith("wrong number of arguments")
+    # A transaction a changed WATCHed key aborts: no answer, as redis-py gives it.
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_command("WATCH", key)
+        assert connection.read_response() == b"OK"
+        client.set(key, "changed")
+        connection.send_packed_command(connection.pack_commands([("MULTI",), *many[:3], ("EXEC",)]))
+        assert transaction_answers(connection, 3) is None
+    finally:
+        client.connection_pool.release(connection)
+    client.delete(key, *(f"{key}:{i}" for i in range(7)))
