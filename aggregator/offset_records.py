@@ -57,7 +57,7 @@ from aggregator.lag_seconds_windows import lag_seconds_partials
 from aggregator.offset_history import METRICS, NO_DELTA, NOTHING, WINDOW_MS, OffsetHistory, window_number
 from aggregator.partition_lag import NEWEST_WINDOWS, Judged, _ceil_window, _end_offsets, _Policies, _Reports
 from aggregator.subject_cap import member
-from aggregator.window_partials import latest_schema
+from aggregator.window_partials import latest_schema, merge_partials
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -571,7 +571,9 @@ def judge_partials(client: redis.Redis, keys: tuple[str, str], windows: pa.Table
     pending = pc.is_in(ids, value_set=task_writes.field_ids(rows)).to_numpy(zero_copy_only=False)
     place = task_verdicts.VerdictPlace(writes.target, writes.raw_topic, writes.kafka_partition)
     stats.bytes += task_verdicts.keep_and_summarise(client, place, writes.now_ms, verdicts, applied, pending)
-    return pa.concat_tables([windows, *samples]), rows, verdicts.filter(pa.array(pending)), stats
+    # The samples' partials share their (subject, window) with the task's own (a report's window, and its
+    # topic's and replication's): rolled up here, in the task, not by the driver with every task's answer.
+    return merge_partials([windows, *samples]), rows, verdicts.filter(pa.array(pending)), stats
 
 
 def verdict_values(verdicts: pa.Table) -> pa.Table:

@@ -202,19 +202,26 @@ class RedisRollupSink:
         # partials cross to the driver, in Arrow. One clock reading judges the whole batch.
         now_ms = _now_ms()
         parts = batch.mapInArrow(self.task_function(state, now_ms), SPARK_SCHEMA).toArrow()
-        computed = time.monotonic()
+        computed, computed_cpu = time.monotonic(), time.thread_time()
         collected = collect(parts)
         batch_partials = collected.partials
         LOG.debug("%s: batch %d: %d records -> %d partial windows, %d latest candidates, %d judged values "
                   "(%d bytes) in %d tasks in %.0f ms (%d partitions read from the stored windows, %d ms "
-                  "waiting for the merge), merged in %.0f ms", self.query_name, batch_id, collected.records,
+                  "waiting for the merge), merged in %.0f ms (%.0f ms of the sink thread's CPU)",
+                  self.query_name, batch_id, collected.records,
                   batch_partials.windows.num_rows, collected.latest_candidates,
                   0 if batch_partials.values is None else batch_partials.values.num_rows, collected.bytes,
                   collected.tasks, (computed - began) * 1000, collected.stored_reads, collected.merge_wait_ms,
-                  (time.monotonic() - computed) * 1000)
+                  (time.monotonic() - computed) * 1000, (time.thread_time() - computed_cpu) * 1000)
         self.write(batch_partials, batch_id, state, require_state=batch_id > 0, now_ms=now_ms)
         self._batches_done += 1
+        written, written_cpu = time.monotonic(), time.thread_time()
         long_lived.settle_after_batch(self._batches_done)
+        LOG.debug("%s: batch %d: settled in %.0f ms (%.0f ms CPU); the sink's thread from the tasks' end "
+                  "%.0f ms, %.0f ms of it on CPU", self.query_name, batch_id,
+                  (time.monotonic() - written) * 1000, (time.thread_time() - written_cpu) * 1000,
+                  (time.monotonic() - computed) * 1000,
+                  (time.thread_time() - computed_cpu) * 1000)
 
     def task_function(self, state: SinkState, now_ms: int) -> PartitionPartials:
         """What each task of a batch runs (mapInArrow), planned from the sink's `state` at `now_ms`: the
@@ -259,7 +266,7 @@ class RedisRollupSink:
         merged. Rows of one metric each are taken too (window_partials.of_windows). With `require_state`
         (a batch after the checkpoint's first), a sink state gone from Redis before the commit leaves the
         batch unwritten and sets `state_lost`."""
-        began = time.monotonic()
+        began, began_cpu = time.monotonic(), time.thread_time()
         if not isinstance(batch, BatchPartials):
             batch = window_partials.of_windows(batch)
         if batch.values is None and pc.any(pc.is_in(batch.latest["kind"], _JUDGED_KINDS)).as_py():
@@ -290,9 +297,10 @@ class RedisRollupSink:
         for series in plan.history:
             self.history.expire(series)
         windows.submit(batch_id, batch.windows)
-        LOG.debug("%s: batch %d: %d latest values, windows committed in %.0f ms (plan %.0f, latest values "
-                  "%.0f, staged %.0f, merged or handed to the merge thread %.0f)", self.query_name, batch_id,
-                  written, (time.monotonic() - began) * 1000,
+        LOG.debug("%s: batch %d: %d latest values, windows committed in %.0f ms, %.0f ms of it on CPU (plan "
+                  "%.0f, latest values %.0f, staged %.0f, merged or handed to the merge thread %.0f)",
+                  self.query_name, batch_id, written, (time.monotonic() - began) * 1000,
+                  (time.thread_time() - began_cpu) * 1000,
                   *((b - a) * 1000 for a, b in itertools.pairwise((began, planned, derived, staged,
                                                                     time.monotonic()))))
 

@@ -49,12 +49,12 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Self, cast
+from typing import Any, Self, cast
 
 import pyarrow as pa
 import redis
@@ -332,11 +332,7 @@ def throughput(stack: BenchStack, source: str, series: int, periods: int, max_of
     # every series.
     steady = batches[WARM_UP_BATCHES:] or batches
     began = datetime.fromisoformat(steady[0]["timestamp"]).timestamp()
-    for p in batches:
-        LOG.info("batch %s: %d rows in %d ms (%s)", p["batchId"], p["numInputRows"],
-                 p["durationMs"]["triggerExecution"], {k: v for k, v in p["durationMs"].items()
-                                                         if k in ("addBatch", "getBatch", "latestOffset",
-                                                                  "queryPlanning", "walCommit")})
+    log_batches(batches)
     steady_rows = sum(p["numInputRows"] for p in steady)
     bytes_per_record = load.collected_bytes / max(rows, 1)
     ended, last, cpu_ended = merges.first(int(batches[-1]["batchId"]))
@@ -370,6 +366,15 @@ def throughput(stack: BenchStack, source: str, series: int, periods: int, max_of
     return Drained(steady_rows / seconds, cpu_per_batch, bytes_per_record, rows, finest_rps)
 
 
+def log_batches(batches: Sequence[Mapping[str, Any]]) -> None:
+    """Each batch's rows and where its trigger's time went (Spark's progress: the sink is `addBatch`; what
+    is outside it, the source's offsets, planning and the checkpoint's two logs, is the rest)."""
+    for p in batches:
+        durations = dict(p["durationMs"])
+        LOG.info("batch %s: %d rows in %d ms (%s)", p["batchId"], p["numInputRows"],
+                 durations.pop("triggerExecution", -1), durations)
+
+
 def freshness(stack: BenchStack, series: int, rate: int, seconds: int, warm_up_s: int) -> list[float]:
     source = "fresh"
     topic = metrics_topic(source)
@@ -386,6 +391,7 @@ def freshness(stack: BenchStack, series: int, rate: int, seconds: int, warm_up_s
             time.sleep(5)
     finally:
         query.stop()
+    log_batches([p for p in query.recentProgress if p["numInputRows"] > 0])
     seen, budget = cast(LatestClock, watched["probe"]).seen, cast(CpuBudget, watched["cpu"])
     measured = (produced_ts[0] / 1000 + warm_up_s, produced_ts[-1] / 1000)
     used = budget.between(*measured)
