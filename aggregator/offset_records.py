@@ -379,6 +379,26 @@ def _extract(history: TaskHistory, rows: np.ndarray, since: np.ndarray, held_fro
     return OffsetRecord(keys, newest, since[rows], older_max, older_abs, base, based, delta, at)
 
 
+def _ring_hot_equivalent(history: TaskHistory, rows: np.ndarray, windows: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TaskHistory.hot_equivalent of rows the task read from the stored windows (exact from `since` on, over
+    the ring): the first window they would hold exactly with their newest `windows` windows, and the bound on
+    the end offsets (and their distance from 0) the ring holds below that, as _extract leaves them."""
+    since = history.since()[rows]
+    newest = history.newest[rows]
+    floor = np.where(newest >= 0, np.maximum(since, newest - windows + 1), NOTHING)
+    bound, bound_abs = np.full(len(rows), -math.inf), np.zeros(len(rows))
+    below = np.flatnonzero((newest >= 0) & (floor > since))
+    if len(below):
+        width = int(min((floor[below] - since[below]).max(), history.slots))
+        number, last, present = history.gather("source_end_offset", rows[below], floor[below] - 1, width)
+        present &= number >= since[below][:, None]
+        offsets = np.trunc(last)
+        bound[below] = np.where(present, offsets, -math.inf).max(axis=1, initial=-math.inf)
+        bound_abs[below] = np.where(present, np.abs(offsets), 0.0).max(axis=1, initial=0.0)
+    return floor, bound, bound_abs
+
+
 def _answered_by(history: TaskHistory, given: _Reports, rows: np.ndarray, floor: np.ndarray,
                  bound: np.ndarray, bound_abs: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, partition_lag.NewestPass]:
@@ -488,6 +508,15 @@ def judge(client: redis.Redis, keys: tuple[str, str], reports: pa.Table, partial
             wait_for_merge()
         history.load(client, rows[cold], low[cold])
         stats.read = int(len(np.unique(rows[cold])))
+        # Hot or deep is decided now that the rows read hold their windows: decided before the read, a row
+        # without a record (a query's first batch, records lost) went deep, and its next batch read the deep
+        # record back, for nothing when its newest windows settle its reports.
+        by_hot = by_hot.copy()
+        at = np.flatnonzero(cold)
+        floor_h[rows[at]], bound[rows[at]], bound_abs[rows[at]] = _ring_hot_equivalent(history, rows[at],
+                                                                                      HOT_WINDOWS)
+        by_hot[at] = _answered_by(history, _Reports(reports.take(pa.array(at))), rows[at], floor_h, bound,
+                                  bound_abs)[0]
     warm = answered & ~history.loaded[rows] if len(history.loaded) else answered
     since = history.since()
     loaded = np.zeros(n, bool)

@@ -11,6 +11,8 @@ time. (aggregator/window_calls.py packs the merge's script calls the same way.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,12 +64,15 @@ def execute(client: redis.Redis, commands: pa.Buffer, count: int) -> list:
         client.connection_pool.release(connection)
 
 
-def execute_in_multi(client: redis.Redis, commands: pa.Buffer, count: int) -> list:
-    """Sends `count` commands packed as `commands` (packed) in one MULTI and returns their answers; raises the
-    first error among them (the transaction is then not run when Redis refused a command as it queued)."""
+def execute_in_multi(client: redis.Redis, commands: pa.Buffer | Sequence[pa.Buffer | bytes], count: int
+                     ) -> list:
+    """Sends `count` commands packed as `commands` (packed; or such buffers one after the other) in one MULTI
+    and returns their answers; raises the first error among them (the transaction is then not run when Redis
+    refused a command as it queued)."""
+    parts = [commands] if isinstance(commands, pa.Buffer) else list(commands)
     connection = client.connection_pool.get_connection()
     try:
-        connection.send_packed_command([*connection.pack_command("MULTI"), commands,
+        connection.send_packed_command([*connection.pack_command("MULTI"), *parts,
                                         *connection.pack_command("EXEC")])
         queued = [connection.read_response(disable_decoding=True) for _ in range(count + 1)]
         executed = connection.read_response(disable_decoding=True)

@@ -110,8 +110,7 @@ def keep_and_summarise(client: redis.Redis, place: VerdictPlace, now_ms: int, fr
         record.filter(pc.invert(pc.is_in(_ids(record), value_set=_ids(taken)))),
         taken.drop_columns(["text"]).append_column("pending", now_pending).cast(RECORD_SCHEMA)])
     record = record.combine_chunks()
-    texts = dict(zip(_ids(taken).to_pylist(), taken["text"].to_pylist(), strict=True))
-    parts = parts_of(client, record, now_ms, texts)
+    parts = parts_of(client, record, now_ms, pa.table({"id": _ids(taken), "text": taken["text"]}))
     blob = encode_record(record)
     pipe = client.pipeline(transaction=False)
     pipe.set(place.record_key, blob, px=layout.OFFSET_RECORD_TTL_MS)
@@ -131,25 +130,34 @@ def _admitted(client: redis.Redis, record: pa.Table) -> pa.Table:
     rows = record.take(pa.array(at))
     members = [(t, s, member(topic, p, None)) for t, s, topic, p in zip(
         *(rows[c].to_pylist() for c in ("target", "source", "topic", "partition")), strict=True)]
-    pipe = client.pipeline(transaction=False)
+    # One ZMSCORE a replication: a query's first batch leaves every verdict pending.
+    by_replication: dict[Pair, dict[str, float | None]] = {}
     for target, source, name in members:
-        pipe.zscore(layout.subjects_key(target, source), name)
-    admitted = np.array([score is not None for score in pipe.execute()], bool)
+        by_replication.setdefault((target, source), {})[name] = None
+    pipe = client.pipeline(transaction=False)
+    for (target, source), names in by_replication.items():
+        pipe.zmscore(layout.subjects_key(target, source), list(names))
+    for names, scores in zip(by_replication.values(), pipe.execute(), strict=True):
+        names.update(dict(zip(list(names), scores, strict=True)))
+    admitted = np.array([by_replication[(t, s)][name] is not None for t, s, name in members], bool)
     keep = np.ones(record.num_rows, bool)
     keep[at[~admitted]] = False
     return record.set_column(record.schema.get_field_index("pending"), "pending",
                              pa.array(np.zeros(record.num_rows, bool))).filter(pa.array(keep))
 
 
-def parts_of(client: redis.Redis, record: pa.Table, at_ms: int, texts: Mapping[str, str] | None = None
+def parts_of(client: redis.Redis, record: pa.Table, at_ms: int, texts: pa.Table | None = None
              ) -> list[dict[str, Any]]:
     """Each replication's summary parts at `at_ms` of a record's rows (pending ones left out: the sink
-    counts those), the JSON a part lists taken from `texts` (id -> JSON) or read from Redis."""
-    texts = texts or {}
+    counts those), the JSON a part lists taken from `texts` (columns `id`, as _ids, and `text`) or read from
+    Redis."""
     own = record.filter(pc.invert(record["pending"]))
-    ids = _ids(own).to_pylist() if own.num_rows else []
-    with_text = own.drop_columns(["pending"]).append_column(
-        "text", pa.array([texts.get(i) for i in ids], pa.string())).select(TABLE_SCHEMA.names)
+    if texts is not None and texts.num_rows and own.num_rows:
+        at = pc.index_in(_ids(own), value_set=texts["id"].combine_chunks())
+        text = texts["text"].combine_chunks().take(at)
+    else:
+        text = pa.nulls(own.num_rows, pa.string())
+    with_text = own.drop_columns(["pending"]).append_column("text", text).select(TABLE_SCHEMA.names)
     out = []
     for (target, source), columns in VerdictColumns.by_replication(with_text).items():
         key = layout.lag_verdicts_key(target, source)

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
 from aggregator.latest_writes import EXPIRY_RENEWAL_MS, NOTHING, hset_commands, pexpire_commands, stored_stamp
-from aggregator.resp_commands import execute_in_multi, packed
+from aggregator.resp_commands import execute, execute_in_multi, packed
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -81,16 +82,19 @@ class WriteStats:
     bytes: int = 0  # the record's bytes, read and written
 
 
-def newest_of_fields(rows: pa.Table) -> pa.Table:
-    """One row a field (key, field): its newest ts, of equal ones the later row."""
+def newest_of_fields(rows: pa.Table, ids: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """One row a field (key, field; `ids`: field_ids of the rows): its newest ts, of equal ones the later
+    row; with their ids."""
     if rows.num_rows < 2:
-        return rows
-    ids = pc.dictionary_encode(field_ids(rows)).indices.to_numpy(zero_copy_only=False)
-    if len(np.unique(ids)) == len(ids):
-        return rows
-    order = np.lexsort((np.arange(len(ids)), rows["ts"].to_numpy(), ids))
-    last = np.flatnonzero(np.append(ids[order][1:] != ids[order][:-1], True))
-    return rows.take(pa.array(np.sort(order[last])))
+        return rows, ids
+    encoded = pc.dictionary_encode(ids)
+    if len(encoded.dictionary) == len(ids):
+        return rows, ids
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.lexsort((np.arange(len(codes)), rows["ts"].to_numpy(), codes))
+    last = np.flatnonzero(np.append(codes[order][1:] != codes[order][:-1], True))
+    at = pa.array(np.sort(order[last]))
+    return rows.take(at), ids.take(at)
 
 
 def decode_record(raw: bytes | None) -> pa.Table:
@@ -101,13 +105,13 @@ def decode_record(raw: bytes | None) -> pa.Table:
                     schema=RECORD_SCHEMA).combine_chunks()
 
 
-def encode_record(record: pa.Table) -> bytes:
+def encode_record(record: pa.Table) -> pa.Buffer:
     table = pa.table({"key": record["key"].combine_chunks().dictionary_encode(), "field": record["field"],
                       "ts": record["ts"], "renewed": record["renewed"]})
     out = pa.BufferOutputStream()
     with pa.ipc.new_stream(out, table.schema, options=RECORD_IPC) as writer:
         writer.write_table(table)
-    return cast(bytes, out.getvalue().to_pybytes())
+    return out.getvalue()
 
 
 def field_ids(table: pa.Table) -> pa.Array:
@@ -122,7 +126,8 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
     one MULTI. Returns the rows of subjects not admitted yet (for the driver to screen and write), the
     fields written (`<key>\\x00<field>`) and what it did."""
     stats = WriteStats()
-    rows = newest_of_fields(rows.combine_chunks())
+    rows = rows.combine_chunks()
+    rows, ids = newest_of_fields(rows, field_ids(rows))
     if not rows.num_rows:
         return ROWS_SCHEMA.empty_table(), pa.array([], pa.string()), stats
     raw = cast(bytes | None, client.get(writes.key))
@@ -134,7 +139,7 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
         record = RECORD_SCHEMA.empty_table()
     # Forgotten by event time, as a report's windows are (a rebuild reads hours-old reports).
     record = record.filter(pc.greater_equal(record["ts"], pc.max(rows["ts"]).as_py() - FORGET_MS))
-    at = pc.fill_null(pc.index_in(field_ids(rows), value_set=field_ids(record)), -1).to_numpy()
+    at = pc.fill_null(pc.index_in(ids, value_set=field_ids(record)), -1).to_numpy()
     known = at >= 0
     safe_at = np.where(known, at, 0)
 
@@ -171,61 +176,91 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
                                                        written_rows["json"])
         args.append(hset_args)
         counts.append(hset_counts)
-        least = record.filter(pc.is_in(record["key"], value_set=hashes)).group_by("key", use_threads=False) \
-            .aggregate([("renewed", "min")])
-        due = least.filter(pc.less_equal(least["renewed_min"], writes.now_ms - EXPIRY_RENEWAL_MS))["key"]
+        # (a hash is due when any of its fields' rows is: most batches none is, and this is one pass)
+        stale = pc.less_equal(record["renewed"], writes.now_ms - EXPIRY_RENEWAL_MS)
+        due = pa.array([], pa.string())
+        if pc.any(stale).as_py():
+            candidates = pc.unique(record["key"].filter(stale))
+            due = candidates.filter(pc.is_in(candidates, value_set=hashes))
         if len(due):
-            expiry_args, expiry_counts = pexpire_commands(due.combine_chunks())
+            expiry_args, expiry_counts = pexpire_commands(due)
             args.append(expiry_args)
             counts.append(expiry_counts)
             now = pa.scalar(writes.now_ms, pa.int64())
             record = record.set_column(3, "renewed", pc.if_else(pc.is_in(record["key"], value_set=due), now,
                                                                 record["renewed"]))
     blob = encode_record(record)
-    stats.bytes += len(blob)
+    stats.bytes += blob.size
     commands = packed(pa.concat_arrays(args), np.concatenate(counts)) if args else pa.py_buffer(b"")
     # The record's SET after the HSETs, in their MULTI: its value is binary, packed apart.
-    set_record = b"".join(_resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS)))
-    execute_in_multi(client, pa.py_buffer(commands.to_pybytes() + set_record),
-                     sum(len(c) for c in counts) + 1)
-    return rows.filter(pa.array(deferred)), field_ids(written_rows), stats
+    set_record = _resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS))
+    execute_in_multi(client, [commands, *set_record], sum(len(c) for c in counts) + 1)
+    return rows.filter(pa.array(deferred)), ids.filter(pa.array(written)), stats
 
 
-def _resp(*args: str | bytes) -> list[bytes]:
-    """One command in RESP."""
-    parts = [b"*%d\r\n" % len(args)]
+def _resp(*args: str | pa.Buffer) -> list[bytes | pa.Buffer]:
+    """One command in RESP, in parts (a binary argument is not copied)."""
+    parts: list[bytes | pa.Buffer] = [b"*%d\r\n" % len(args)]
     for arg in args:
-        data = arg if isinstance(arg, bytes) else arg.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts += [b"$%d\r\n" % data.size if isinstance(data, pa.Buffer) else b"$%d\r\n" % len(data), data,
+                  b"\r\n"]
     return parts
 
 
 def _read_unknown(client: redis.Redis, rows: pa.Table, subjects: Subjects) -> tuple[np.ndarray, np.ndarray]:
     """Fields the record does not hold: the ts Redis holds of each (NOTHING: none), and whether its subject
-    was admitted by the cap in an earlier batch."""
+    was admitted by the cap in an earlier batch. A query's first batches meet every field so (its first
+    batch's go to the driver, its second's are not in the record yet): one HMGET a hash, packed by Arrow, and
+    one ZMSCORE a replication."""
     named = subjects(rows)
-    by_replication: dict[tuple[str, str], list[str]] = {}
+    by_replication: dict[tuple[str, str], dict[str, float | None]] = {}
     for subject in named:
         if subject is not None:
-            by_replication.setdefault(subject[:2], []).append(subject[2])
-    keys, names = rows["key"].to_pylist(), rows["field"].to_pylist()
-    by_key: dict[str, list[str]] = {}
-    for key, name in zip(keys, names, strict=True):
-        by_key.setdefault(key, []).append(name)
+            by_replication.setdefault(subject[:2], {})[subject[2]] = None
     pipe = client.pipeline(transaction=False)
-    replications = list(by_replication.items())
-    for (target, source), members in replications:
-        members = list(dict.fromkeys(members))
-        by_replication[(target, source)] = members
-        pipe.zmscore(layout.subjects_key(target, source), members)
-    for key, fields in by_key.items():
-        pipe.hmget(key, fields)
-    answers = pipe.execute()
-    scores = {(pair, m): s for (pair, members), got in zip(by_replication.items(), answers, strict=False)
-              for m, s in zip(members, got, strict=True)}
-    stored: dict[tuple[str, str], bytes | None] = {}
-    for (key, fields), values in zip(by_key.items(), answers[len(replications):], strict=True):
-        stored.update(zip(((key, f) for f in fields), values, strict=True))
-    held = np.array([stored_stamp(stored[(k, f)])[0] for k, f in zip(keys, names, strict=True)], np.int64)
-    admitted = np.array([s is not None and scores.get((s[:2], s[2])) is not None for s in named], bool)
-    return held, admitted
+    for (target, source), members in by_replication.items():
+        pipe.zmscore(layout.subjects_key(target, source), list(members))
+    answers = pipe.execute() if by_replication else []
+    for members, scores in zip(by_replication.values(), answers, strict=True):
+        members.update(dict(zip(list(members), scores, strict=True)))
+    admitted = np.array([s is not None and by_replication[s[:2]][s[2]] is not None for s in named], bool)
+    return _stored_ts(client, rows["key"], rows["field"]), admitted
+
+
+def _stored_ts(client: redis.Redis, keys: pa.ChunkedArray, fields: pa.ChunkedArray) -> np.ndarray:
+    """The ts of the value Redis holds at each (key, field) (NOTHING: none, or one latest_writes.stored_stamp
+    would not take)."""
+    by_key = pc.dictionary_encode(keys.combine_chunks())
+    code = by_key.indices.to_numpy()
+    order = np.argsort(code, kind="stable")  # a hash's fields together
+    code = code[order]
+    firsts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+    commands, n = len(firsts), len(code)
+    # HMGET <key> <field> ...: the source entries are "HMGET", each command's key, the fields in order.
+    place = np.empty(2 * commands + n, np.int64)
+    starts = firsts + 2 * np.arange(commands)
+    place[starts], place[starts + 1] = 0, 1 + np.arange(commands)
+    first = np.zeros(n, bool)
+    first[firsts] = True
+    place[np.arange(n) + 2 * np.cumsum(first)] = 1 + commands + np.arange(n)
+    source = pa.concat_arrays([pa.array(["HMGET"]), by_key.dictionary.take(pa.array(code[firsts])),
+                               fields.combine_chunks().take(pa.array(order))])
+    args, counts = pc.take(source, pa.array(place)), np.diff(np.append(starts, len(place)))
+    answers = execute(client, packed(args, counts), commands)
+    held = np.full(n, NOTHING, np.int64)
+    held[order] = [_ts_of(raw) for answer in answers for raw in answer]
+    return held
+
+
+def _ts_of(raw: bytes | None) -> int:
+    """latest_writes.stored_stamp's ts, by orjson where it reads an integer ts (the values this project
+    writes): the rest as stored_stamp reads them."""
+    if raw is None:
+        return NOTHING
+    try:
+        value = orjson.loads(raw)
+        ts = value.get("ts") if isinstance(value, dict) else None
+    except orjson.JSONDecodeError:
+        ts = None
+    return ts if type(ts) is int else stored_stamp(raw)[0]
