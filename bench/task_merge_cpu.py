@@ -281,7 +281,7 @@ def _merge_task(client: redis.Redis, key: str, kafka: pa.Table, windows: pa.Tabl
         run = state.runs
         finest = state.behind[-1][1] if state.behind else state.applied
         coarse = writer._coarse(pipe, state.applied, finest, fresh) if every_size else None
-        updates = writer._updates(fresh, coarse)
+        updates = writer._updates(writer._sized(fresh, coarse))
         parts = list(writer.parts(updates, writer.series_keys, part_count, sorted(done)))
         stage("merge")
         if done:
