@@ -103,19 +103,29 @@ def hostile(i: int, ts: int) -> bytes:
 MAKERS = (partition, group, replication, hostile)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(MAKERS), st.integers(0, 50), st.integers(0, 40), st.integers(0, 1)),
-                min_size=1, max_size=80),
-       st.sampled_from([None, T0 + 20_000]))
-def test_partials_and_latest_records_are_those_of_the_joined_text(picks: list, watermark_ms: int | None) \
-        -> None:
+# A hostile task batch: records of every kind (subject, ~1 s step, Kafka partition), a watermark or none.
+PICKS = st.lists(
+    st.tuples(st.sampled_from(MAKERS), st.integers(0, 50), st.integers(0, 40), st.integers(0, 1)),
+    min_size=1, max_size=80)
+WATERMARKS = st.sampled_from([None, T0 + 20_000])
+
+
+def picked_records(picks: list, watermark_ms: int | None) -> pa.Table:
+    """The picked records as a task's on-time flat table (what window_partials is given)."""
     values = [make(i, T0 + 997 * step) for make, i, step, _ in picks]
     kafka = pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
                       "partition": pa.array([p for *_, p in picks], pa.int32()),
                       "offset": pa.array(range(len(values)), pa.int64()),
                       "kafka_ts": pa.array([T0 + 20_000] * len(values), pa.int64()),
                       "value": pa.array(values, pa.binary())})
-    flat = on_time(flat_table(kafka, "west", NOW), watermark_ms)
+    return on_time(flat_table(kafka, "west", NOW), watermark_ms)
+
+
+@settings(max_examples=40, deadline=None)
+@given(PICKS, WATERMARKS)
+def test_partials_and_latest_records_are_those_of_the_joined_text(picks: list, watermark_ms: int | None) \
+        -> None:
+    flat = picked_records(picks, watermark_ms)
     if flat.num_rows == 0:  # every record late: no partials (partition_partials)
         return
     halves = [flat.slice(0, flat.num_rows // 2), flat.slice(flat.num_rows // 2)]

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator import window_partials
-from aggregator.raw_records import flat_table, on_time
-from tests.aggregator.test_subject_numbers import MAKERS, NOW, T0
+from tests.aggregator.test_subject_numbers import PICKS, T0, WATERMARKS, picked_records
 
 
 def both(compute):
@@ -42,17 +41,9 @@ def assert_same(new: pa.Table, old: pa.Table) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(MAKERS), st.integers(0, 50), st.integers(0, 40), st.integers(0, 1)),
-                min_size=1, max_size=80),
-       st.sampled_from([None, T0 + 20_000]))
+@given(PICKS, WATERMARKS)
 def test_runs_give_the_partials_of_arrows_aggregation(picks: list, watermark_ms: int | None) -> None:
-    values = [make(i, T0 + 997 * step) for make, i, step, _ in picks]
-    kafka = pa.table({"topic": ["srm-metrics.east.internal"] * len(values),
-                      "partition": pa.array([p for *_, p in picks], pa.int32()),
-                      "offset": pa.array(range(len(values)), pa.int64()),
-                      "kafka_ts": pa.array([T0 + 20_000] * len(values), pa.int64()),
-                      "value": pa.array(values, pa.binary())})
-    flat = on_time(flat_table(kafka, "west", NOW), watermark_ms)
+    flat = picked_records(picks, watermark_ms)
     if flat.num_rows == 0:
         return
     assert_same(*both(lambda: window_partials.window_partials(flat)))
