@@ -255,20 +255,18 @@ def _subject_windows(rows: pa.Table, metrics: list[str]) -> pa.Table:
     for m in metrics:
         second += [(f"{m}__n", "sum"), (f"{m}__sum", "sum"), (f"{m}__min", "min"), (f"{m}__max", "max"),
                    (f"{m}__last", "last"), (f"{m}__last_ts", "max")]
-    out = None
-    if pc.any(same_ts).as_py():  # several reports at one ts
-        by_ts = _one_row_a_ts(rows, sorted_rows, same_ts, [*keys, "ts"], first).sort_by(order)
-    else:
-        # Each (subject, window)'s records in ts order, one ts a record: aggregated as runs of the sorted
-        # order, which is how Arrow's hash aggregation below sees them.
-        out = _runs_aggregated(rows, sorted_rows.to_numpy(), same_window.to_numpy(zero_copy_only=False),
-                               metrics)
-        if out is None and pc.all(pc.or_(pc.invert(same_window),
-                                         pc.greater(sorted_rows[1:], sorted_rows[:-1]))).as_py():
-            by_ts = rows  # every window's records already in ts order
-        elif out is None:
-            by_ts = rows.take(sorted_rows)
+    shared_ts = pc.any(same_ts).as_py()  # several reports at one ts
+    # Otherwise each (subject, window)'s records in ts order, one ts a record: aggregated as runs of the
+    # sorted order, which is how Arrow's hash aggregation below sees them.
+    out = None if shared_ts else _runs_aggregated(rows, sorted_rows.to_numpy(),
+                                                  same_window.to_numpy(zero_copy_only=False), metrics)
     if out is None:
+        if shared_ts:
+            by_ts = _one_row_a_ts(rows, sorted_rows, same_ts, [*keys, "ts"], first).sort_by(order)
+        elif pc.all(pc.or_(pc.invert(same_window), pc.greater(sorted_rows[1:], sorted_rows[:-1]))).as_py():
+            by_ts = rows  # every window's records already in ts order
+        else:
+            by_ts = rows.take(sorted_rows)
         for m in metrics:
             last_ts = pc.if_else(pc.is_valid(by_ts[f"{m}__last"]), by_ts["ts"], pa.scalar(None, pa.int64()))
             by_ts = by_ts.append_column(f"{m}__last_ts", last_ts)
