@@ -50,6 +50,16 @@ def back_to_back(text: pa.Array) -> pa.Buffer:
     return pa.py_buffer(b"") if data is None else data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
+def command_parts(*args: str | pa.Buffer) -> list[bytes | pa.Buffer]:
+    """One command in RESP, in parts (a binary argument is not copied): for a command beside packed ones."""
+    parts: list[bytes | pa.Buffer] = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts += [b"$%d\r\n" % data.size if isinstance(data, pa.Buffer) else b"$%d\r\n" % len(data), data,
+                  b"\r\n"]
+    return parts
+
+
 def execute(client: redis.Redis, commands: pa.Buffer, count: int) -> list:
     """Sends `count` commands packed as `commands` (packed) at once, outside a transaction, on a connection
     of the client's pool, and returns their answers; raises the first error among them."""

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import redis
 
 from aggregator.latest_writes import EXPIRY_RENEWAL_MS, NOTHING, hset_commands, pexpire_commands, stored_stamp
-from aggregator.resp_commands import execute, execute_in_multi, packed
+from aggregator.resp_commands import command_parts, execute, execute_in_multi, packed
 from contract import redis_layout as layout
 
 LOG = logging.getLogger(__name__)
@@ -193,19 +193,9 @@ def write_own(client: redis.Redis, writes: TaskWrites, rows: pa.Table, subjects:
     stats.bytes += blob.size
     commands = packed(pa.concat_arrays(args), np.concatenate(counts)) if args else pa.py_buffer(b"")
     # The record's SET after the HSETs, in their MULTI: its value is binary, packed apart.
-    set_record = _resp("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS))
+    set_record = command_parts("SET", writes.key, blob, "PX", str(layout.OFFSET_RECORD_TTL_MS))
     execute_in_multi(client, [commands, *set_record], sum(len(c) for c in counts) + 1)
     return rows.filter(pa.array(deferred)), ids.filter(pa.array(written)), stats
-
-
-def _resp(*args: str | pa.Buffer) -> list[bytes | pa.Buffer]:
-    """One command in RESP, in parts (a binary argument is not copied)."""
-    parts: list[bytes | pa.Buffer] = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg.encode() if isinstance(arg, str) else arg
-        parts += [b"$%d\r\n" % data.size if isinstance(data, pa.Buffer) else b"$%d\r\n" % len(data), data,
-                  b"\r\n"]
-    return parts
 
 
 def _read_unknown(client: redis.Redis, rows: pa.Table, subjects: Subjects) -> tuple[np.ndarray, np.ndarray]:
