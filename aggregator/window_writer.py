@@ -383,7 +383,13 @@ def transaction_answers(connection: redis.connection.AbstractConnection, queued:
 
 
 def _received(sock: Any) -> bytes:
-    chunk = sock.recv(_READ)
+    """The next bytes on the socket; its failures as redis-py's read_response raises them."""
+    try:
+        chunk = sock.recv(_READ)
+    except TimeoutError as exc:
+        raise redis.TimeoutError("Timeout reading from Redis during a merge's transaction") from exc
+    except OSError as exc:
+        raise redis.ConnectionError(f"Error reading from Redis during a merge's transaction: {exc}") from exc
     if not chunk:
         raise redis.ConnectionError("Redis closed the connection during a merge's transaction")
     return chunk
